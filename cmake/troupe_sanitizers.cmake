@@ -1,0 +1,14 @@
+# TROUPE_SANITIZE="address;undefined" or "thread" instruments every target of the build.
+if(TROUPE_SANITIZE)
+  if("thread" IN_LIST TROUPE_SANITIZE AND "address" IN_LIST TROUPE_SANITIZE)
+    message(FATAL_ERROR "TROUPE_SANITIZE: ThreadSanitizer and AddressSanitizer cannot be "
+                        "combined; configure two builds (presets 'asan' and 'tsan').")
+  endif()
+  list(JOIN TROUPE_SANITIZE "," _troupe_san)
+  message(STATUS "troupe: building with -fsanitize=${_troupe_san}")
+  add_compile_options(-fsanitize=${_troupe_san} -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=${_troupe_san})
+  if("undefined" IN_LIST TROUPE_SANITIZE)
+    add_compile_options(-fno-sanitize-recover=undefined)
+  endif()
+endif()

@@ -1,0 +1,125 @@
+// The one error type of troupe: a code, a message that says what was wrong and what to
+// do, and the context it happened in (which worker, which operation).
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace troupe {
+
+/// What kind of failure an `error` reports. Stable values: they travel on the wire.
+enum class errc : std::uint8_t {
+  /// An operation did not finish before its deadline.
+  timeout = 1,
+  /// An argument or configuration value is malformed or out of range.
+  invalid_argument,
+  /// A named thing (key, worker, function, actor, backend) does not exist.
+  not_found,
+  /// A named thing exists already and names must be unique.
+  already_exists,
+  /// The connection to a peer or server broke; the peer may be dead.
+  connection_lost,
+  /// The peer left the group in an orderly way before the operation finished.
+  peer_left,
+  /// The operation was cancelled because its owner aborted or shut down.
+  aborted,
+  /// A peer sent bytes that do not follow the protocol (wrong version, bad frame).
+  protocol_error,
+  /// A peer refused us, or we refused a peer, for lack of the shared secret.
+  unauthorized,
+  /// A resource or service is not available on this machine or in this build.
+  unavailable,
+  /// A result was never produced because its producer went away.
+  broken_promise,
+  /// The object was shut down; no further operations are accepted.
+  shut_down,
+  /// The operation is valid in general but not supported in this combination.
+  unsupported,
+  /// User code (an RPC target, a continuation, a handler) raised an error; the message
+  /// carries its text and the error names the worker it ran on.
+  user_error,
+  /// A bug in troupe or a broken invariant; please report it.
+  internal,
+};
+
+/// The name of a code, e.g. "timeout".
+std::string_view to_string(errc code) noexcept;
+
+/// Parses a name written by `to_string(errc)`; returns false if unknown.
+bool from_string(std::string_view name, errc& out) noexcept;
+
+/// An error value: cheap to move, printable, carried through `expected` and `future`.
+class error {
+ public:
+  error() = default;
+  error(errc code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  errc code() const noexcept { return code_; }
+  const std::string& message() const noexcept { return message_; }
+  /// The worker the error concerns (may be empty).
+  const std::string& worker() const noexcept { return worker_; }
+  /// The operation that failed, e.g. "store.get" (may be empty).
+  const std::string& operation() const noexcept { return operation_; }
+
+  /// Adds context; the first worker/operation set is kept (innermost is most precise).
+  error&& with_worker(std::string name) && {
+    if (worker_.empty()) worker_ = std::move(name);
+    return std::move(*this);
+  }
+  error&& with_operation(std::string op) && {
+    if (operation_.empty()) operation_ = std::move(op);
+    return std::move(*this);
+  }
+  error& with_worker(std::string name) & {
+    if (worker_.empty()) worker_ = std::move(name);
+    return *this;
+  }
+  error& with_operation(std::string op) & {
+    if (operation_.empty()) operation_ = std::move(op);
+    return *this;
+  }
+
+  /// "timeout in store.get on worker 'w1': <message>".
+  std::string to_string() const;
+
+  friend bool operator==(const error& a, const error& b) noexcept {
+    return a.code_ == b.code_ && a.message_ == b.message_;
+  }
+
+ private:
+  errc code_ = errc::internal;
+  std::string message_;
+  std::string worker_;
+  std::string operation_;
+};
+
+std::ostream& operator<<(std::ostream& os, const error& e);
+std::ostream& operator<<(std::ostream& os, errc code);
+
+/// The exception form of `error`, thrown only by `expected::value()` and at API edges
+/// that must throw (constructors). Never escapes an I/O thread.
+class exception : public std::runtime_error {
+ public:
+  explicit exception(error e) : std::runtime_error(e.to_string()), error_(std::move(e)) {}
+  const troupe::error& err() const noexcept { return error_; }
+  errc code() const noexcept { return error_.code(); }
+
+ private:
+  troupe::error error_;
+};
+
+/// Shorthand for building an error: make_error(errc::timeout, "waited ", 3, " s").
+template <class... Ts>
+error make_error(errc code, const Ts&... parts);
+
+}  // namespace troupe
+
+#include "core/strcat.hpp"
+
+template <class... Ts>
+troupe::error troupe::make_error(errc code, const Ts&... parts) {
+  return error(code, strcat(parts...));
+}

@@ -1,0 +1,100 @@
+#include "core/time.hpp"
+
+#include <atomic>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+
+#include "core/log.hpp"
+
+namespace troupe {
+
+expected<duration> parse_duration(std::string_view text) {
+  auto bad = [&](std::string_view why) {
+    return make_error(errc::invalid_argument, "invalid duration '", text, "': ", why,
+                      "; write a whole number with a unit, e.g. 500ms, 30s, 5m or 1h");
+  };
+  std::string_view s = text;
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  if (s.empty()) return bad("it is empty");
+  if (s.front() == '-') return bad("it must not be negative");
+  long long n = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (ec == std::errc::result_out_of_range) return bad("the number is too large");
+  if (ec != std::errc()) return bad("it does not start with a number");
+  std::string_view unit(ptr, static_cast<std::size_t>(s.data() + s.size() - ptr));
+  long long factor_ms = 0;
+  if (unit.empty() || unit == "s")
+    factor_ms = 1000;
+  else if (unit == "ms")
+    factor_ms = 1;
+  else if (unit == "m" || unit == "min")
+    factor_ms = 60'000;
+  else if (unit == "h")
+    factor_ms = 3'600'000;
+  else
+    return bad("unknown unit (use ms, s, m or h)");
+  if (n > (1LL << 50) / factor_ms) return bad("the number is too large");
+  return duration(n * factor_ms);
+}
+
+std::string format_duration(duration d) {
+  auto ms = d.count();
+  if (ms != 0 && ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
+  if (ms != 0 && ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
+  if (ms != 0 && ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+namespace {
+
+constexpr duration builtin_default_timeout = std::chrono::minutes(5);
+
+duration timeout_from_environment() {
+  const char* env = std::getenv("TROUPE_DEFAULT_TIMEOUT");
+  if (env == nullptr || *env == '\0') return builtin_default_timeout;
+  auto parsed = parse_duration(env);
+  if (!parsed || parsed->count() == 0) {
+    TROUPE_LOG(log_level::warn, "core", "ignoring TROUPE_DEFAULT_TIMEOUT='", env,
+               "': ", parsed ? std::string("it must be positive") : parsed.error().message(),
+               "; using ", format_duration(builtin_default_timeout));
+    return builtin_default_timeout;
+  }
+  return *parsed;
+}
+
+std::atomic<std::int64_t>& default_timeout_ms() {
+  static std::atomic<std::int64_t> value{timeout_from_environment().count()};
+  return value;
+}
+
+}  // namespace
+
+duration default_timeout() {
+  return duration(default_timeout_ms().load(std::memory_order_relaxed));
+}
+
+expected<void> set_default_timeout(duration d) {
+  if (d.count() <= 0)
+    return make_error(errc::invalid_argument, "default timeout must be positive, got ",
+                      format_duration(d));
+  default_timeout_ms().store(d.count(), std::memory_order_relaxed);
+  return ok();
+}
+
+deadline deadline::after(duration d) {
+  auto now = clock::now();
+  if (d >= std::chrono::duration_cast<duration>(clock::time_point::max() - now)) return never();
+  return deadline(now + d);
+}
+
+duration deadline::remaining() const noexcept {
+  auto now = clock::now();
+  if (now >= at_) return duration::zero();
+  if (at_ == clock::time_point::max()) return duration::max();
+  // Round up so that a caller waiting `remaining()` does not wake just before the deadline.
+  return std::chrono::ceil<duration>(at_ - now);
+}
+
+}  // namespace troupe
