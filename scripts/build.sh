@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Configures and builds one preset (default: release) into build/<preset>.
+#   scripts/build.sh [release|debug|asan|tsan] [extra cmake configure args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset=${1:-release}
+shift || true
+jobs=${TROUPE_BUILD_JOBS:-$(nproc)}
+mkdir -p build
+cmake --preset "$preset" "$@" > "build/$preset.configure.log" 2>&1 ||
+  { cat "build/$preset.configure.log"; exit 1; }
+grep -E "^-- troupe:" "build/$preset.configure.log" || true
+cmake --build --preset "$preset" -j "$jobs"
