@@ -1,16 +1,29 @@
 // A user's program built against an installed troupe.
 #include <troupe/core/device.hpp>
 #include <troupe/core/future.hpp>
+#include <troupe/devicemap/derive.hpp>
+#include <troupe/devicemap/validate.hpp>
 
 #include <iostream>
 
 int main() {
   auto d = troupe::device::parse("cuda:1");
   if (!d) return 1;
-  auto f =
-      troupe::make_ready_future(d->to_string()).then([](std::string s) { return "parsed " + s; });
+  auto f = troupe::make_ready_future(d->to_string()).then([](std::string s) {
+    return "parsed " + s;
+  });
   auto r = f.get(std::chrono::seconds(1));
   if (!r) return 1;
   std::cout << *r << "\n";
+
+  troupe::worker_device_info a{"a", 2, {}, {}}, b{"b", 2, {}, {}};
+  if (!a.maps["b"].set(*troupe::device::cuda(0), *d)) return 1;
+  std::vector<troupe::worker_device_info> group{a, b};
+  auto setup = troupe::resolve_device_setup("b", group, troupe::group_kind::static_group);
+  if (!setup) {
+    std::cerr << setup.error() << "\n";
+    return 1;
+  }
+  std::cout << "reverse maps of b: " << troupe::to_string(setup->reverse_maps) << "\n";
   return 0;
 }
