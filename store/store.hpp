@@ -45,7 +45,8 @@ class store {
 
   /// Atomically: if the current value equals `expected_value` (nullopt: the key must be
   /// absent), sets `desired`. Returns the value stored afterwards, so the caller won iff
-  /// the result equals `desired`.
+  /// the result equals `desired`. An absent key with an `expected_value` stays absent and
+  /// the result is an empty value.
   virtual expected<bytes> compare_set(std::string_view key,
                                       const std::optional<bytes>& expected_value,
                                       std::span<const std::byte> desired, duration timeout) = 0;

@@ -1,0 +1,37 @@
+// connect_store: opens a store from a URL.
+//   tcp://host:port   a tcp_store client of a troupe-store / tcp_store_server
+//   memory://         a fresh in-process store
+//   memory://name     the in-process store called `name`, shared within this process
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "store/store.hpp"
+
+namespace troupe {
+
+struct store_options {
+  /// The default timeout of the store's calls.
+  duration timeout = default_timeout();
+  /// How long to keep retrying the first connection.
+  duration connect_timeout = default_timeout();
+  /// Shared secret for tcp://. When empty, TROUPE_STORE_SECRET is used if set.
+  std::string secret;
+  /// Largest frame for tcp://, in bytes.
+  std::size_t max_frame_size = std::size_t{64} << 20;
+};
+
+/// The scheme of a store URL ("tcp", "memory", ...), or invalid_argument.
+expected<std::string> store_url_scheme(std::string_view url);
+
+/// Splits "host:port" (or "[v6]:port"); invalid_argument quoting the text otherwise.
+expected<std::pair<std::string, std::uint16_t>> parse_host_port(std::string_view text);
+
+/// Opens the store that `url` names; an unknown scheme is invalid_argument listing the
+/// known ones.
+expected<std::unique_ptr<store>> connect_store(std::string_view url,
+                                               const store_options& options = {});
+
+}  // namespace troupe

@@ -1,0 +1,99 @@
+// The TCP store wire format (docs/store-protocol.md): length-prefixed binary frames.
+// Encoding and decoding only; no sockets here.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/codec.hpp"
+#include "core/expected.hpp"
+
+namespace troupe::detail::wire {
+
+/// "TRST" read as a little-endian u32; the first field of a hello.
+inline constexpr std::uint32_t magic = 0x54535254;
+inline constexpr std::uint32_t version = 1;
+/// The u32 length that precedes every frame body.
+inline constexpr std::size_t length_size = 4;
+/// kind (u8) + request id (u64): the smallest valid body.
+inline constexpr std::size_t min_body = 9;
+inline constexpr std::size_t default_max_frame = std::size_t{64} << 20;
+
+enum class kind : std::uint8_t {
+  hello = 1,
+  hello_ok = 2,
+  reply = 3,
+  set = 16,
+  get = 17,
+  check = 18,
+  add = 19,
+  compare_set = 20,
+  erase = 21,
+  wait = 22,
+  num_keys = 23,
+  cancel = 24,
+};
+
+/// Status byte of a reply: 0 is success, else an errc value.
+inline constexpr std::uint8_t status_ok = 0;
+
+/// Builds one frame: length, kind, request id, then the payload written through writer().
+class frame_builder {
+ public:
+  frame_builder(kind k, std::uint64_t request_id);
+  byte_writer& writer() noexcept { return w_; }
+  /// The finished frame, length prefix included.
+  bytes finish() &&;
+
+ private:
+  bytes buf_;
+  byte_writer w_;
+};
+
+struct hello {
+  std::uint32_t magic = 0;
+  std::uint32_t version = 0;
+  std::string secret;
+  std::string client;
+};
+
+/// A decoded request body.
+struct request {
+  kind op{};
+  std::uint64_t id = 0;
+  std::string key;                      // set get add compare_set erase; prefix for num_keys
+  std::vector<std::string> keys;        // check wait
+  bytes value;                          // set; desired of compare_set
+  std::optional<bytes> expected_value;  // compare_set
+  std::int64_t delta = 0;               // add
+  std::uint64_t target = 0;             // cancel: the request to forget
+};
+
+/// The kind and request id at the head of a body.
+expected<std::pair<kind, std::uint64_t>> peek(std::span<const std::byte> body);
+
+bytes encode_hello(const hello& h);
+expected<hello> decode_hello(std::span<const std::byte> body);
+bytes encode_hello_ok(std::string_view server);
+
+/// Decodes a request body (any kind from set to cancel); protocol_error says what is wrong.
+expected<request> decode_request(std::span<const std::byte> body);
+
+/// A reply frame carrying success and a payload written by `fill(byte_writer&)`.
+template <class Fill>
+bytes encode_reply_ok(std::uint64_t id, Fill&& fill) {
+  frame_builder f(kind::reply, id);
+  f.writer().u8(status_ok);
+  fill(f.writer());
+  return std::move(f).finish();
+}
+bytes encode_reply_error(std::uint64_t id, const error& e);
+
+/// A reply's status and, for errors, the error; on success the reader is left at the
+/// payload.
+expected<void> decode_reply_status(byte_reader& r);
+
+}  // namespace troupe::detail::wire

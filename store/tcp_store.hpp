@@ -1,0 +1,70 @@
+// tcp_store: a client of tcp_store_server. Thread-safe: any number of threads may call it
+// at once; requests are pipelined on one connection, each under its own request id.
+//
+// Waiting calls (get, wait) are answered by the server when the keys appear; the client
+// never polls. A broken connection is a sticky error: every pending and later call fails
+// promptly with errc::connection_lost.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "store/prefix_count.hpp"
+#include "store/store.hpp"
+
+namespace troupe {
+
+struct tcp_store_options {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  /// Must equal the server's secret when it has one.
+  std::string secret;
+  /// How long connect() keeps retrying (refused connections, a server still starting).
+  duration connect_timeout = default_timeout();
+  /// The default timeout of calls that take none.
+  duration timeout = default_timeout();
+  /// The largest frame sent or accepted, in bytes; match the server's.
+  std::size_t max_frame_size = std::size_t{64} << 20;
+};
+
+class tcp_store final : public store, public prefix_countable {
+ public:
+  /// Connects and completes the hello, retrying until connect_timeout. Fails with
+  /// errc::timeout naming the address and the last error, errc::unauthorized when the
+  /// server refuses the secret, errc::protocol_error on a version mismatch.
+  static expected<std::unique_ptr<tcp_store>> connect(tcp_store_options options);
+
+  ~tcp_store() override;
+  tcp_store(const tcp_store&) = delete;
+  tcp_store& operator=(const tcp_store&) = delete;
+
+  using store::add;
+  using store::get;
+  using store::set;
+  using store::wait;
+
+  expected<void> set(std::string_view key, std::span<const std::byte> value,
+                     duration timeout) override;
+  expected<bytes> get(std::string_view key, duration timeout) override;
+  expected<bool> check(std::span<const std::string> keys, duration timeout) override;
+  expected<std::int64_t> add(std::string_view key, std::int64_t delta, duration timeout) override;
+  expected<bytes> compare_set(std::string_view key, const std::optional<bytes>& expected_value,
+                              std::span<const std::byte> desired, duration timeout) override;
+  expected<bool> erase(std::string_view key, duration timeout) override;
+  expected<void> wait(std::span<const std::string> keys, duration timeout) override;
+  expected<std::int64_t> num_keys(duration timeout) override;
+  expected<std::int64_t> num_keys_with_prefix(std::string_view prefix, duration timeout) override;
+  std::string describe() const override;
+
+  /// The sticky error, once the connection has broken.
+  std::optional<error> connection_error() const;
+
+ private:
+  struct impl;
+  explicit tcp_store(std::unique_ptr<impl> i);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,67 @@
+// tcp_store_server: the embedded TCP store server. Any process can host one; it runs its
+// own I/O thread and serves many tcp_store clients (docs/store-protocol.md).
+//
+// - Binds where told: 127.0.0.1 unless `host` says otherwise. Binding every interface
+//   takes an explicit "0.0.0.0" or "::".
+// - Port 0 picks a free port; port() reports the one bound.
+// - A frame that is malformed, truncated or larger than max_frame_size closes only the
+//   connection that sent it (logged at warn); everyone else is served on.
+// - With a secret, clients whose hello does not carry the same secret are refused.
+// - shutdown() is idempotent and bounded; the destructor calls it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/expected.hpp"
+#include "core/time.hpp"
+
+namespace troupe {
+
+struct tcp_store_server_options {
+  /// Interface to bind: an address or a host name. Never empty.
+  std::string host = "127.0.0.1";
+  /// 0 picks a free port.
+  std::uint16_t port = 0;
+  /// When non-empty, clients must present this secret in their hello.
+  std::string secret;
+  /// The largest frame accepted, in bytes (length prefix excluded). 64 MiB by default.
+  std::size_t max_frame_size = std::size_t{64} << 20;
+  /// A connection that has not completed its hello in this time is closed.
+  duration hello_timeout = std::chrono::seconds(10);
+  /// How long the destructor waits for connections to close.
+  duration shutdown_timeout = std::chrono::seconds(5);
+};
+
+class tcp_store_server {
+ public:
+  /// Binds, listens and starts the I/O thread. Fails with invalid_argument for a bad host
+  /// and unavailable when the address cannot be bound (the message says why).
+  static expected<std::unique_ptr<tcp_store_server>> start(tcp_store_server_options options);
+
+  ~tcp_store_server();
+  tcp_store_server(const tcp_store_server&) = delete;
+  tcp_store_server& operator=(const tcp_store_server&) = delete;
+
+  /// The bound address and port.
+  const std::string& host() const noexcept;
+  std::uint16_t port() const noexcept;
+  /// "tcp://host:port", ready for connect_store().
+  std::string url() const;
+
+  /// Closes the listener and every connection (their clients see connection_lost), then
+  /// stops the I/O thread. Waits at most `timeout` for an orderly close, then forces it.
+  /// Later calls return at once.
+  void shutdown(duration timeout);
+
+  /// Connections currently open (for tests and diagnostics).
+  std::size_t num_connections() const;
+
+ private:
+  struct impl;
+  explicit tcp_store_server(std::unique_ptr<impl> i);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,73 @@
+// troupe-store: runs a standalone TCP store server until SIGINT or SIGTERM.
+//   troupe-store --host 127.0.0.1 --port 29500 --secret-file /run/secrets/store
+// Prints "listening on HOST:PORT" once it accepts connections.
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "core/log.hpp"
+#include "store/tcp_store_server.hpp"
+
+namespace {
+
+int fail(const std::string& message) {
+  std::cerr << "troupe-store: " << message << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Runs a troupe TCP store server that workers reach as tcp://HOST:PORT."};
+  troupe::tcp_store_server_options options;
+  std::string secret_file;
+  std::size_t max_frame_bytes = options.max_frame_size;
+  app.add_option("--host", options.host, "Address to listen on; 0.0.0.0 listens on every interface")
+      ->capture_default_str();
+  app.add_option("--port", options.port, "Port to listen on; 0 picks a free one")
+      ->capture_default_str();
+  app.add_option("--secret-file", secret_file,
+                 "File holding the shared secret clients must present (else "
+                 "TROUPE_STORE_SECRET, else none)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--max-frame-size", max_frame_bytes, "Largest frame accepted, in bytes")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{64}, std::size_t{1} << 31));
+  CLI11_PARSE(app, argc, argv);
+  options.max_frame_size = max_frame_bytes;
+
+  if (!secret_file.empty()) {
+    std::ifstream in(secret_file, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (!in) return fail("cannot read the secret file '" + secret_file + "'");
+    options.secret = ss.str();
+    while (!options.secret.empty() &&
+           (options.secret.back() == '\n' || options.secret.back() == '\r'))
+      options.secret.pop_back();
+    if (options.secret.empty()) return fail("the secret file '" + secret_file + "' is empty");
+  } else if (const char* env = std::getenv("TROUPE_STORE_SECRET"); env && *env) {
+    options.secret = env;
+  }
+
+  // Block the signals before any thread starts, so that only sigwait below sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto server = troupe::tcp_store_server::start(options);
+  if (!server) return fail(server.error().message());
+  std::cout << "listening on " << (*server)->host() << ":" << (*server)->port() << std::endl;
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  TROUPE_LOG(troupe::log_level::info, "store", "troupe-store: signal ", sig, ", shutting down");
+  (*server)->shutdown(std::chrono::seconds(5));
+  return 0;
+}

@@ -1,0 +1,277 @@
+// TCP-specific behaviour: binding, dead servers, hostile bytes, frame limits, secrets.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "core/log.hpp"
+#include "raw_socket.hpp"
+#include "store/detail/wire.hpp"
+#include "store/tcp_store.hpp"
+#include "store/tcp_store_server.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using troupe::errc;
+using troupe::tcp_store;
+using troupe::tcp_store_server;
+using troupe::testing::raw_socket;
+
+std::unique_ptr<tcp_store_server> start_server(troupe::tcp_store_server_options o = {}) {
+  auto s = tcp_store_server::start(std::move(o));
+  REQUIRE(s.has_value());
+  return std::move(*s);
+}
+
+troupe::expected<std::unique_ptr<tcp_store>> connect_to(const tcp_store_server& server,
+                                                        std::string secret = {},
+                                                        std::size_t max_frame = 64u << 20) {
+  troupe::tcp_store_options o;
+  o.port = server.port();
+  o.secret = std::move(secret);
+  o.connect_timeout = 3s;
+  o.max_frame_size = max_frame;
+  return tcp_store::connect(std::move(o));
+}
+
+// Captures warnings logged while it lives.
+class log_capture {
+ public:
+  log_capture() {
+    troupe::set_log_sink([this](std::string_view line) {
+      std::lock_guard lk(mu_);
+      text_ += std::string(line) + "\n";
+    });
+  }
+  ~log_capture() { troupe::set_log_sink(nullptr); }
+  std::string text() {
+    std::lock_guard lk(mu_);
+    return text_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::string text_;
+};
+
+// The server still answers a well-behaved client.
+void check_serves(const tcp_store_server& server) {
+  auto c = connect_to(server);
+  REQUIRE(c.has_value());
+  REQUIRE((*c)->set("still-serving", std::string_view("yes")));
+  CHECK(troupe::to_string((*c)->get("still-serving", 5s).value()) == "yes");
+}
+
+}  // namespace
+
+TEST_CASE("the tcp store server binds 127.0.0.1 by default and reports the port it picked") {
+  auto server = start_server();
+  CHECK(server->host() == "127.0.0.1");
+  CHECK(server->port() != 0);
+  CHECK(server->url() == "tcp://127.0.0.1:" + std::to_string(server->port()));
+}
+
+TEST_CASE("the tcp store server refuses an empty host instead of binding every interface") {
+  troupe::tcp_store_server_options o;
+  o.host = "";
+  auto s = tcp_store_server::start(o);
+  REQUIRE_FALSE(s.has_value());
+  CHECK(s.error().code() == errc::invalid_argument);
+}
+
+TEST_CASE("a client blocked in get fails with connection_lost soon after the server shuts down") {
+  auto server = start_server();
+  auto client = connect_to(*server).value();
+  troupe::expected<troupe::bytes> got = troupe::make_error(errc::internal, "not run");
+  auto start = std::chrono::steady_clock::now();
+  std::thread blocked([&] { got = client->get("never-written", 30s); });
+  // Whether the get reaches the server before the shutdown or not, it must fail promptly.
+  server->shutdown(5s);
+  blocked.join();
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  REQUIRE_FALSE(got.has_value());
+  CHECK(got.error().code() == errc::connection_lost);
+  // The error is sticky: later calls fail the same way at once.
+  auto later = client->set("k", std::string_view("v"));
+  REQUIRE_FALSE(later.has_value());
+  CHECK(later.error().code() == errc::connection_lost);
+  CHECK(client->connection_error().has_value());
+}
+
+TEST_CASE("shutting the server down twice is harmless") {
+  auto server = start_server();
+  auto client = connect_to(*server).value();
+  server->shutdown(2s);
+  server->shutdown(2s);
+  CHECK(client->num_keys(1s).error().code() == errc::connection_lost);
+}
+
+TEST_CASE("garbage bytes and half frames close only their own connections") {
+  log_capture logs;
+  auto server = start_server();
+  auto keeper = connect_to(*server).value();
+  REQUIRE(keeper->set("before", std::string_view("1")));
+
+  raw_socket http(server->port());
+  REQUIRE(http.connected());
+  REQUIRE(http.send(std::string("GET / HTTP/1.1\r\nHost: x\r\n\r\n")));
+
+  raw_socket bad_magic(server->port());
+  troupe::bytes hello = troupe::detail::wire::encode_hello({0xdeadbeef, 1, "", "test"});
+  REQUIRE(bad_magic.send(hello));
+
+  raw_socket tiny(server->port());
+  const std::uint8_t too_short[] = {2, 0, 0, 0, 1, 0};
+  REQUIRE(tiny.send(too_short, sizeof(too_short)));
+
+  raw_socket half(server->port());
+  troupe::bytes good =
+      troupe::detail::wire::encode_hello({troupe::detail::wire::magic, 1, "", "half"});
+  REQUIRE(half.send(good.data(), good.size() / 2));
+
+  CHECK(http.closed_by_peer());
+  CHECK(bad_magic.closed_by_peer());
+  CHECK(tiny.closed_by_peer());
+  // The half frame stays pending without blocking anyone.
+  check_serves(*server);
+  CHECK(troupe::to_string(keeper->get("before", 5s).value()) == "1");
+  CHECK(logs.text().find("closing the connection") != std::string::npos);
+}
+
+TEST_CASE("a malformed request after a good hello closes only that connection") {
+  auto server = start_server();
+  raw_socket sock(server->port());
+  REQUIRE(sock.send(troupe::detail::wire::encode_hello(
+      {troupe::detail::wire::magic, troupe::detail::wire::version, "", "raw"})));
+  auto reply_len = sock.receive(4);
+  REQUIRE(reply_len.size() == 4);
+  auto n = std::to_integer<std::uint32_t>(reply_len[0]) |
+           std::to_integer<std::uint32_t>(reply_len[1]) << 8;
+  REQUIRE(sock.receive(n).size() == n);
+  // A set whose key claims more bytes than the frame holds.
+  troupe::detail::wire::frame_builder f(troupe::detail::wire::kind::set, 1);
+  f.writer().u32(1000);
+  f.writer().raw("abc", 3);
+  REQUIRE(sock.send(std::move(f).finish()));
+  CHECK(sock.closed_by_peer());
+  check_serves(*server);
+}
+
+TEST_CASE("a client with another protocol version is refused with protocol_error") {
+  auto server = start_server();
+  raw_socket sock(server->port());
+  REQUIRE(sock.send(
+      troupe::detail::wire::encode_hello({troupe::detail::wire::magic, 99, "", "future"})));
+  auto len = sock.receive(4);
+  REQUIRE(len.size() == 4);
+  auto n = std::to_integer<std::uint32_t>(len[0]) | std::to_integer<std::uint32_t>(len[1]) << 8;
+  auto body = sock.receive(n);
+  REQUIRE(body.size() == n);
+  std::span<const std::byte> payload(body);
+  troupe::byte_reader r(payload.subspan(troupe::detail::wire::min_body));
+  auto status = troupe::detail::wire::decode_reply_status(r);
+  REQUIRE_FALSE(status.has_value());
+  CHECK(status.error().code() == errc::protocol_error);
+  CHECK(sock.closed_by_peer());
+}
+
+TEST_CASE("an oversized frame closes only the connection that sent it") {
+  log_capture logs;
+  troupe::tcp_store_server_options o;
+  o.max_frame_size = 1024;
+  auto server = start_server(o);
+  auto big_sender = connect_to(*server, {}, 1u << 20).value();
+  auto bystander = connect_to(*server, {}, 1024).value();
+  troupe::bytes big(4096, std::byte{'x'});
+  auto r = big_sender->set("big", big, 5s);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code() == errc::connection_lost);
+  CHECK(bystander->set("small", std::string_view("ok")).has_value());
+  CHECK(bystander->num_keys(5s).value() == 1);
+  CHECK(logs.text().find("exceeds the limit of 1024") != std::string::npos);
+}
+
+TEST_CASE("a client refuses to send a frame over its own limit") {
+  auto server = start_server();
+  auto client = connect_to(*server, {}, 256).value();
+  troupe::bytes big(1000, std::byte{'x'});
+  auto r = client->set("big", big, 5s);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code() == errc::invalid_argument);
+  CHECK(client->set("small", std::string_view("fine")).has_value());
+}
+
+TEST_CASE("a server with a secret refuses clients with a wrong or missing secret") {
+  troupe::tcp_store_server_options o;
+  o.secret = "s3cret";
+  auto server = start_server(o);
+  auto missing = connect_to(*server);
+  REQUIRE_FALSE(missing.has_value());
+  CHECK(missing.error().code() == errc::unauthorized);
+  CHECK(missing.error().message().find("same secret") != std::string::npos);
+  auto wrong = connect_to(*server, "guess");
+  REQUIRE_FALSE(wrong.has_value());
+  CHECK(wrong.error().code() == errc::unauthorized);
+  auto right = connect_to(*server, "s3cret");
+  REQUIRE(right.has_value());
+  CHECK((*right)->set("k", std::string_view("v")).has_value());
+}
+
+TEST_CASE("connecting where no server listens times out naming the address") {
+  std::uint16_t port = 0;
+  {
+    auto gone = start_server();
+    port = gone->port();
+  }
+  troupe::tcp_store_options o;
+  o.port = port;
+  o.connect_timeout = 300ms;
+  auto start = std::chrono::steady_clock::now();
+  auto c = tcp_store::connect(o);
+  REQUIRE_FALSE(c.has_value());
+  CHECK(c.error().code() == errc::timeout);
+  CHECK(c.error().message().find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < 3s);
+}
+
+TEST_CASE("a timed-out get leaves the client usable and a later get succeeds") {
+  auto server = start_server();
+  auto client = connect_to(*server).value();
+  auto r = client->get("late", 50ms);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code() == errc::timeout);
+  REQUIRE(client->set("late", std::string_view("here")));
+  CHECK(troupe::to_string(client->get("late", 5s).value()) == "here");
+}
+
+TEST_CASE("many clients pipeline requests from many threads") {
+  auto server = start_server();
+  constexpr int clients = 4;
+  constexpr int threads_per_client = 4;
+  constexpr int ops = 50;
+  std::vector<std::unique_ptr<tcp_store>> handles;
+  for (int i = 0; i < clients; ++i) handles.push_back(connect_to(*server).value());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> pool;
+  for (int c = 0; c < clients; ++c) {
+    for (int t = 0; t < threads_per_client; ++t) {
+      pool.emplace_back([&, c, t] {
+        auto& h = *handles[static_cast<std::size_t>(c)];
+        for (int i = 0; i < ops; ++i) {
+          std::string key =
+              "k-" + std::to_string(c) + "-" + std::to_string(t) + "-" + std::to_string(i);
+          if (!h.set(key, std::string_view(key))) failures++;
+          auto v = h.get(key, 5s);
+          if (!v || troupe::to_string(*v) != key) failures++;
+          if (!h.add("total", 1)) failures++;
+        }
+      });
+    }
+  }
+  for (auto& th : pool) th.join();
+  CHECK(failures.load() == 0);
+  CHECK(handles[0]->add("total", 0).value() == clients * threads_per_client * ops);
+  CHECK(server->num_connections() == clients);
+}

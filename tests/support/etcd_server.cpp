@@ -1,0 +1,208 @@
+#include "support/etcd_server.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace troupe::test {
+
+namespace {
+
+// A port that was free a moment ago: bind port 0, read the port back, close. Another
+// process may take it before etcd binds it; start() retries on that clash.
+std::uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  std::uint16_t port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// Whether etcd answers GET /health on 127.0.0.1:port with a healthy status.
+bool healthy(std::uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  timeval tv{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  bool ok = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const char request[] = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (::send(fd, request, sizeof request - 1, MSG_NOSIGNAL) ==
+        static_cast<ssize_t>(sizeof request - 1)) {
+      std::string reply;
+      char buf[1024];
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, n);
+      ok = reply.find("\"health\":\"true\"") != std::string::npos;
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string tail(const std::string& text, std::size_t n = 1500) {
+  return text.size() <= n ? text : "..." + text.substr(text.size() - n);
+}
+
+}  // namespace
+
+std::string etcd_server::binary() {
+  if (const char* env = std::getenv("TROUPE_ETCD_BINARY"); env && *env) return env;
+  return "/usr/bin/etcd";
+}
+
+bool etcd_server::available() { return ::access(binary().c_str(), X_OK) == 0; }
+
+std::string etcd_server::skip_reason() {
+  return "etcd is not installed (no executable " + binary() +
+         "); run the project's install script (it installs Debian's etcd-server), or set "
+         "TROUPE_ETCD_BINARY";
+}
+
+expected<std::unique_ptr<etcd_server>> etcd_server::start(duration timeout) {
+  if (!available()) return make_error(errc::unavailable, skip_reason());
+  const auto until = deadline::after(timeout);
+  std::string last_log;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    std::unique_ptr<etcd_server> s(new etcd_server());
+    s->client_port_ = free_port();
+    s->peer_port_ = free_port();
+    if (s->client_port_ == 0 || s->peer_port_ == 0 || s->client_port_ == s->peer_port_) continue;
+    char dir_template[] = "/tmp/troupe-etcd-XXXXXX";
+    if (!::mkdtemp(dir_template))
+      return make_error(errc::unavailable, "cannot create a data directory under /tmp");
+    s->data_dir_ = dir_template;
+    s->log_path_ = s->data_dir_ + "/etcd.log";
+    const std::string client = "http://127.0.0.1:" + std::to_string(s->client_port_);
+    const std::string peer = "http://127.0.0.1:" + std::to_string(s->peer_port_);
+    std::vector<std::string> args = {binary(),
+                                     "--name=troupe-test",
+                                     "--data-dir=" + s->data_dir_ + "/data",
+                                     "--listen-client-urls=" + client,
+                                     "--advertise-client-urls=" + client,
+                                     "--listen-peer-urls=" + peer,
+                                     "--initial-advertise-peer-urls=" + peer,
+                                     "--initial-cluster=troupe-test=" + peer,
+                                     "--initial-cluster-state=new",
+                                     "--log-level=warn"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    pid_t pid = ::fork();
+    if (pid < 0) return make_error(errc::unavailable, "fork failed while starting etcd");
+    if (pid == 0) {
+      // Child: etcd dies with the thread that started it, so a killed test leaves none.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      int fd = ::open(s->log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+        ::close(fd);
+      }
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    s->pid_ = pid;
+    bool exited = false;
+    while (!until.expired()) {
+      if (healthy(s->client_port_)) return s;
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        exited = true;
+        s->pid_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    last_log = read_file(s->log_path_);
+    if (!exited)
+      return make_error(errc::timeout, "etcd did not become healthy within ",
+                        format_duration(timeout), "; its log:\n", tail(last_log));
+    if (last_log.find("address already in use") == std::string::npos)
+      return make_error(errc::unavailable, "etcd exited at startup; its log:\n", tail(last_log));
+    // A port clash: s's destructor removes the directory; try other ports.
+  }
+  return make_error(errc::unavailable, "etcd could not bind free ports in 5 attempts; last log:\n",
+                    tail(last_log));
+}
+
+etcd_server* etcd_server::shared() {
+  static std::once_flag once;
+  static std::unique_ptr<etcd_server> instance;
+  std::call_once(once, [] {
+    if (!available()) return;
+    auto s = start();
+    if (!s) throw exception(std::move(s).error());
+    instance = std::move(*s);
+  });
+  return instance.get();
+}
+
+etcd_server::~etcd_server() {
+  stop();
+  if (!data_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(data_dir_, ignored);
+  }
+}
+
+std::string etcd_server::endpoint() const { return "127.0.0.1:" + std::to_string(client_port_); }
+
+void etcd_server::stop() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  const auto until = deadline::after(std::chrono::seconds(5));
+  int status = 0;
+  while (::waitpid(pid_, &status, WNOHANG) == 0) {
+    if (until.expired()) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  pid_ = -1;
+}
+
+std::string unique_etcd_prefix(std::string_view name) {
+  static std::atomic<int> counter{0};
+  return "/troupe-test/" + std::string(name) + "-" + std::to_string(::getpid()) + "-" +
+         std::to_string(counter.fetch_add(1)) + "/";
+}
+
+}  // namespace troupe::test

@@ -1,0 +1,61 @@
+// etcd_server: a real etcd for tests, on 127.0.0.1 with free ports and a temporary data
+// directory, stopped (SIGTERM, then SIGKILL) and cleaned up on destruction.
+//
+// Tests that need one call etcd_server::shared(), which starts a single etcd per test
+// executable on first use; each test then uses its own key prefix. When the etcd binary
+// is missing, shared() returns nullptr and skip_reason() says how to install it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/expected.hpp"
+#include "core/time.hpp"
+
+namespace troupe::test {
+
+class etcd_server {
+ public:
+  /// The etcd binary: $TROUPE_ETCD_BINARY if set, else /usr/bin/etcd.
+  static std::string binary();
+  /// Whether binary() exists and is executable.
+  static bool available();
+  /// Why etcd tests are skipped when !available().
+  static std::string skip_reason();
+
+  /// Starts a fresh etcd and waits (at most `timeout`) until it answers.
+  static expected<std::unique_ptr<etcd_server>> start(duration timeout = std::chrono::seconds(30));
+
+  /// The etcd shared by the tests of this executable, started on first use; nullptr
+  /// when etcd is not installed. A failure to start is fatal (throws).
+  static etcd_server* shared();
+
+  ~etcd_server();
+  etcd_server(const etcd_server&) = delete;
+  etcd_server& operator=(const etcd_server&) = delete;
+
+  /// "127.0.0.1:<client port>".
+  std::string endpoint() const;
+  std::uint16_t client_port() const noexcept { return client_port_; }
+  pid_t pid() const noexcept { return pid_; }
+  bool running() const noexcept { return pid_ > 0; }
+
+  /// Stops etcd: SIGTERM, then SIGKILL if it has not exited after 5 s. Idempotent.
+  void stop();
+
+ private:
+  etcd_server() = default;
+  pid_t pid_ = -1;
+  std::uint16_t client_port_ = 0;
+  std::uint16_t peer_port_ = 0;
+  std::string data_dir_;
+  std::string log_path_;
+};
+
+/// A key prefix unique to this process and call, e.g. "/test/1234-7/".
+std::string unique_etcd_prefix(std::string_view name);
+
+}  // namespace troupe::test
