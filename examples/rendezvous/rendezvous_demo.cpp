@@ -1,0 +1,181 @@
+// rendezvous_demo: N worker processes find each other through the embedded TCP store,
+// exchange their device maps, validate them as a static group, and each prints its
+// reverse device maps and device list. What an RPC agent does at init, in ~150 lines.
+//
+//   rendezvous_demo --workers 4              host the store, start 4 workers, wait
+//   rendezvous_demo --workers 4 --bad-map    one worker maps to a worker that does not
+//                                            exist: every worker fails with the same error
+//   rendezvous_demo --store tcp://H:P --rank R --workers N    run one worker by hand
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/cuda_runtime.hpp"
+#include "core/log.hpp"
+#include "devicemap/derive.hpp"
+#include "devicemap/validate.hpp"
+#include "devicemap/worker_device_info.hpp"
+#include "store/connect.hpp"
+#include "store/rendezvous.hpp"
+#include "store/tcp_store_server.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace troupe;
+using namespace std::chrono_literals;
+
+struct options {
+  int workers = 4;
+  int rank = -1;  // -1: the launching process
+  std::string store_url;
+  bool bad_map = false;
+  duration timeout = 30s;
+};
+
+int usage(const std::string& why) {
+  std::fprintf(stderr,
+               "rendezvous_demo: %s\nusage: rendezvous_demo [--workers N] [--bad-map] "
+               "[--timeout 30s] [--store tcp://HOST:PORT --rank R]\n",
+               why.c_str());
+  return 2;
+}
+
+std::string name_of(int rank) { return "worker" + std::to_string(rank); }
+
+// The device record this worker brings: CPU tensors go to the next worker's CPU, and
+// when GPUs are visible, this worker's GPU (rank mod count) goes to the next one's.
+worker_device_info my_record(const options& o) {
+  worker_device_info me;
+  me.name = name_of(o.rank);
+  me.device_count = cuda_device_count().value_or(0);
+  auto& next = me.maps[name_of((o.rank + 1) % o.workers)];
+  (void)next.set(device::cpu(), device::cpu());
+  if (me.device_count > 0)
+    (void)next.set(*device::cuda(o.rank % me.device_count), *device::cuda((o.rank + 1) % me.device_count));
+  if (o.bad_map && o.rank == o.workers - 1)
+    (void)me.maps["trainer7"].set(device::cpu(), device::cpu());
+  return me;
+}
+
+int run_worker(const options& o) {
+  set_log_identity(name_of(o.rank));
+  store_options so;
+  so.timeout = o.timeout;
+  so.connect_timeout = o.timeout;
+  auto s = connect_store(o.store_url, so);
+  if (!s) {
+    std::fprintf(stderr, "%s: %s\n", name_of(o.rank).c_str(), s.error().to_string().c_str());
+    return 1;
+  }
+  auto me = my_record(o);
+  auto gathered = all_gather(**s, "demo/records", o.rank, o.workers, encode(me), o.timeout);
+  if (!gathered) {
+    std::fprintf(stderr, "%s: %s\n", me.name.c_str(), gathered.error().to_string().c_str());
+    return 1;
+  }
+  std::vector<worker_device_info> all;
+  for (auto& blob : *gathered) {
+    auto rec = decode_worker_device_info(blob);
+    if (!rec) {
+      std::fprintf(stderr, "%s: %s\n", me.name.c_str(), rec.error().to_string().c_str());
+      return 1;
+    }
+    all.push_back(std::move(*rec));
+  }
+  auto setup = resolve_device_setup(me.name, all, group_kind::static_group);
+  if (!setup) {
+    std::printf("%s: init refused: %s\n", me.name.c_str(), setup.error().to_string().c_str());
+    return 3;
+  }
+  std::printf("%s: %d workers, device count %d, reverse maps %s, devices %s\n", me.name.c_str(),
+              o.workers, me.device_count, to_string(setup->reverse_maps).c_str(),
+              to_string(setup->devices).c_str());
+  std::fflush(stdout);
+  if (auto b = barrier(**s, "demo/done", o.rank, o.workers, o.timeout); !b) {
+    std::fprintf(stderr, "%s: %s\n", me.name.c_str(), b.error().to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+int run_launcher(const options& o) {
+  auto server = tcp_store_server::start({});
+  if (!server) return usage(server.error().to_string());
+  std::string url = "tcp://127.0.0.1:" + std::to_string((*server)->port());
+  std::printf("embedded store listening on %s; starting %d workers\n", url.c_str() + 6, o.workers);
+  std::fflush(stdout);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < o.workers; ++r) {
+    std::vector<std::string> args{"rendezvous_demo", "--store", url, "--rank", std::to_string(r),
+                                  "--workers", std::to_string(o.workers), "--timeout",
+                                  format_duration(o.timeout)};
+    if (o.bad_map) args.push_back("--bad-map");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ)) {
+      std::fprintf(stderr, "cannot start worker %d: %s\n", r, std::strerror(rc));
+      for (pid_t p : pids) kill(p, SIGKILL);
+      return 1;
+    }
+    pids.push_back(pid);
+  }
+  // Workers bound every wait by --timeout, so these waits end.
+  int failed = 0;
+  for (int r = 0; r < o.workers; ++r) {
+    int status = 0;
+    waitpid(pids[static_cast<std::size_t>(r)], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  if (failed) {
+    std::printf("%d of %d workers failed\n", failed, o.workers);
+    return 1;
+  }
+  std::printf("all %d workers agreed on the group's device maps\n", o.workers);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    if (a == "--bad-map") {
+      o.bad_map = true;
+    } else if (a == "--workers" || a == "--rank" || a == "--store" || a == "--timeout") {
+      const char* v = value();
+      if (!v) return usage("missing value after " + a);
+      if (a == "--store") {
+        o.store_url = v;
+      } else if (a == "--timeout") {
+        auto d = parse_duration(v);
+        if (!d) return usage(d.error().message());
+        o.timeout = *d;
+      } else {
+        char* end = nullptr;
+        long n = std::strtol(v, &end, 10);
+        if (*end != '\0' || n < (a == "--rank" ? 0 : 1) || n > 1024)
+          return usage(a + " takes a whole number" + (a == "--rank" ? " >= 0" : " from 1 to 1024") +
+                       ", got '" + v + "'");
+        (a == "--rank" ? o.rank : o.workers) = static_cast<int>(n);
+      }
+    } else {
+      return usage("unknown argument '" + a + "'");
+    }
+  }
+  if (o.rank >= 0) {
+    if (o.store_url.empty()) return usage("--rank needs --store");
+    if (o.rank >= o.workers) return usage("--rank must be below --workers");
+    return run_worker(o);
+  }
+  return run_launcher(o);
+}
