@@ -1,14 +1,20 @@
-// The TCP store client: one connection, one I/O thread, one strand. Callers register a
-// promise under a fresh request id, post the frame to the strand and wait on the future
-// with their timeout; the read loop completes promises by id.
+// The TCP store client: one connection. Connecting (connect, hello) runs as an Asio chain
+// on a short-lived I/O thread; after that, callers do their own I/O: each writes its
+// request frame and waits for the reply under its request id, one waiting caller at a
+// time acting as the reader (see "running" below). No thread handoff on the fast path.
 #include <utility>  // before Asio, for g++ 12
 
 #include "store/tcp_store.hpp"
 
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
 #include <array>
 #include <boost/asio.hpp>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <future>
@@ -35,16 +41,13 @@ struct tcp_store::impl {
   tcp::socket socket{strand};
   std::thread thread;
 
-  std::mutex mu;  // guards pending, sticky, next_id
-  std::unordered_map<std::uint64_t, promise<bytes>> pending;
+  std::mutex mu;  // guards waiting, reading, sticky, next_id
   std::optional<error> sticky;
   std::uint64_t next_id = 1;
 
   // Only on the strand (or before the I/O thread starts).
   std::array<std::byte, wire::length_size> length{};
   bytes body;
-  std::deque<bytes> outbox;
-  bool writing = false;
 
   // ---- connecting: an asynchronous chain on the strand, awaited by the caller ----
 
@@ -164,116 +167,167 @@ struct tcp_store::impl {
     return n;
   }
 
-  // ---- running (on the strand) ----
+  // ---- running: callers do their own I/O (no I/O thread once connected) ----
+  //
+  // A caller writes its request under write_mu, then waits for its reply. Whichever
+  // waiting caller finds no reader becomes the reader: it polls the socket with its own
+  // deadline, reads what is there, hands every complete reply to its caller's slot and
+  // gives the role up again. A lone caller thus reads its own reply with no thread
+  // switch; concurrent callers cost one wake-up each.
 
-  void read_length() {
-    asio::async_read(
-        socket, asio::buffer(length), [this](boost::system::error_code ec, std::size_t) {
-          if (ec) return fail(lost(ec));
-          auto n = frame_length();
-          if (n < wire::min_body || n > options.max_frame_size)
-            return fail(make_error(errc::protocol_error, name, " sent a frame of ", n,
-                                   " bytes, outside the accepted 9..", options.max_frame_size));
-          body.resize(n);
-          asio::async_read(socket, asio::buffer(body),
-                           [this](boost::system::error_code e, std::size_t) {
-                             if (e) return fail(lost(e));
-                             on_frame();
-                           });
-        });
-  }
+  struct slot {
+    bool done = false;
+    bytes reply;  // the reply body after kind and request id
+  };
 
-  void on_frame() {
-    auto head = wire::peek(body);
-    if (!head || head->first != wire::kind::reply)
-      return fail(make_error(errc::protocol_error, name, " sent a frame that is not a reply"));
-    std::optional<promise<bytes>> p;
-    {
-      std::lock_guard lk(mu);
-      auto it = pending.find(head->second);
-      if (it != pending.end()) {
-        p.emplace(std::move(it->second));
-        pending.erase(it);
-      }
-    }
-    if (p) p->set_value(bytes(body.begin() + wire::min_body, body.end()));
-    read_length();
-  }
+  std::mutex write_mu;         // serializes whole frames on the socket
+  std::condition_variable cv;  // slot filled, reader role released, or failure
+  std::unordered_map<std::uint64_t, slot*> waiting;  // guarded by mu
+  bool reading = false;    // guarded by mu: a caller holds the reader role
+  bytes rbuf;              // only touched by the reader
+  std::size_t rstart = 0;  // first unparsed byte of rbuf
 
-  error lost(boost::system::error_code ec) const {
-    return make_error(errc::connection_lost, "lost the connection to ", name, " (",
-                      ec == asio::error::eof ? std::string("the server closed it") : ec.message(),
+  int fd() { return socket.native_handle(); }
+
+  error lost(std::string_view why) const {
+    return make_error(errc::connection_lost, "lost the connection to ", name, " (", why,
                       "); the server may have exited or been shut down");
   }
 
-  // Records the first error and fails everything pending with it.
+  // Records the first error, fails every waiting call with it and wakes everyone.
   void fail(error e) {
-    std::unordered_map<std::uint64_t, promise<bytes>> failed;
     {
       std::lock_guard lk(mu);
       if (!sticky) {
         if (e.code() != errc::shut_down) TROUPE_LOG(log_level::warn, "store", e.message());
-        sticky = e;
+        sticky = std::move(e);
       }
-      failed.swap(pending);
     }
-    for (auto& [id, p] : failed) p.set_error(*sticky);
-    boost::system::error_code ec;
-    socket.close(ec);
-    // The frame being written stays alive until its handler runs; the rest can go.
-    if (!writing) outbox.clear();
+    ::shutdown(fd(), SHUT_RDWR);  // wakes a reader blocked in poll()
+    cv.notify_all();
   }
 
-  void send(bytes frame) {
-    outbox.push_back(std::move(frame));
-    if (!writing) write_next();
+  // Writes a whole frame before the deadline; a failure breaks the connection, since a
+  // half-written frame leaves the stream unusable.
+  expected<void> write_frame(std::span<const std::byte> frame, const deadline& until) {
+    std::lock_guard wl(write_mu);
+    std::size_t off = 0;
+    while (off < frame.size()) {
+      ssize_t n = ::send(fd(), frame.data() + off, frame.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        off += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        pollfd p{fd(), POLLOUT, 0};
+        int ms = static_cast<int>(std::min<long long>(until.remaining().count(), 1 << 30));
+        if (ms == 0) {
+          auto e = make_error(errc::timeout, "the server did not accept the request in time");
+          if (off > 0) fail(lost("a request was only partly sent before its deadline"));
+          return e;
+        }
+        ::poll(&p, 1, ms);
+        continue;
+      }
+      auto e = lost(n == 0 ? "the socket accepted nothing" : std::strerror(errno));
+      fail(e);
+      return e;
+    }
+    return ok();
   }
 
-  void write_next() {
-    if (outbox.empty() || !socket.is_open()) {
-      writing = false;
-      outbox.clear();
+  // One round of the reader role: waits for data until `until`, reads what is there and
+  // delivers every complete reply. Called without mu held.
+  void read_round(const deadline& until) {
+    pollfd p{fd(), POLLIN, 0};
+    int ms = static_cast<int>(std::min<long long>(until.remaining().count(), 1 << 30));
+    int pr = ::poll(&p, 1, ms);
+    if (pr <= 0) return;  // timeout or EINTR: the caller re-checks its deadline
+    if (rstart > 0 && rstart == rbuf.size()) {
+      rbuf.clear();
+      rstart = 0;
+    }
+    std::size_t old = rbuf.size();
+    rbuf.resize(old + 65536);
+    ssize_t n = ::recv(fd(), rbuf.data() + old, 65536, MSG_DONTWAIT);
+    if (n <= 0) {
+      rbuf.resize(old);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+      return fail(lost(n == 0 ? std::string("the server closed it") : std::strerror(errno)));
+    }
+    rbuf.resize(old + static_cast<std::size_t>(n));
+    deliver_frames();
+  }
+
+  void deliver_frames() {
+    std::vector<std::pair<std::uint64_t, bytes>> replies;
+    while (rbuf.size() - rstart >= wire::length_size) {
+      std::uint32_t len = 0;
+      for (std::size_t i = 0; i < wire::length_size; ++i)
+        len |= std::to_integer<std::uint32_t>(rbuf[rstart + i]) << (8 * i);
+      if (len < wire::min_body || len > options.max_frame_size)
+        return fail(make_error(errc::protocol_error, name, " sent a frame of ", len,
+                               " bytes, outside the accepted ", wire::min_body, "..",
+                               options.max_frame_size));
+      if (rbuf.size() - rstart - wire::length_size < len) break;  // partial frame
+      std::span<const std::byte> body(rbuf.data() + rstart + wire::length_size, len);
+      auto head = wire::peek(body);
+      if (!head || head->first != wire::kind::reply)
+        return fail(make_error(errc::protocol_error, name, " sent a frame that is not a reply"));
+      replies.emplace_back(head->second, bytes(body.begin() + wire::min_body, body.end()));
+      rstart += wire::length_size + len;
+    }
+    if (rstart == rbuf.size()) {
+      rbuf.clear();
+      rstart = 0;
+    }
+    if (replies.empty()) return;
+    {
+      std::lock_guard lk(mu);
+      for (auto& [id, payload] : replies) {
+        auto it = waiting.find(id);
+        if (it == waiting.end()) continue;  // its caller gave up (timeout): drop the reply
+        it->second->reply = std::move(payload);
+        it->second->done = true;
+        waiting.erase(it);
+      }
+    }
+    cv.notify_all();
+  }
+
+  // Ends the connection: fails all calls with shut_down, waits for the reader to leave.
+  void stop() {
+    if (thread.joinable()) {  // still connecting: the Asio chain owns the socket
+      asio::post(strand, [this] {
+        boost::system::error_code ignored;
+        socket.close(ignored);
+      });
+      work.reset();
+      thread.join();
       return;
     }
-    writing = true;
-    asio::async_write(socket, asio::buffer(outbox.front()),
-                      [this](boost::system::error_code ec, std::size_t) {
-                        if (ec) {
-                          writing = false;
-                          outbox.clear();
-                          return fail(lost(ec));
-                        }
-                        outbox.pop_front();
-                        write_next();
-                      });
+    fail(make_error(errc::shut_down, "this tcp_store client was closed"));
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return !reading; });
   }
 
+  // The I/O thread runs only while connecting (the connect and hello chain).
   void run() {
-    for (;;) {
-      try {
-        io.run();
-        bool broken = false;
-        {
-          std::lock_guard lk(mu);
-          broken = sticky.has_value();
-        }
-        TROUPE_LOG(log_level::debug, "store", name, ": I/O thread finished",
-                   broken ? "" : " while the connection is open");
-        return;
-      } catch (const std::exception& e) {
-        TROUPE_LOG(log_level::error, "store", name, ": I/O thread caught: ", e.what());
-      } catch (...) {
-        TROUPE_LOG(log_level::error, "store", name, ": I/O thread caught an exception");
-      }
+    try {
+      io.run();
+    } catch (const std::exception& e) {
+      TROUPE_LOG(log_level::error, "store", name, ": I/O thread caught: ", e.what());
+    } catch (...) {
+      TROUPE_LOG(log_level::error, "store", name, ": I/O thread caught an exception");
     }
   }
 
-  // Fails everything with shut_down, lets the I/O thread run out of work and joins it.
-  void stop() {
-    asio::post(strand,
-               [this] { fail(make_error(errc::shut_down, "this tcp_store client was closed")); });
+  // Lets the I/O thread finish once the connect chain is done; from here on callers
+  // use the socket directly.
+  void finish_connecting() {
     work.reset();
-    if (thread.joinable()) thread.join();
+    thread.join();
   }
 
   // ---- calls (any thread) ----
@@ -282,13 +336,14 @@ struct tcp_store::impl {
   template <class Fill>
   expected<bytes> call(wire::kind k, Fill&& fill, duration timeout, std::string_view op,
                        const std::string& what, bool waits) {
-    future<bytes> fut;
+    auto until = deadline::after(timeout);
+    slot mine;
     std::uint64_t id = 0;
     {
       std::lock_guard lk(mu);
       if (sticky) return error(*sticky).with_operation(strcat("store.", op));
       id = next_id++;
-      fut = pending[id].get_future();
+      waiting.emplace(id, &mine);
     }
     wire::frame_builder fb(k, id);
     fill(fb.writer());
@@ -299,33 +354,45 @@ struct tcp_store::impl {
                         frame.size(), " bytes, over the frame limit of ", options.max_frame_size,
                         "; raise max_frame_size on server and clients or store less");
     }
-    asio::post(strand, [this, f = std::move(frame)]() mutable { send(std::move(f)); });
-    auto r = fut.get(timeout);
-    if (fut.valid()) {  // still pending: our timeout, not the server's answer
+    if (auto w = write_frame(frame, until); !w) {
       forget(id);
-      if (waits) {
+      if (w.error().code() == errc::timeout) return detail::store_timeout(name, op, what, timeout);
+      return std::move(w).error().with_operation(strcat("store.", op));
+    }
+    std::unique_lock lk(mu);
+    while (!mine.done && !sticky && !until.expired()) {
+      if (!reading) {
+        reading = true;
+        lk.unlock();
+        read_round(until);
+        lk.lock();
+        reading = false;
+        cv.notify_all();  // another waiter may take the reader role
+      } else {
+        cv.wait_until(lk, until.time_point());
+      }
+    }
+    if (!mine.done) {
+      waiting.erase(id);
+      if (sticky) return error(*sticky).with_operation(strcat("store.", op));
+      lk.unlock();
+      if (waits) {  // tell the server to forget the waiter
         wire::frame_builder c(wire::kind::cancel, 0);
         c.writer().u64(id);
-        asio::post(strand, [this, f = std::move(c).finish()]() mutable {
-          if (socket.is_open()) send(std::move(f));
-        });
+        (void)write_frame(std::move(c).finish(), deadline::after(std::chrono::seconds(1)));
       }
       return detail::store_timeout(name, op, what, timeout);
     }
-    if (!r) return std::move(r).error().with_operation(strcat("store.", op));
-    byte_reader rd(*r);
+    lk.unlock();
+    byte_reader rd(mine.reply);
     auto st = wire::decode_reply_status(rd);
     if (!st) return std::move(st).error().with_operation(strcat("store.", op));
-    return bytes(r->end() - static_cast<std::ptrdiff_t>(rd.remaining()), r->end());
+    return bytes(mine.reply.end() - static_cast<std::ptrdiff_t>(rd.remaining()), mine.reply.end());
   }
 
   void forget(std::uint64_t id) {
-    std::optional<promise<bytes>> p;
     std::lock_guard lk(mu);
-    auto it = pending.find(id);
-    if (it == pending.end()) return;
-    p.emplace(std::move(it->second));
-    pending.erase(it);
+    waiting.erase(id);
   }
 };
 
@@ -379,8 +446,7 @@ expected<std::unique_ptr<tcp_store>> tcp_store::connect(tcp_store_options option
     std::this_thread::sleep_for(std::min(backoff, until.remaining()));  // retry back-off
     backoff = std::min(backoff * 2, duration(500));
   }
-  auto* raw = i.get();
-  asio::post(raw->strand, [raw] { raw->read_length(); });
+  i->finish_connecting();
   return std::unique_ptr<tcp_store>(new tcp_store(std::move(i)));
 }
 

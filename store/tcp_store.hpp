@@ -2,7 +2,7 @@
 // at once; requests are pipelined on one connection, each under its own request id.
 //
 // Waiting calls (get, wait) are answered by the server when the keys appear; the client
-// never polls. A broken connection is a sticky error: every pending and later call fails
+// never asks again. Callers do their own I/O (no thread handoff; docs/store-protocol.md). A broken connection is a sticky error: every pending and later call fails
 // promptly with errc::connection_lost.
 #pragma once
 

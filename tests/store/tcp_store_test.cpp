@@ -275,3 +275,56 @@ TEST_CASE("many clients pipeline requests from many threads") {
   CHECK(handles[0]->add("total", 0).value() == clients * threads_per_client * ops);
   CHECK(server->num_connections() == clients);
 }
+
+TEST_CASE("threads sharing one client get their own replies while another thread waits") {
+  auto server = start_server();
+  auto c = connect_to(*server);
+  REQUIRE(c.has_value());
+  auto& client = **c;
+  // This thread blocks in get and is likely to hold the reader role meanwhile.
+  std::thread waiter([&] {
+    auto v = client.get("released-last", 10s);
+    REQUIRE(v.has_value());
+    CHECK(troupe::to_string(*v) == "done");
+  });
+  std::vector<std::thread> workers;
+  std::atomic<int> good{0};
+  for (int t = 0; t < 4; ++t)
+    workers.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        auto key = "t" + std::to_string(t) + "/" + std::to_string(i);
+        if (!client.set(key, std::string_view(key))) return;
+        auto v = client.get(key, 5s);
+        if (v && troupe::to_string(*v) == key) good.fetch_add(1);
+      }
+    });
+  for (auto& w : workers) w.join();
+  CHECK(good.load() == 800);
+  REQUIRE(client.set("released-last", std::string_view("done")));
+  waiter.join();
+}
+
+TEST_CASE("a waiter whose deadline passes hands the reading over to the others") {
+  auto server = start_server();
+  auto c = connect_to(*server);
+  REQUIRE(c.has_value());
+  auto& client = **c;
+  auto other = connect_to(*server);
+  REQUIRE(other.has_value());
+  std::atomic<bool> long_done{false};
+  std::thread long_waiter([&] {
+    auto v = client.get("late-key", 10s);
+    CHECK(v.has_value());
+    long_done = true;
+  });
+  // A short get on the same client times out; the long one must still be answered.
+  auto short_get = client.get("never-set", 200ms);
+  REQUIRE_FALSE(short_get.has_value());
+  CHECK(short_get.error().code() == errc::timeout);
+  CHECK_FALSE(long_done.load());
+  REQUIRE((*other)->set("late-key", std::string_view("here")));
+  long_waiter.join();
+  CHECK(long_done.load());
+  // The connection is still healthy for new calls.
+  CHECK(client.set("after", std::string_view("ok")));
+}
