@@ -1,0 +1,345 @@
+#include "launcher/agent.hpp"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include "core/log.hpp"
+#include "launcher/node_rendezvous.hpp"
+#include "launcher/signals.hpp"
+#include "launcher/worker_env.hpp"
+#include "launcher/worker_group.hpp"
+#include "store/connect.hpp"
+#include "store/prefix_store.hpp"
+#include "store/tcp_store_server.hpp"
+
+extern char** environ;
+
+namespace troupe::launcher {
+
+namespace {
+
+void say(const std::string& text) {
+  std::string line = "troupe-run: " + text + "\n";
+  [[maybe_unused]] auto n = ::write(2, line.data(), line.size());
+}
+
+bool is_loopback(std::string_view host) {
+  return host == "localhost" || host.starts_with("127.") || host == "::1";
+}
+
+std::string this_host() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "127.0.0.1";
+  return buf;
+}
+
+// Where this node's job lives: the store, the embedded server when we host it, and the
+// URL workers get.
+struct job_store {
+  std::unique_ptr<tcp_store_server> server;
+  std::unique_ptr<store> base;
+  std::unique_ptr<prefix_store> scoped;
+  std::string url;
+};
+
+expected<job_store> open_job_store(const run_config& c, const std::string& run_id) {
+  job_store j;
+  store_options so;
+  so.timeout = std::chrono::seconds(30);
+  so.connect_timeout = c.join_timeout;
+  if (c.standalone || (c.backend == rdzv_backend::fixed && c.nnodes.max == 1)) {
+    auto server = tcp_store_server::start({});
+    if (!server) return std::move(server).error();
+    j.server = std::move(*server);
+    j.url = j.server->url();
+  } else if (c.backend == rdzv_backend::store) {
+    auto hp = parse_host_port(c.rdzv_endpoint);
+    if (!hp) return std::move(hp).error();
+    if (c.is_host != 0) {
+      tcp_store_server_options o;
+      o.host = hp->first;
+      o.port = hp->second;
+      auto server = tcp_store_server::start(o);
+      if (server) {
+        j.server = std::move(*server);
+        say(strcat("hosting the rendezvous store at ", c.rdzv_endpoint));
+      } else if (c.is_host == 1) {
+        return make_error(errc::unavailable, "--rdzv-conf is_host=true, but the store cannot ",
+                          "listen on ", c.rdzv_endpoint, ": ", server.error().message());
+      }
+    }
+    j.url = "tcp://" + c.rdzv_endpoint;
+  } else if (c.backend == rdzv_backend::etcd) {
+    j.url = "etcd://" + c.rdzv_endpoint;
+  } else {
+    return j;  // static with several nodes: no store
+  }
+  auto base = connect_store(j.url, so);
+  if (!base)
+    return make_error(base.error().code(), "cannot reach the rendezvous store ", j.url, ": ",
+                      base.error().message());
+  j.base = std::move(*base);
+  j.scoped = std::make_unique<prefix_store>(*j.base, "troupe-run/" + run_id);
+  return j;
+}
+
+void report_failure(const worker_exit& e, int attempt, const std::string& log_path) {
+  std::string text = strcat("worker rank ", e.rank, " (local rank ", e.local_rank, ", pid ", e.pid,
+                            ") failed on attempt ", attempt, ": ", e.describe());
+  if (!e.stderr_tail.empty()) {
+    text += strcat("\n--- last lines of its stderr (", log_path, ") ---\n", e.stderr_tail,
+                   "\n--- end of stderr ---");
+  } else {
+    text += strcat(" (its stderr was empty; logs in ", log_path, ")");
+  }
+  say(text);
+}
+
+}  // namespace
+
+std::string fresh_run_id() {
+  std::random_device rd;
+  std::uint64_t v = (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid());
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+int pick_free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+int run_agent(const run_config& c) {
+  auto sigfd = install_signal_pipe();
+  if (!sigfd) {
+    say(sigfd.error().message());
+    return 1;
+  }
+  std::string run_id = c.rdzv_id;
+  if (c.standalone && run_id == "none") run_id = fresh_run_id();
+  auto job = open_job_store(c, run_id);
+  if (!job) {
+    say(job.error().message());
+    return 1;
+  }
+  const bool coordinated = c.backend != rdzv_backend::fixed;
+  rendezvous_settings rs;
+  rs.min_nodes = c.nnodes.min;
+  rs.max_nodes = c.nnodes.max;
+  rs.join_timeout = c.join_timeout;
+  rs.last_call = c.nnodes.elastic() ? c.last_call : duration::zero();
+  rs.heartbeat_timeout = c.heartbeat_timeout;
+  std::unique_ptr<node_rendezvous> rdzv;
+  if (coordinated) rdzv = std::make_unique<node_rendezvous>(*job->scoped, rs);
+
+  node_info me;
+  if (!c.local_addr.empty()) {
+    me.addr = c.local_addr;
+  } else if (auto hp = parse_host_port(c.rdzv_endpoint);
+             c.standalone || (hp && is_loopback(hp->first))) {
+    me.addr = "127.0.0.1";
+  } else {
+    me.addr = this_host();
+  }
+  me.nproc = c.nproc_per_node;
+  me.node_rank = c.node_rank;
+  me.id = strcat(this_host(), ":", ::getpid());
+
+  const bool limit_omp = should_limit_omp_threads(c.nproc_per_node);
+  if (limit_omp)
+    say(strcat("setting OMP_NUM_THREADS=1 for each of the ", c.nproc_per_node,
+               " workers of this node (set it yourself to choose another value)"));
+
+  auto stop_now = [&](worker_group& group) {
+    int sig = stop_signal_received();
+    say(strcat("received signal ", sig, "; stopping the workers (SIGKILL after ",
+               format_duration(c.stop_grace), ")"));
+    group.stop(sig, c.stop_grace, [] { return stop_signal_count() >= 2; });
+    if (rdzv) (void)rdzv->request_reform();
+    return 128 + sig;
+  };
+
+  // A stop request while the group is being stopped anyway: no need to wait politely.
+  const auto interrupted = [] { return stop_signal_received() != 0; };
+  bool store_lost = false;
+  int restarts = 0;
+  int attempt = 0;
+  bool joined = false;
+  for (;;) {
+    round_result rr;
+    if (!coordinated) {
+      rr.round = attempt;
+      rr.group_rank = c.node_rank;
+      rr.rank_base = c.node_rank * c.nproc_per_node;
+      rr.world_size = c.nnodes.max * c.nproc_per_node;
+      node_info master = me;
+      master.addr = "127.0.0.1";  // torchrun's default; --master-addr overrides it
+      master.free_port = c.nnodes.max == 1 ? pick_free_port() : 29500;
+      rr.nodes.assign(static_cast<std::size_t>(c.nnodes.max), master);
+    } else {
+      me.free_port = pick_free_port();
+      if (!joined) {
+        if (auto j = rdzv->join(me); !j) {
+          say("rendezvous failed: " + j.error().message());
+          return 1;
+        }
+      }
+      joined = false;
+      say(strcat("waiting for the rendezvous (nodes ", c.nnodes.min, ":", c.nnodes.max, ")"));
+      auto r = rdzv->await_round([] { return stop_signal_received() != 0; });
+      if (!r) {
+        if (r.error().code() == errc::aborted) return 128 + stop_signal_received();
+        say("rendezvous failed: " + r.error().message());
+        return 1;
+      }
+      rr = std::move(*r);
+    }
+    const std::string master_addr = c.master_addr.empty() ? rr.nodes.front().addr : c.master_addr;
+    const int master_port = c.master_port > 0 ? c.master_port : rr.nodes.front().free_port;
+    const std::string attempt_dir = strcat(c.log_dir, "/", run_id, "/attempt_", attempt);
+
+    std::vector<worker_spec> specs;
+    for (int i = 0; i < c.nproc_per_node; ++i) {
+      worker_assignment a;
+      a.local_rank = i;
+      a.rank = rr.rank_base + i;
+      a.group_rank = rr.group_rank;
+      a.group_world_size = static_cast<int>(rr.nodes.size());
+      a.role_rank = a.rank;
+      a.local_world_size = c.nproc_per_node;
+      a.world_size = rr.world_size;
+      a.role_world_size = rr.world_size;
+      a.role = c.role;
+      a.master_addr = master_addr;
+      a.master_port = master_port;
+      a.restart_count = restarts;
+      a.max_restarts = c.max_restarts;
+      a.run_id = run_id;
+      a.round = rr.round;
+      a.store_url = job->url;
+      if (!a.store_url.empty())
+        a.store_prefix = strcat("troupe-run/", run_id, "/workers/", rr.round);
+      worker_spec s;
+      s.local_rank = i;
+      s.rank = a.rank;
+      s.program = c.program;
+      s.args = c.args;
+      s.env = merged_environment(environ, worker_environment(a, limit_omp));
+      s.log_dir = strcat(attempt_dir, "/", a.rank);
+      s.redirect = c.redirects.for_local_rank(i);
+      s.tee = c.tee.for_local_rank(i);
+      specs.push_back(std::move(s));
+    }
+    worker_group group;
+    if (stop_signal_received() != 0) return 128 + stop_signal_received();
+    if (auto st = group.start(std::move(specs)); !st) {
+      say(st.error().message());
+      return 1;
+    }
+    std::string last_status;
+    auto show_status = [&] {
+      std::string s =
+          strcat("round ", rr.round, ": ", group.running(), "/", group.size(),
+                 " workers running (ranks ", rr.rank_base, "-", rr.rank_base + c.nproc_per_node - 1,
+                 " of ", rr.world_size, "), restarts ", restarts, "/", c.max_restarts);
+      if (s != last_status) say(s);
+      last_status = std::move(s);
+    };
+    show_status();
+
+    auto next_check = clock::now() + c.monitor_interval;
+    bool reform = false;
+    for (;;) {
+      auto wait = std::chrono::duration_cast<duration>(next_check - clock::now());
+      group.pump(std::max(duration::zero(), wait), *sigfd);
+      drain_signal_pipe();
+      if (stop_signal_received() != 0) return stop_now(group);
+      auto exits = group.reap();
+      const worker_exit* failure = nullptr;
+      for (const auto& e : exits)
+        if (e.failed()) {
+          failure = &e;
+          break;
+        }
+      if (failure != nullptr) {
+        const auto log_path = strcat(attempt_dir, "/", failure->rank, "/stderr");
+        report_failure(*failure, attempt, log_path);
+        if (restarts >= c.max_restarts) {
+          group.stop(SIGTERM, c.stop_grace, interrupted);
+          if (rdzv) (void)rdzv->request_reform();
+          say(strcat("giving up: the worker group failed and all ", c.max_restarts,
+                     " restarts (--max-restarts) are used up; the failure was worker rank ",
+                     failure->rank, " with ", failure->describe(), " (see above)"));
+          return 1;
+        }
+        ++restarts;
+        say(strcat("restarting the worker group (restart ", restarts, " of ", c.max_restarts, ")"));
+        if (rdzv) {
+          me.free_port = pick_free_port();
+          if (auto j = rdzv->join(me); !j) {
+            say("rendezvous failed: " + j.error().message());
+            group.stop(SIGTERM, c.stop_grace, interrupted);
+            return 1;
+          }
+          joined = true;
+        }
+        group.stop(SIGTERM, c.stop_grace, interrupted);
+        reform = true;
+        break;
+      }
+      if (group.running() == 0) {
+        say(strcat("all ", group.size(), " workers of this node finished successfully"));
+        if (rdzv && rr.nodes.size() > 1) {
+          // Stay (and keep a hosted store up) until the other nodes are done too.
+          auto done = rdzv->finish(c.exit_barrier_timeout, interrupted);
+          if (!done) say("not all nodes finished: " + done.error().message());
+        }
+        return 0;
+      }
+      if (clock::now() >= next_check) {
+        next_check = clock::now() + c.monitor_interval;
+        if (rdzv) {
+          auto change = rdzv->should_reform();
+          if (!change) {
+            if (!store_lost) say("lost the rendezvous store: " + change.error().message());
+            store_lost = true;
+          } else if (*change) {
+            say(strcat("the world of round ", rr.round, " changes; re-forming it"));
+            me.free_port = pick_free_port();
+            if (auto j = rdzv->join(me); !j) {
+              say("rendezvous failed: " + j.error().message());
+              group.stop(SIGTERM, c.stop_grace, interrupted);
+              return 1;
+            }
+            joined = true;
+            group.stop(SIGTERM, c.stop_grace, interrupted);
+            reform = true;
+            break;
+          }
+        }
+      }
+      show_status();
+    }
+    if (reform) ++attempt;
+  }
+}
+
+}  // namespace troupe::launcher

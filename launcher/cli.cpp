@@ -1,0 +1,184 @@
+#include "launcher/cli.hpp"
+
+#include <CLI/CLI.hpp>
+
+namespace troupe::launcher {
+
+namespace {
+
+constexpr const char* description =
+    "troupe-run: starts NPROC workers on this node, gives each its rank and world through "
+    "the environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, "
+    "TROUPE_STORE_URL, ...), restarts the node's workers when one fails, and re-forms the "
+    "world when nodes join or leave an elastic job.\n\n"
+    "  troupe-run --standalone --nproc-per-node 4 ./train --epochs 3\n"
+    "  troupe-run --nnodes 1:4 --nproc-per-node 8 --rdzv-backend etcd \\\n"
+    "             --rdzv-endpoint etcd0:2379 --rdzv-id job7 ./train\n";
+
+// The options in one place so that --help lists them in this order.
+struct raw_flags {
+  std::string nnodes = "1";
+  std::string nproc = "1";
+  std::string node_rank;
+  std::string backend = "static";
+  std::string endpoint;
+  std::string id;
+  std::string conf;
+  bool standalone = false;
+  std::string max_restarts = "0";
+  std::string monitor_interval = "100ms";
+  std::string stop_grace = "5s";
+  std::string role = "default";
+  std::string log_dir;
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string master_addr;
+  std::string master_port;
+};
+
+expected<run_config> convert(const raw_flags& f, std::vector<std::string> rest) {
+  run_config c;
+  auto nn = parse_nnodes(f.nnodes);
+  if (!nn) return std::move(nn).error();
+  c.nnodes = *nn;
+  auto np = parse_nproc_per_node(f.nproc);
+  if (!np) return std::move(np).error();
+  c.nproc_per_node = *np;
+  if (!f.node_rank.empty()) {
+    auto r = parse_flag_int("--node-rank", f.node_rank, 0, 1 << 20);
+    if (!r) return std::move(r).error();
+    c.node_rank = *r;
+  }
+  auto b = parse_rdzv_backend(f.backend);
+  if (!b) return std::move(b).error();
+  c.backend = *b;
+  c.rdzv_endpoint = f.endpoint;
+  if (!f.id.empty()) c.rdzv_id = f.id;
+  auto conf = parse_rdzv_conf(f.conf);
+  if (!conf) return std::move(conf).error();
+  c.rdzv_conf = std::move(*conf);
+  c.standalone = f.standalone;
+  auto mr = parse_flag_int("--max-restarts", f.max_restarts, 0, 1 << 20);
+  if (!mr) return std::move(mr).error();
+  c.max_restarts = *mr;
+  auto mi = parse_flag_duration("--monitor-interval", f.monitor_interval);
+  if (!mi) return std::move(mi).error();
+  if (mi->count() <= 0)
+    return make_error(errc::invalid_argument, "--monitor-interval: '", f.monitor_interval,
+                      "' is not valid; it must be positive (e.g. 100ms)");
+  c.monitor_interval = *mi;
+  auto sg = parse_flag_duration("--stop-grace", f.stop_grace);
+  if (!sg) return std::move(sg).error();
+  c.stop_grace = *sg;
+  c.role = f.role;
+  c.log_dir = f.log_dir;
+  auto rd = parse_stream_selection("--redirects", f.redirects);
+  if (!rd) return std::move(rd).error();
+  c.redirects = std::move(*rd);
+  auto te = parse_stream_selection("--tee", f.tee);
+  if (!te) return std::move(te).error();
+  c.tee = std::move(*te);
+  c.master_addr = f.master_addr;
+  if (!f.master_port.empty()) {
+    auto p = parse_flag_int("--master-port", f.master_port, 1, 65535);
+    if (!p) return std::move(p).error();
+    c.master_port = *p;
+  }
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+  if (!rest.empty() && rest.front().starts_with("-"))
+    return make_error(errc::invalid_argument, "unknown flag '", rest.front(),
+                      "'; run troupe-run --help for the flags (the worker program comes after "
+                      "them)");
+  if (!rest.empty()) {
+    c.program = rest.front();
+    c.args.assign(rest.begin() + 1, rest.end());
+  }
+  TROUPE_TRY(finish_config(c));
+  return c;
+}
+
+}  // namespace
+
+cli_outcome parse_command_line(int argc, const char* const* argv) {
+  CLI::App app{description, "troupe-run"};
+  app.prefix_command();  // the first positional and everything after it go to the worker
+  app.get_formatter()->column_width(34);
+  raw_flags f;
+  app.add_option("--nnodes", f.nnodes,
+                 "Nodes in the job: N, or MIN:MAX for an elastic job (default 1)");
+  app.add_option("--nproc-per-node,--nproc_per_node", f.nproc,
+                 "Workers on this node: a count, cpu (one per CPU), gpu (one per CUDA device) "
+                 "or auto (gpu if any, else cpu) (default 1)");
+  app.add_option("--node-rank,--node_rank", f.node_rank,
+                 "This node's rank, 0 to NNODES-1; needed by the static backend with several "
+                 "nodes, an ordering hint for the others");
+  app.add_option("--rdzv-backend,--rdzv_backend", f.backend,
+                 "How nodes meet: static (no coordination), store (a troupe TCP store; c10d "
+                 "is an alias) or etcd (default static)");
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", f.endpoint,
+                 "host:port of the rendezvous store (store: hosted by the first node able to "
+                 "bind it unless is_host says otherwise; etcd: an etcd client URL)");
+  app.add_option("--rdzv-id,--rdzv_id", f.id,
+                 "The job id shared by all its nodes; also TROUPE_RUN_ID (default none; "
+                 "--standalone makes a fresh one)");
+  app.add_option("--rdzv-conf,--rdzv_conf", f.conf,
+                 "k=v,... : timeout (wait for MIN nodes, default 600s), last_call_timeout "
+                 "(wait for more nodes once MIN are in, default 1s), heartbeat_timeout (a node "
+                 "silent this long is taken for dead, "
+                 "default 15s, 0: off), exit_barrier_timeout (how long a "
+                 "finished node waits for the others, default 300s), is_host (true/false: host "
+                 "the store backend's server), local_addr (this node's address for MASTER_ADDR)");
+  app.add_flag("--standalone", f.standalone,
+               "One node with its own store on a free loopback port and a fresh run id");
+  app.add_option("--max-restarts,--max_restarts", f.max_restarts,
+                 "Worker-group restarts after failures before giving up (default 0)");
+  app.add_option("--monitor-interval,--monitor_interval", f.monitor_interval,
+                 "How often membership changes are checked; worker exits are noticed at once "
+                 "(default 100ms)");
+  app.add_option("--stop-grace,--stop_grace", f.stop_grace,
+                 "How long stopped workers get between SIGTERM and SIGKILL (default 5s)");
+  app.add_option("--role", f.role, "The workers' role name (default 'default')");
+  app.add_option("--log-dir,--log_dir", f.log_dir,
+                 "Root of the logs <log-dir>/<run-id>/attempt_<n>/<rank>/{stdout,stderr} "
+                 "(default $TMPDIR/troupe-run)");
+  app.add_option("--redirects,-r", f.redirects,
+                 "Streams sent to the log files only, not the console: 0 none, 1 stdout, 2 "
+                 "stderr, 3 both, or per local rank as 0:1,1:2 (default 0)");
+  app.add_option("--tee,-t", f.tee,
+                 "Streams sent to the console as well as the log files (same values as "
+                 "--redirects; output always reaches the log files) (default 0)");
+  app.add_option("--master-addr,--master_addr", f.master_addr,
+                 "MASTER_ADDR for the workers (default: the address of the node holding rank 0)");
+  app.add_option("--master-port,--master_port", f.master_port,
+                 "MASTER_PORT for the workers (default: a free port on that node, per round)");
+  app.footer(
+      "After the flags: PROGRAM [ARGS...] (a leading -- is allowed). Workers see RANK, "
+      "LOCAL_RANK, GROUP_RANK, ROLE_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, ROLE_WORLD_SIZE, "
+      "GROUP_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT, TROUPE_RESTART_COUNT, "
+      "TROUPE_MAX_RESTARTS, TROUPE_RUN_ID, TROUPE_ROUND, TROUPE_STORE_URL, TROUPE_STORE_PREFIX, "
+      "TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, and "
+      "OMP_NUM_THREADS=1 when several run on a node and it is not set already.");
+
+  cli_outcome out;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    out.exit_code = 0;
+    out.message = app.help();
+    return out;
+  } catch (const CLI::ParseError& e) {
+    out.exit_code = 2;
+    out.message = std::string(e.what()) + "\nRun with --help for the flags.";
+    return out;
+  }
+  auto config = convert(f, app.remaining());
+  if (!config) {
+    out.exit_code = 2;
+    out.message = config.error().message();
+    return out;
+  }
+  out.config = std::move(*config);
+  return out;
+}
+
+}  // namespace troupe::launcher

@@ -1,0 +1,240 @@
+#include "launcher/config.hpp"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <thread>
+
+#include "core/cuda_runtime.hpp"
+#include "store/connect.hpp"
+
+namespace troupe::launcher {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool to_int(std::string_view s, int& out) {
+  s = trim(s);
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+error bad(std::string_view flag, std::string_view value, std::string_view accepted) {
+  return make_error(errc::invalid_argument, flag, ": '", value, "' is not valid; ", accepted);
+}
+
+int cpu_count() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+}  // namespace
+
+std::string_view to_string(rdzv_backend b) noexcept {
+  switch (b) {
+    case rdzv_backend::fixed:
+      return "static";
+    case rdzv_backend::store:
+      return "store";
+    case rdzv_backend::etcd:
+      return "etcd";
+  }
+  return "?";
+}
+
+int stream_selection::for_local_rank(int local_rank) const {
+  if (auto it = per_local_rank.find(local_rank); it != per_local_rank.end()) return it->second;
+  return per_local_rank.empty() ? all : 0;
+}
+
+expected<int> parse_flag_int(std::string_view flag, std::string_view text, int min, int max) {
+  int v = 0;
+  if (!to_int(text, v) || v < min || v > max)
+    return bad(flag, text, strcat("write an integer from ", min, " to ", max));
+  return v;
+}
+
+expected<duration> parse_flag_duration(std::string_view flag, std::string_view text) {
+  auto d = parse_duration(trim(text));
+  if (!d) return bad(flag, text, "write a duration such as 250ms, 5s, 2m or a number of seconds");
+  return *d;
+}
+
+expected<node_range> parse_nnodes(std::string_view text) {
+  constexpr std::string_view accepted = "write N or MIN:MAX with 1 <= MIN <= MAX (e.g. 2 or 1:4)";
+  node_range r;
+  if (auto colon = text.find(':'); colon == std::string_view::npos) {
+    if (!to_int(text, r.min) || r.min < 1) return bad("--nnodes", text, accepted);
+    r.max = r.min;
+  } else {
+    if (!to_int(text.substr(0, colon), r.min) || !to_int(text.substr(colon + 1), r.max) ||
+        r.min < 1 || r.max < r.min)
+      return bad("--nnodes", text, accepted);
+  }
+  return r;
+}
+
+expected<int> parse_nproc_per_node(std::string_view text) {
+  text = trim(text);
+  if (text == "cpu") return cpu_count();
+  if (text == "gpu") {
+    auto n = cuda_device_count();
+    if (!n)
+      return make_error(errc::unavailable, "--nproc-per-node: 'gpu' needs a CUDA device, but ",
+                        n.error().message(), "; give a count or 'cpu' instead");
+    return *n;
+  }
+  if (text == "auto") {
+    auto n = cuda_device_count();
+    return n ? *n : cpu_count();
+  }
+  int v = 0;
+  if (!to_int(text, v) || v < 1 || v > 4096)
+    return bad("--nproc-per-node", text, "write auto, cpu, gpu or a count from 1 to 4096");
+  return v;
+}
+
+expected<rdzv_backend> parse_rdzv_backend(std::string_view text) {
+  text = trim(text);
+  if (text == "static") return rdzv_backend::fixed;
+  if (text == "store" || text == "c10d" || text == "tcp") return rdzv_backend::store;
+  if (text == "etcd" || text == "etcd-v2" || text == "etcd-v3") return rdzv_backend::etcd;
+  return bad("--rdzv-backend", text, "write static, store (alias c10d) or etcd");
+}
+
+expected<std::map<std::string, std::string>> parse_rdzv_conf(std::string_view text) {
+  std::map<std::string, std::string> out;
+  std::string_view rest = text;
+  while (!trim(rest).empty()) {
+    auto comma = rest.find(',');
+    std::string_view item = trim(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    auto eq = item.find('=');
+    if (eq == std::string_view::npos || trim(item.substr(0, eq)).empty())
+      return bad(
+          "--rdzv-conf", text,
+          strcat("the entry '", item, "' is not key=value; write k=v,k=v (e.g. timeout=60s)"));
+    out[std::string(trim(item.substr(0, eq)))] = std::string(trim(item.substr(eq + 1)));
+  }
+  return out;
+}
+
+expected<stream_selection> parse_stream_selection(std::string_view flag, std::string_view text) {
+  const std::string accepted =
+      "write 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local rank as "
+      "local_rank:value,... (e.g. 0:1,1:3)";
+  stream_selection s;
+  if (text.find(':') == std::string_view::npos) {
+    if (!to_int(text, s.all) || s.all < 0 || s.all > 3) return bad(flag, text, accepted);
+    return s;
+  }
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    auto comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    auto colon = item.find(':');
+    int rank = 0;
+    int bits = 0;
+    if (colon == std::string_view::npos || !to_int(item.substr(0, colon), rank) || rank < 0 ||
+        !to_int(item.substr(colon + 1), bits) || bits < 0 || bits > 3)
+      return bad(flag, text, accepted);
+    s.per_local_rank[rank] = bits;
+  }
+  return s;
+}
+
+expected<void> finish_config(run_config& c) {
+  if (c.program.empty())
+    return make_error(errc::invalid_argument,
+                      "no worker executable given; write troupe-run [flags] PROGRAM [ARGS...]");
+  if (c.standalone) {
+    if (c.nnodes.min != 1 || c.nnodes.max != 1)
+      return make_error(errc::invalid_argument, "--standalone runs one node, but --nnodes is ",
+                        c.nnodes.min, ":", c.nnodes.max, "; drop one of them");
+    if (!c.rdzv_endpoint.empty())
+      return make_error(errc::invalid_argument,
+                        "--standalone starts its own store; it cannot be combined with "
+                        "--rdzv-endpoint '",
+                        c.rdzv_endpoint, "'");
+    c.backend = rdzv_backend::store;
+  }
+  for (const auto& [key, value] : c.rdzv_conf) {
+    if (key == "timeout" || key == "join_timeout") {
+      auto d = parse_flag_duration("--rdzv-conf timeout", value);
+      if (!d) return std::move(d).error();
+      c.join_timeout = *d;
+    } else if (key == "last_call_timeout" || key == "last_call") {
+      auto d = parse_flag_duration("--rdzv-conf last_call_timeout", value);
+      if (!d) return std::move(d).error();
+      c.last_call = *d;
+    } else if (key == "heartbeat_timeout") {
+      auto d = parse_flag_duration("--rdzv-conf heartbeat_timeout", value);
+      if (!d) return std::move(d).error();
+      c.heartbeat_timeout = *d;
+    } else if (key == "exit_barrier_timeout") {
+      auto d = parse_flag_duration("--rdzv-conf exit_barrier_timeout", value);
+      if (!d) return std::move(d).error();
+      c.exit_barrier_timeout = *d;
+    } else if (key == "is_host") {
+      if (value == "true" || value == "1" || value == "yes") {
+        c.is_host = 1;
+      } else if (value == "false" || value == "0" || value == "no") {
+        c.is_host = 0;
+      } else {
+        return bad("--rdzv-conf is_host", value, "write true or false");
+      }
+    } else if (key == "local_addr") {
+      if (value.empty())
+        return bad("--rdzv-conf local_addr", value, "write a host name or address");
+      c.local_addr = value;
+    } else if (key == "read_timeout" || key == "keep_alive_interval" || key == "store_type") {
+      // Accepted for torchrun compatibility; troupe-run has no use for them.
+    } else {
+      return make_error(
+          errc::invalid_argument, "--rdzv-conf: unknown key '", key,
+          "'; known keys are timeout, last_call_timeout, exit_barrier_timeout, is_host and ",
+          "local_addr");
+    }
+  }
+  if (c.heartbeat_timeout > duration::zero() && c.heartbeat_timeout < 4 * c.monitor_interval)
+    return make_error(errc::invalid_argument,
+                      "--rdzv-conf heartbeat_timeout=", format_duration(c.heartbeat_timeout),
+                      " is too short for --monitor-interval ", format_duration(c.monitor_interval),
+                      ": heartbeats are checked once per interval, so the timeout must be at "
+                      "least 4 intervals (or 0 to turn heartbeats off)");
+  if (c.backend == rdzv_backend::fixed) {
+    if (c.nnodes.elastic())
+      return make_error(errc::invalid_argument, "--nnodes ", c.nnodes.min, ":", c.nnodes.max,
+                        " is elastic, which --rdzv-backend static cannot do; use store or etcd");
+    if (c.nnodes.max > 1 && c.node_rank < 0)
+      return make_error(errc::invalid_argument, "--rdzv-backend static with --nnodes ",
+                        c.nnodes.max, " needs --node-rank (0 to ", c.nnodes.max - 1, ")");
+    if (c.node_rank < 0) c.node_rank = 0;
+  } else if (!c.standalone) {
+    if (c.rdzv_endpoint.empty())
+      return make_error(errc::invalid_argument, "--rdzv-backend ", to_string(c.backend),
+                        " needs --rdzv-endpoint host:port");
+    auto hp = parse_host_port(c.rdzv_endpoint);
+    if (!hp)
+      return bad("--rdzv-endpoint", c.rdzv_endpoint, "write host:port (e.g. 10.0.0.1:29400)");
+  }
+  if (c.node_rank >= c.nnodes.max)
+    return make_error(errc::invalid_argument, "--node-rank: ", c.node_rank,
+                      " is not valid; with --nnodes ", c.nnodes.max, " it must be 0 to ",
+                      c.nnodes.max - 1);
+  if (c.role.empty()) return bad("--role", c.role, "write a non-empty name");
+  if (c.log_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    c.log_dir = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/troupe-run";
+  }
+  return ok();
+}
+
+}  // namespace troupe::launcher

@@ -1,0 +1,113 @@
+// run_config: everything troupe-run was told, validated. The parsers here are what the
+// command line (launcher/cli.hpp) uses; each error names the flag, quotes the bad value
+// and says what is accepted.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/expected.hpp"
+#include "core/time.hpp"
+
+namespace troupe::launcher {
+
+/// How many nodes a job takes: fixed (min == max) or elastic (min < max).
+struct node_range {
+  int min = 1;
+  int max = 1;
+  bool elastic() const noexcept { return min != max; }
+};
+
+/// How nodes find each other.
+enum class rdzv_backend {
+  /// No coordination: --nnodes N nodes, each told its --node-rank.
+  fixed,
+  /// Rounds kept in a troupe TCP store at --rdzv-endpoint (hosted by one of the nodes).
+  store,
+  /// Rounds kept in etcd at --rdzv-endpoint.
+  etcd,
+};
+std::string_view to_string(rdzv_backend b) noexcept;
+
+/// Which of a worker's streams a --redirects or --tee value selects: bit 1 stdout,
+/// bit 2 stderr (0 none, 1 stdout, 2 stderr, 3 both), for all local ranks or per rank.
+struct stream_selection {
+  int all = 0;
+  std::map<int, int> per_local_rank;
+  /// The bits for one local rank.
+  int for_local_rank(int local_rank) const;
+};
+inline constexpr int stream_stdout = 1;
+inline constexpr int stream_stderr = 2;
+
+struct run_config {
+  node_range nnodes;
+  /// Workers on this node (after resolving auto / cpu / gpu).
+  int nproc_per_node = 1;
+  /// This node's rank; -1 when not given (then assigned at rendezvous).
+  int node_rank = -1;
+  rdzv_backend backend = rdzv_backend::fixed;
+  /// host:port of the rendezvous store (store and etcd backends).
+  std::string rdzv_endpoint;
+  /// The job's id, shared by all its nodes; also the run id the workers see.
+  std::string rdzv_id = "none";
+  /// --rdzv-conf as given, and the values read from it.
+  std::map<std::string, std::string> rdzv_conf;
+  /// How long to wait for MIN nodes (rdzv-conf timeout / join_timeout).
+  duration join_timeout = std::chrono::seconds(600);
+  /// Once MIN nodes have joined, how long to wait for more (up to MAX) before starting.
+  duration last_call = std::chrono::seconds(1);
+  /// A node whose heartbeat has not moved for this long is taken for dead and the world
+  /// re-forms without it (rdzv-conf heartbeat_timeout; 0 turns heartbeats off).
+  duration heartbeat_timeout = std::chrono::seconds(15);
+  /// How long a node whose workers succeeded waits for the other nodes of its round to
+  /// finish too (rdzv-conf exit_barrier_timeout).
+  duration exit_barrier_timeout = std::chrono::seconds(300);
+  /// Whether this node hosts the TCP store of the store backend: -1 try (bind if the
+  /// endpoint is local and free), 0 never, 1 always (rdzv-conf is_host).
+  int is_host = -1;
+  /// This node's address as other nodes should reach it (rdzv-conf local_addr).
+  std::string local_addr;
+  bool standalone = false;
+  int max_restarts = 0;
+  /// How often membership and the status line are checked (exits are noticed at once).
+  duration monitor_interval = std::chrono::milliseconds(100);
+  /// How long workers get to exit after SIGTERM before SIGKILL.
+  duration stop_grace = std::chrono::seconds(5);
+  std::string role = "default";
+  /// Root of the per-run log folders.
+  std::string log_dir;
+  stream_selection redirects;
+  stream_selection tee;
+  /// Empty: taken from the rank-0 node at each round.
+  std::string master_addr;
+  /// -1: picked free by the rank-0 node at each round.
+  int master_port = -1;
+  /// The worker executable and its arguments.
+  std::string program;
+  std::vector<std::string> args;
+};
+
+/// "--nnodes": "N" or "MIN:MAX" with 1 <= MIN <= MAX.
+expected<node_range> parse_nnodes(std::string_view text);
+/// "--nproc-per-node": "auto" (GPUs if any, else CPUs), "cpu", "gpu" (fails without a
+/// GPU) or a positive count.
+expected<int> parse_nproc_per_node(std::string_view text);
+/// "--rdzv-backend": static, store (c10d is accepted as an alias) or etcd.
+expected<rdzv_backend> parse_rdzv_backend(std::string_view text);
+/// "--rdzv-conf": "k=v,k=v" (empty allowed).
+expected<std::map<std::string, std::string>> parse_rdzv_conf(std::string_view text);
+/// "--redirects" / "--tee": "0".."3", or "local_rank:bits,..." such as "0:1,1:3".
+expected<stream_selection> parse_stream_selection(std::string_view flag, std::string_view text);
+/// A non-negative integer for `flag`; the error names the flag and the value.
+expected<int> parse_flag_int(std::string_view flag, std::string_view text, int min, int max);
+/// A duration for `flag` ("250ms", "5s", a bare number of seconds).
+expected<duration> parse_flag_duration(std::string_view flag, std::string_view text);
+
+/// Checks the combination of flags and fills the values derived from others
+/// (rdzv-conf keys, the standalone defaults). The errors name the flags involved.
+expected<void> finish_config(run_config& config);
+
+}  // namespace troupe::launcher

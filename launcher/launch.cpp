@@ -1,0 +1,250 @@
+#include "launcher/launch.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <optional>
+
+#include "launcher/agent.hpp"
+#include "launcher/worker_env.hpp"
+#include "store/tcp_store_server.hpp"
+
+namespace troupe {
+
+namespace {
+
+struct child {
+  int rank = 0;
+  pid_t pid = -1;
+  int pidfd = -1;
+  int msg_fd = -1;
+  std::string message;
+  bool done = false;
+  int status = 0;
+};
+
+void read_message(child& c) {
+  char buf[4096];
+  while (c.msg_fd >= 0) {
+    auto n = ::read(c.msg_fd, buf, sizeof buf);
+    if (n > 0) {
+      c.message.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    ::close(c.msg_fd);
+    c.msg_fd = -1;
+  }
+}
+
+expected<void> run_guarded(const std::function<expected<void>()>& fn) {
+  try {
+    return fn();
+  } catch (const troupe::exception& e) {
+    return e.err();
+  } catch (const std::exception& e) {
+    return make_error(errc::user_error, e.what());
+  } catch (...) {
+    return make_error(errc::user_error, "an exception that is not a std::exception");
+  }
+}
+
+// What the caller sees of a child's error: the text alone for user errors, with the
+// code for troupe's own.
+std::string error_text(const error& e) {
+  return e.code() == errc::user_error && e.worker().empty() && e.operation().empty()
+             ? e.message()
+             : e.to_string();
+}
+
+launcher::worker_assignment assignment(const launch_config& c, int rank, int port,
+                                       const std::string& run_id, const std::string& url) {
+  launcher::worker_assignment a;
+  a.local_rank = a.rank = a.role_rank = rank;
+  a.local_world_size = a.world_size = a.role_world_size = c.nprocs;
+  a.master_addr = c.master_addr;
+  a.master_port = port;
+  a.run_id = run_id;
+  a.store_url = url;
+  if (!url.empty()) a.store_prefix = "launch/" + run_id;
+  return a;
+}
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status)) {
+    const char* name = ::sigabbrev_np(WTERMSIG(status));
+    return strcat("was killed by signal ", WTERMSIG(status),
+                  name != nullptr ? strcat(" (SIG", name, ")") : std::string());
+  }
+  return strcat("exited with code ", WEXITSTATUS(status));
+}
+
+}  // namespace
+
+expected<void> detail::launch_impl(const std::function<expected<void>()>& fn,
+                                   const launch_config& c) {
+  if (c.nprocs < 1)
+    return make_error(errc::invalid_argument, "launch: nprocs is ", c.nprocs,
+                      "; it must be at least 1");
+  const std::string run_id = c.run_id.empty() ? launcher::fresh_run_id() : c.run_id;
+  const int port = c.master_port > 0 ? c.master_port : launcher::pick_free_port();
+
+  if (c.nprocs == 1) {
+    auto vars = launcher::worker_environment(assignment(c, 0, port, run_id, ""), false);
+    std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+    for (const auto& [k, v] : vars) {
+      const char* old = std::getenv(k.c_str());
+      saved.emplace_back(k, old != nullptr ? std::optional<std::string>(old) : std::nullopt);
+      ::setenv(k.c_str(), v.c_str(), 1);
+    }
+    auto result = run_guarded(fn);
+    for (const auto& [k, v] : saved) {
+      if (v) {
+        ::setenv(k.c_str(), v->c_str(), 1);
+      } else {
+        ::unsetenv(k.c_str());
+      }
+    }
+    if (!result) return make_error(errc::user_error, "rank 0 failed: ", error_text(result.error()));
+    return ok();
+  }
+
+  std::unique_ptr<tcp_store_server> server;
+  std::string url;
+  if (c.start_store) {
+    auto s = tcp_store_server::start({});
+    if (!s) return std::move(s).error();
+    server = std::move(*s);
+    url = server->url();
+  }
+
+  std::vector<child> children(static_cast<std::size_t>(c.nprocs));
+  auto kill_all = [&](int sig) {
+    for (auto& ch : children)
+      if (ch.pid > 0 && !ch.done) ::kill(-ch.pid, sig);
+  };
+  auto reap_all = [&] {
+    for (auto& ch : children) {
+      if (ch.pid <= 0 || ch.done) continue;
+      while (::waitpid(ch.pid, &ch.status, 0) < 0 && errno == EINTR) {
+      }
+      ch.done = true;
+      if (ch.pidfd >= 0) ::close(ch.pidfd);
+      if (ch.msg_fd >= 0) ::close(ch.msg_fd);
+    }
+  };
+
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  const pid_t parent = ::getpid();
+  for (int rank = 0; rank < c.nprocs; ++rank) {
+    auto& ch = children[static_cast<std::size_t>(rank)];
+    ch.rank = rank;
+    auto vars = launcher::worker_environment(assignment(c, rank, port, run_id, url),
+                                             launcher::should_limit_omp_threads(c.nprocs));
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      kill_all(SIGKILL);
+      reap_all();
+      return make_error(errc::unavailable, "launch: pipe: ", std::strerror(errno));
+    }
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      // The caller's handlers (a test framework's, say) must not keep a child alive
+      // when it is told to stop.
+      ::signal(SIGTERM, SIG_DFL);
+      ::signal(SIGINT, SIG_DFL);
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+      auto result = run_guarded(fn);
+      std::cout.flush();
+      std::cerr.flush();
+      std::fflush(nullptr);
+      if (result) ::_exit(0);
+      std::string text = error_text(result.error());
+      [[maybe_unused]] auto n = ::write(fds[1], text.data(), text.size());
+      ::_exit(1);
+    }
+    ::close(fds[1]);
+    if (pid < 0) {
+      ::close(fds[0]);
+      kill_all(SIGKILL);
+      reap_all();
+      return make_error(errc::unavailable, "launch: fork: ", std::strerror(errno));
+    }
+    ::setpgid(pid, pid);
+    ch.pid = pid;
+    ch.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    ch.msg_fd = fds[0];
+    ::fcntl(ch.msg_fd, F_SETFL, O_NONBLOCK);
+  }
+
+  // Watch until all are done or one fails.
+  const child* failed = nullptr;
+  std::size_t left = children.size();
+  while (left > 0 && failed == nullptr) {
+    std::vector<pollfd> fds;
+    for (auto& ch : children) {
+      if (ch.done) continue;
+      if (ch.pidfd >= 0) fds.push_back({ch.pidfd, POLLIN, 0});
+      if (ch.msg_fd >= 0) fds.push_back({ch.msg_fd, POLLIN, 0});
+    }
+    ::poll(fds.data(), fds.size(), 20);
+    for (auto& ch : children) {
+      if (ch.done) continue;
+      read_message(ch);
+      if (::waitpid(ch.pid, &ch.status, WNOHANG) != ch.pid) continue;
+      ch.done = true;
+      --left;
+      if (ch.pidfd >= 0) ::close(ch.pidfd);
+      read_message(ch);
+      if (ch.msg_fd >= 0) ::close(ch.msg_fd);
+      ch.msg_fd = -1;
+      if ((WIFEXITED(ch.status) && WEXITSTATUS(ch.status) == 0) || failed != nullptr) continue;
+      failed = &ch;
+    }
+  }
+  if (failed == nullptr) return ok();
+
+  kill_all(SIGTERM);
+  const auto until = deadline::after(c.stop_grace);
+  for (bool any = true; any && !until.expired();) {
+    any = false;
+    for (auto& ch : children) {
+      if (ch.done) continue;
+      if (::waitpid(ch.pid, &ch.status, WNOHANG) == ch.pid) {
+        ch.done = true;
+        if (ch.pidfd >= 0) ::close(ch.pidfd);
+        if (ch.msg_fd >= 0) ::close(ch.msg_fd);
+      } else {
+        any = true;
+        if (ch.pidfd >= 0) {
+          pollfd p{ch.pidfd, POLLIN, 0};
+          ::poll(&p, 1, static_cast<int>(std::min<long>(until.remaining().count(), 50)));
+        }
+      }
+    }
+  }
+  kill_all(SIGKILL);
+  reap_all();
+  if (!failed->message.empty())
+    return make_error(errc::user_error, "rank ", failed->rank, " failed: ", failed->message);
+  return make_error(errc::user_error, "rank ", failed->rank, " ", describe_status(failed->status));
+}
+
+}  // namespace troupe

@@ -1,0 +1,62 @@
+#include "launcher/worker_env.hpp"
+
+#include <cstdlib>
+#include <set>
+#include <string_view>
+
+namespace troupe::launcher {
+
+env_list worker_environment(const worker_assignment& a, bool limit_omp_threads) {
+  auto s = [](auto v) { return std::to_string(v); };
+  env_list e{
+      {"RANK", s(a.rank)},
+      {"LOCAL_RANK", s(a.local_rank)},
+      {"GROUP_RANK", s(a.group_rank)},
+      {"GROUP_WORLD_SIZE", s(a.group_world_size)},
+      {"ROLE_RANK", s(a.role_rank)},
+      {"ROLE_NAME", a.role},
+      {"LOCAL_WORLD_SIZE", s(a.local_world_size)},
+      {"WORLD_SIZE", s(a.world_size)},
+      {"ROLE_WORLD_SIZE", s(a.role_world_size)},
+      {"MASTER_ADDR", a.master_addr},
+      {"MASTER_PORT", s(a.master_port)},
+      {"TROUPE_RESTART_COUNT", s(a.restart_count)},
+      {"TROUPE_MAX_RESTARTS", s(a.max_restarts)},
+      {"TROUPE_RUN_ID", a.run_id},
+      {"TROUPE_ROUND", s(a.round)},
+      {"TORCHELASTIC_RESTART_COUNT", s(a.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", s(a.max_restarts)},
+      {"TORCHELASTIC_RUN_ID", a.run_id},
+  };
+  if (!a.store_url.empty()) {
+    e.emplace_back("TROUPE_STORE_URL", a.store_url);
+    e.emplace_back("TROUPE_STORE_PREFIX", a.store_prefix);
+  }
+  if (limit_omp_threads) e.emplace_back("OMP_NUM_THREADS", "1");
+  return e;
+}
+
+std::vector<std::string> merged_environment(const char* const* base, const env_list& overrides) {
+  std::set<std::string, std::less<>> replaced;
+  for (const auto& kv : overrides) replaced.insert(kv.first);
+  std::vector<std::string> out;
+  for (const char* const* p = base; p != nullptr && *p != nullptr; ++p) {
+    std::string_view entry(*p);
+    auto eq = entry.find('=');
+    if (eq != std::string_view::npos && replaced.count(entry.substr(0, eq)) != 0) continue;
+    // A variable troupe-run only sets sometimes must not leak in from the launcher's
+    // own environment, or a worker would see a store of some other job.
+    if (entry.starts_with("TROUPE_STORE_URL=") || entry.starts_with("TROUPE_STORE_PREFIX="))
+      continue;
+    out.emplace_back(entry);
+  }
+  for (const auto& [k, v] : overrides) out.push_back(k + "=" + v);
+  return out;
+}
+
+bool should_limit_omp_threads(int local_world_size) {
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  return local_world_size > 1 && (omp == nullptr || *omp == '\0');
+}
+
+}  // namespace troupe::launcher

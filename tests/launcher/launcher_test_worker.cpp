@@ -1,0 +1,91 @@
+// A worker for the troupe-run tests. Usage: launcher_test_worker MODE DIR
+//   env         records its environment and exits 0
+//   fail-first  records; local rank 1 fails (exit 1) on attempt 0, the rest exit 0
+//   fail        records; local rank 0 writes to stderr and exits 7, the rest exit 0
+//   wait        records, then runs until DIR/stop exists (or it is signalled)
+// The record is DIR/round<TROUPE_ROUND>.rank<RANK>: "KEY=VALUE" lines and "PID=<pid>",
+// written to a temporary name and renamed, so a reader never sees half a file.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+void record(const std::string& dir) {
+  const char* names[] = {"RANK",
+                         "LOCAL_RANK",
+                         "GROUP_RANK",
+                         "GROUP_WORLD_SIZE",
+                         "ROLE_RANK",
+                         "ROLE_NAME",
+                         "LOCAL_WORLD_SIZE",
+                         "WORLD_SIZE",
+                         "ROLE_WORLD_SIZE",
+                         "MASTER_ADDR",
+                         "MASTER_PORT",
+                         "TROUPE_RESTART_COUNT",
+                         "TROUPE_MAX_RESTARTS",
+                         "TROUPE_RUN_ID",
+                         "TROUPE_ROUND",
+                         "TROUPE_STORE_URL",
+                         "TROUPE_STORE_PREFIX",
+                         "TORCHELASTIC_RESTART_COUNT",
+                         "TORCHELASTIC_MAX_RESTARTS",
+                         "TORCHELASTIC_RUN_ID",
+                         "OMP_NUM_THREADS"};
+  const std::string name = dir + "/round" + env("TROUPE_ROUND") + ".rank" + env("RANK");
+  {
+    std::ofstream out(name + ".tmp");
+    for (const char* n : names) out << n << '=' << env(n) << '\n';
+    out << "PID=" << ::getpid() << '\n';
+  }
+  std::filesystem::rename(name + ".tmp", name);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: launcher_test_worker MODE DIR\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const std::string dir = argv[2];
+  record(dir);
+  std::printf("worker rank %s started\n", env("RANK").c_str());
+  std::fflush(stdout);
+  if (mode == "env") return 0;
+  if (mode == "fail-first") {
+    if (env("TROUPE_RESTART_COUNT") == "0" && env("LOCAL_RANK") == "1") {
+      std::fprintf(stderr, "failing on purpose on attempt 0\n");
+      return 1;
+    }
+    return 0;
+  }
+  if (mode == "fail") {
+    if (env("LOCAL_RANK") == "0") {
+      std::fprintf(stderr, "fatal: rank %s cannot go on\n", env("RANK").c_str());
+      return 7;
+    }
+    return 0;
+  }
+  if (mode == "wait") {
+    // Polling a file is this worker's own business; the tests wait on conditions.
+    while (!std::filesystem::exists(dir + "/stop"))
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return 0;
+  }
+  std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+  return 2;
+}

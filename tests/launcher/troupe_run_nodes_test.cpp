@@ -1,0 +1,220 @@
+// Several troupe-run processes acting as the nodes of one job: through a real etcd on
+// loopback, and through a TCP store hosted by one of them.
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <set>
+
+#include "process_helpers.hpp"
+#include "support/etcd_server.hpp"
+#include "support/skip.hpp"
+
+using namespace launcher_test;
+using troupe::test::etcd_server;
+
+namespace {
+
+const std::string troupe_run = TROUPE_RUN_BINARY;
+const std::string worker = TROUPE_LAUNCHER_TEST_WORKER;
+
+std::vector<std::string> node_args(const fs::path& dir, const std::string& nnodes,
+                                   const std::string& backend, const std::string& endpoint,
+                                   const std::string& id, const std::string& mode,
+                                   std::vector<std::string> extra = {},
+                                   const std::string& conf = "") {
+  std::vector<std::string> args{troupe_run,
+                                "--nnodes",
+                                nnodes,
+                                "--nproc-per-node",
+                                "2",
+                                "--rdzv-backend",
+                                backend,
+                                "--rdzv-endpoint",
+                                endpoint,
+                                "--rdzv-id",
+                                id,
+                                "--log-dir",
+                                (dir / "logs").string(),
+                                "--stop-grace",
+                                "2s",
+                                "--rdzv-conf",
+                                "timeout=20s,last_call_timeout=300ms" + conf};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {worker, mode, dir.string()});
+  return args;
+}
+
+// Checks that `recs` form one world of `world` workers on world / 2 nodes.
+void check_world(const std::map<int, record>& recs, int world) {
+  REQUIRE(recs.size() == static_cast<std::size_t>(world));
+  std::set<std::string> groups;
+  for (const auto& [rank, r] : recs) {
+    CHECK(r.at("RANK") == std::to_string(rank));
+    CHECK(r.at("WORLD_SIZE") == std::to_string(world));
+    CHECK(r.at("LOCAL_WORLD_SIZE") == "2");
+    CHECK(r.at("GROUP_WORLD_SIZE") == std::to_string(world / 2));
+    CHECK(std::stoi(r.at("RANK")) ==
+          2 * std::stoi(r.at("GROUP_RANK")) + std::stoi(r.at("LOCAL_RANK")));
+    CHECK(r.at("MASTER_ADDR") == recs.begin()->second.at("MASTER_ADDR"));
+    CHECK(r.at("MASTER_PORT") == recs.begin()->second.at("MASTER_PORT"));
+    groups.insert(r.at("GROUP_RANK"));
+  }
+  CHECK(groups.size() == static_cast<std::size_t>(world / 2));
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("two launchers rendezvous through etcd into one world of twice their workers") {
+  auto* etcd = etcd_server::shared();
+  if (etcd == nullptr) TROUPE_SKIP_TEST(etcd_server::skip_reason());
+  auto dir = fresh_dir("etcd2");
+  const std::string id = "two-nodes-" + std::to_string(::getpid());
+  auto a = start(node_args(dir, "2", "etcd", etcd->endpoint(), id, "env"), dir / "a.txt");
+  auto b = start(node_args(dir, "2", "etcd", etcd->endpoint(), id, "env"), dir / "b.txt");
+  REQUIRE(a->wait(25s));
+  REQUIRE(b->wait(25s));
+  INFO(a->text());
+  INFO(b->text());
+  CHECK(a->exit_code() == 0);
+  CHECK(b->exit_code() == 0);
+  auto recs = records_of_round(dir, 0);
+  check_world(recs, 4);
+  for (const auto& [rank, r] : recs) {
+    CHECK(r.at("TROUPE_RUN_ID") == id);
+    CHECK(r.at("TROUPE_STORE_URL") == "etcd://" + etcd->endpoint());
+  }
+}
+
+TEST_CASE(
+    "a third launcher joining an elastic 2:3 job causes a new round in which the world grows") {
+  auto* etcd = etcd_server::shared();
+  if (etcd == nullptr) TROUPE_SKIP_TEST(etcd_server::skip_reason());
+  auto dir = fresh_dir("elastic");
+  const std::string id = "elastic-" + std::to_string(::getpid());
+  auto a = start(node_args(dir, "2:3", "etcd", etcd->endpoint(), id, "wait"), dir / "a.txt");
+  auto b = start(node_args(dir, "2:3", "etcd", etcd->endpoint(), id, "wait"), dir / "b.txt");
+  REQUIRE_MESSAGE(eventually([&] { return records_of_round(dir, 0).size() == 4; }), a->text(),
+                  b->text());
+  check_world(records_of_round(dir, 0), 4);
+
+  auto c = start(node_args(dir, "2:3", "etcd", etcd->endpoint(), id, "wait"), dir / "c.txt");
+  REQUIRE_MESSAGE(eventually([&] { return records_of_round(dir, 1).size() == 6; }), a->text(),
+                  b->text(), c->text());
+  check_world(records_of_round(dir, 1), 6);
+
+  std::ofstream(dir / "stop") << "done\n";
+  for (auto* p : {a.get(), b.get(), c.get()}) {
+    REQUIRE(p->wait(20s));
+    INFO(p->text());
+    CHECK(p->exit_code() == 0);
+  }
+}
+
+TEST_CASE("two launchers meet through a TCP store that one of them hosts") {
+  auto dir = fresh_dir("store2");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto a = start(node_args(dir, "2", "store", endpoint, "tcp-job", "env", {"--node-rank", "0"}),
+                 dir / "a.txt");
+  auto b = start(node_args(dir, "2", "store", endpoint, "tcp-job", "env", {"--node-rank", "1"},
+                           ",is_host=false"),
+                 dir / "b.txt");
+  REQUIRE(a->wait(25s));
+  REQUIRE(b->wait(25s));
+  INFO(a->text());
+  INFO(b->text());
+  CHECK(a->exit_code() == 0);
+  CHECK(b->exit_code() == 0);
+  auto recs = records_of_round(dir, 0);
+  check_world(recs, 4);
+  // --node-rank orders the nodes.
+  CHECK(recs.at(0).at("GROUP_RANK") == "0");
+  CHECK(recs.at(3).at("GROUP_RANK") == "1");
+}
+
+TEST_CASE("a launcher leaving an elastic 2:3 job causes a new round in which the world shrinks") {
+  auto* etcd = etcd_server::shared();
+  if (etcd == nullptr) TROUPE_SKIP_TEST(etcd_server::skip_reason());
+  auto dir = fresh_dir("shrink");
+  const std::string id = "shrink-" + std::to_string(::getpid());
+  std::vector<std::unique_ptr<launcher_process>> nodes;
+  for (const char* name : {"a.txt", "b.txt", "c.txt"})
+    nodes.push_back(start(node_args(dir, "2:3", "etcd", etcd->endpoint(), id, "wait"), dir / name));
+  REQUIRE(eventually([&] { return records_of_round(dir, 0).size() == 6; }));
+  check_world(records_of_round(dir, 0), 6);
+
+  ::kill(nodes[2]->pid, SIGTERM);
+  REQUIRE(nodes[2]->wait(15s));
+  CHECK(nodes[2]->exit_code() == 128 + SIGTERM);
+  REQUIRE_MESSAGE(eventually([&] { return records_of_round(dir, 1).size() == 4; }),
+                  nodes[0]->text(), nodes[1]->text());
+  check_world(records_of_round(dir, 1), 4);
+
+  std::ofstream(dir / "stop") << "done\n";
+  for (std::size_t i = 0; i < 2; ++i) {
+    REQUIRE(nodes[i]->wait(20s));
+    INFO(nodes[i]->text());
+    CHECK(nodes[i]->exit_code() == 0);
+  }
+}
+
+TEST_CASE("the node hosting the store stays until the other node's workers are done") {
+  auto dir = fresh_dir("barrier");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto host = start(node_args(dir, "2", "store", endpoint, "barrier-job", "env",
+                              {"--node-rank", "0"}, ",is_host=true"),
+                    dir / "host.txt");
+  auto other = start(node_args(dir, "2", "store", endpoint, "barrier-job", "wait",
+                               {"--node-rank", "1"}, ",is_host=false"),
+                     dir / "other.txt");
+  REQUIRE_MESSAGE(eventually([&] {
+                    return host->text().find("finished successfully") != std::string::npos &&
+                           records_of_round(dir, 0).size() == 4;
+                  }),
+                  host->text(), other->text());
+  CHECK(::waitpid(host->pid, &host->status, WNOHANG) == 0);  // still there for the other
+  std::ofstream(dir / "stop") << "done\n";
+  REQUIRE(other->wait(20s));
+  REQUIRE(host->wait(20s));
+  INFO(host->text());
+  INFO(other->text());
+  CHECK(other->exit_code() == 0);
+  CHECK(host->exit_code() == 0);
+}
+
+TEST_CASE("a killed launcher in an elastic 2:3 job goes silent and the others re-form without it") {
+  auto* etcd = etcd_server::shared();
+  if (etcd == nullptr) TROUPE_SKIP_TEST(etcd_server::skip_reason());
+  auto dir = fresh_dir("silent");
+  const std::string id = "silent-" + std::to_string(::getpid());
+  std::vector<std::unique_ptr<launcher_process>> nodes;
+  for (const char* name : {"a.txt", "b.txt", "c.txt"})
+    nodes.push_back(start(
+        node_args(dir, "2:3", "etcd", etcd->endpoint(), id, "wait", {}, ",heartbeat_timeout=1s"),
+        dir / name));
+  REQUIRE(eventually([&] { return records_of_round(dir, 0).size() == 6; }));
+
+  ::kill(nodes[2]->pid, SIGKILL);  // no goodbye: only its silence tells
+  REQUIRE(nodes[2]->wait(15s));
+  REQUIRE_MESSAGE(eventually([&] { return records_of_round(dir, 1).size() == 4; }),
+                  nodes[0]->text(), nodes[1]->text());
+  check_world(records_of_round(dir, 1), 4);
+
+  std::ofstream(dir / "stop") << "done\n";
+  for (std::size_t i = 0; i < 2; ++i) {
+    REQUIRE(nodes[i]->wait(20s));
+    INFO(nodes[i]->text());
+    CHECK(nodes[i]->exit_code() == 0);
+  }
+}
