@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh release
-exec build/release/examples/rendezvous/rendezvous_demo --workers 4
+exec build/release/launcher/troupe-run --standalone --nproc-per-node 4 \
+  build/release/examples/rendezvous/rendezvous_demo

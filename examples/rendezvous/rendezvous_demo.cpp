@@ -2,7 +2,12 @@
 // exchange their device maps, validate them as a static group, and each prints its
 // reverse device maps and device list. What an RPC agent does at init, in ~150 lines.
 //
-//   rendezvous_demo --workers 4              host the store, start 4 workers, wait
+//   troupe-run --standalone --nproc-per-node 4 rendezvous_demo
+//                                            under the launcher: each worker reads RANK,
+//                                            WORLD_SIZE, TROUPE_STORE_URL and
+//                                            TROUPE_STORE_PREFIX from its environment
+//   rendezvous_demo --workers 4              without a launcher: host the store, start
+//                                            4 workers, wait
 //   rendezvous_demo --workers 4 --bad-map    one worker maps to a worker that does not
 //                                            exist: every worker fails with the same error
 //   rendezvous_demo --store tcp://H:P --rank R --workers N    run one worker by hand
@@ -10,6 +15,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -34,6 +40,7 @@ struct options {
   int workers = 4;
   int rank = -1;  // -1: the launching process
   std::string store_url;
+  std::string prefix = "demo";  // key prefix of this run's exchange
   bool bad_map = false;
   duration timeout = 30s;
 };
@@ -57,7 +64,8 @@ worker_device_info my_record(const options& o) {
   auto& next = me.maps[name_of((o.rank + 1) % o.workers)];
   (void)next.set(device::cpu(), device::cpu());
   if (me.device_count > 0)
-    (void)next.set(*device::cuda(o.rank % me.device_count), *device::cuda((o.rank + 1) % me.device_count));
+    (void)next.set(*device::cuda(o.rank % me.device_count),
+                   *device::cuda((o.rank + 1) % me.device_count));
   if (o.bad_map && o.rank == o.workers - 1)
     (void)me.maps["trainer7"].set(device::cpu(), device::cpu());
   return me;
@@ -74,7 +82,7 @@ int run_worker(const options& o) {
     return 1;
   }
   auto me = my_record(o);
-  auto gathered = all_gather(**s, "demo/records", o.rank, o.workers, encode(me), o.timeout);
+  auto gathered = all_gather(**s, o.prefix + "/records", o.rank, o.workers, encode(me), o.timeout);
   if (!gathered) {
     std::fprintf(stderr, "%s: %s\n", me.name.c_str(), gathered.error().to_string().c_str());
     return 1;
@@ -97,7 +105,7 @@ int run_worker(const options& o) {
               o.workers, me.device_count, to_string(setup->reverse_maps).c_str(),
               to_string(setup->devices).c_str());
   std::fflush(stdout);
-  if (auto b = barrier(**s, "demo/done", o.rank, o.workers, o.timeout); !b) {
+  if (auto b = barrier(**s, o.prefix + "/done", o.rank, o.workers, o.timeout); !b) {
     std::fprintf(stderr, "%s: %s\n", me.name.c_str(), b.error().to_string().c_str());
     return 1;
   }
@@ -112,8 +120,14 @@ int run_launcher(const options& o) {
   std::fflush(stdout);
   std::vector<pid_t> pids;
   for (int r = 0; r < o.workers; ++r) {
-    std::vector<std::string> args{"rendezvous_demo", "--store", url, "--rank", std::to_string(r),
-                                  "--workers", std::to_string(o.workers), "--timeout",
+    std::vector<std::string> args{"rendezvous_demo",
+                                  "--store",
+                                  url,
+                                  "--rank",
+                                  std::to_string(r),
+                                  "--workers",
+                                  std::to_string(o.workers),
+                                  "--timeout",
                                   format_duration(o.timeout)};
     if (o.bad_map) args.push_back("--bad-map");
     std::vector<char*> argv;
@@ -171,6 +185,18 @@ int main(int argc, char** argv) {
     } else {
       return usage("unknown argument '" + a + "'");
     }
+  }
+  // Started by troupe-run (or any launcher that sets these): one worker, from the environment.
+  const char* env_rank = std::getenv("RANK");
+  const char* env_world = std::getenv("WORLD_SIZE");
+  const char* env_store = std::getenv("TROUPE_STORE_URL");
+  if (o.rank < 0 && env_rank && env_world && env_store) {
+    o.rank = std::atoi(env_rank);
+    o.workers = std::atoi(env_world);
+    o.store_url = env_store;
+    if (const char* p = std::getenv("TROUPE_STORE_PREFIX"); p && *p)
+      o.prefix = std::string(p) + "/demo";
+    if (o.workers < 1 || o.rank < 0) return usage("RANK/WORLD_SIZE from the launcher are invalid");
   }
   if (o.rank >= 0) {
     if (o.store_url.empty()) return usage("--rank needs --store");

@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+"""Runs a troupe benchmark and its PyTorch anchor alternately, several times, in one run,
+and prints the medians side by side with ratios (troupe / anchor).
+
+Both programs print one JSON object per measurement with keys impl, bench, a size key
+(clients, bytes, ...) and figures. Usage:
+  /usr/bin/python3 bench/compare.py --runs 5 \
+      --troupe "build/release/bench/store_bench --clients 1,8,32" \
+      --anchor "/usr/bin/python3 bench/store_c10d.py --clients 1,8,32"
+"""
+import argparse
+import json
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+
+def run(cmd):
+    out = subprocess.run(shlex.split(cmd), check=True, capture_output=True, text=True,
+                         timeout=900).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def key_of(row):
+    return tuple((k, row[k]) for k in sorted(row) if k not in ("impl",) and
+                 not isinstance(row[k], float))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--troupe", required=True)
+    ap.add_argument("--anchor", required=True)
+    a = ap.parse_args()
+    samples = defaultdict(list)  # (impl, key, figure) -> values
+    for i in range(a.runs):
+        for impl, cmd in (("troupe", a.troupe), ("anchor", a.anchor)):
+            for row in run(cmd):
+                for fig, v in row.items():
+                    if isinstance(v, float):
+                        samples[(impl, key_of(row), fig)].append(v)
+        print(f"run {i + 1}/{a.runs} done", file=sys.stderr, flush=True)
+
+    print(f"# {time.strftime('%Y-%m-%d')} on {platform.node()} ({platform.processor() or platform.machine()}),"
+          f" median of {a.runs} runs")
+    print(f"# troupe: {a.troupe}")
+    print(f"# anchor: {a.anchor}")
+    print("| measurement | figure | troupe | anchor | troupe/anchor |")
+    print("|---|---|---|---|---|")
+    for (impl, key, fig) in sorted(k for k in samples if k[0] == "troupe"):
+        t = statistics.median(samples[(impl, key, fig)])
+        other = samples.get(("anchor", key, fig))
+        if not other:
+            continue
+        o = statistics.median(other)
+        label = ", ".join(f"{k}={v}" for k, v in key)
+        print(f"| {label} | {fig} | {t:,.1f} | {o:,.1f} | {t / o:.2f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
