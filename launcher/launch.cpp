@@ -14,6 +14,7 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
+#include <utility>
 
 #include "launcher/agent.hpp"
 #include "launcher/worker_env.hpp"
@@ -31,6 +32,93 @@ struct child {
   std::string message;
   bool done = false;
   int status = 0;
+};
+
+// The embedded store lives in a process of its own, forked before any thread exists
+// here: a child forked from a multi-threaded process may deadlock on a lock (the
+// allocator's, a logger's) that another thread held at the moment of the fork, so the
+// workers must be forked from a process without an I/O thread. The host exits when its
+// lifeline pipe closes, that is when launch() returns or this process dies.
+class store_host {
+ public:
+  static expected<store_host> start(duration timeout) {
+    int port_pipe[2], lifeline[2];
+    if (::pipe2(port_pipe, O_CLOEXEC) != 0) return sys_error("pipe");
+    if (::pipe2(lifeline, O_CLOEXEC) != 0) {
+      ::close(port_pipe[0]);
+      ::close(port_pipe[1]);
+      return sys_error("pipe");
+    }
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(port_pipe[0]);
+      ::close(lifeline[1]);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      auto server = tcp_store_server::start({});
+      std::string reply =
+          server ? std::to_string((*server)->port()) : "!" + server.error().to_string();
+      [[maybe_unused]] auto w = ::write(port_pipe[1], reply.data(), reply.size());
+      ::close(port_pipe[1]);
+      char b;
+      while (::read(lifeline[0], &b, 1) != 0 && errno == EINTR) {
+      }
+      if (server) (*server)->shutdown(std::chrono::seconds(2));
+      ::_exit(server ? 0 : 1);
+    }
+    ::close(port_pipe[1]);
+    ::close(lifeline[0]);
+    if (pid < 0) {
+      ::close(port_pipe[0]);
+      ::close(lifeline[1]);
+      return sys_error("fork");
+    }
+    store_host host(pid, lifeline[1]);
+    std::string reply;
+    auto until = deadline::after(timeout);
+    char buf[512];
+    for (;;) {
+      pollfd p{port_pipe[0], POLLIN, 0};
+      int ms = static_cast<int>(std::min<long long>(until.remaining().count(), 1 << 30));
+      if (::poll(&p, 1, ms) <= 0 && until.expired()) break;
+      auto n = ::read(port_pipe[0], buf, sizeof buf);
+      if (n > 0)
+        reply.append(buf, static_cast<std::size_t>(n));
+      else if (n == 0 || errno != EINTR)
+        break;
+    }
+    ::close(port_pipe[0]);
+    if (reply.empty() || reply[0] == '!')
+      return make_error(errc::unavailable, "launch: the embedded store did not start",
+                        reply.empty() ? std::string(" in time") : ": " + reply.substr(1));
+    host.port_ = std::atoi(reply.c_str());
+    return host;
+  }
+
+  store_host(store_host&& o) noexcept
+      : pid_(std::exchange(o.pid_, -1)),
+        lifeline_(std::exchange(o.lifeline_, -1)),
+        port_(o.port_) {}
+  store_host& operator=(store_host&&) = delete;
+  ~store_host() {
+    if (lifeline_ >= 0) ::close(lifeline_);
+    if (pid_ > 0) {
+      int status = 0;
+      while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  std::string url() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  store_host(pid_t pid, int lifeline) : pid_(pid), lifeline_(lifeline) {}
+  static error sys_error(const char* what) {
+    return make_error(errc::unavailable, "launch: ", what, ": ", std::strerror(errno));
+  }
+  pid_t pid_ = -1;
+  int lifeline_ = -1;
+  int port_ = 0;
 };
 
 void read_message(child& c) {
@@ -120,13 +208,13 @@ expected<void> detail::launch_impl(const std::function<expected<void>()>& fn,
     return ok();
   }
 
-  std::unique_ptr<tcp_store_server> server;
+  std::optional<store_host> host;
   std::string url;
   if (c.start_store) {
-    auto s = tcp_store_server::start({});
-    if (!s) return std::move(s).error();
-    server = std::move(*s);
-    url = server->url();
+    auto h = store_host::start(std::chrono::seconds(30));
+    if (!h) return std::move(h).error();
+    host.emplace(std::move(*h));
+    url = host->url();
   }
 
   std::vector<child> children(static_cast<std::size_t>(c.nprocs));
