@@ -1,0 +1,173 @@
+// Collective throughput in the layout of nccl-tests: for each message size, the time per
+// operation, the algorithm bandwidth (bytes / time) and the bus bandwidth (algbw times the
+// operation's correction: 2(n-1)/n for allreduce, (n-1)/n for allgather, 1 for broadcast).
+//
+//   collectives_bench [--world N] [--backend gloo] [--ops allreduce,broadcast,allgather]
+//                     [--min BYTES] [--max BYTES] [--iters N]
+// The program starts N copies of itself as ranks on 127.0.0.1 around a TCP store on port 0;
+// rank 0 prints the table. CPU tensors only (float32).
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "collectives/group.hpp"
+#include "store/connect.hpp"
+#include "store/tcp_store_server.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace troupe;
+using namespace troupe::collectives;
+
+struct args {
+  int world = 2;
+  int rank = -1;
+  std::string store;
+  std::string backend = "gloo";
+  std::vector<std::string> ops{"allreduce", "broadcast", "allgather"};
+  std::size_t min_bytes = 4 << 10;
+  std::size_t max_bytes = 64 << 20;
+  int iters = 0;  // 0: chosen by size
+};
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  return out;
+}
+
+double bus_factor(const std::string& op, int n) {
+  if (op == "allreduce") return 2.0 * (n - 1) / n;
+  if (op == "allgather") return static_cast<double>(n - 1) / n;
+  return 1.0;
+}
+
+int run_rank(const args& a) {
+  store_options so;
+  so.timeout = 60s;
+  auto s = connect_store(a.store, so);
+  if (!s) {
+    std::cerr << "rank " << a.rank << ": " << s.error() << "\n";
+    return 1;
+  }
+  world_options wo;
+  wo.rank = a.rank;
+  wo.size = a.world;
+  wo.store = std::shared_ptr<store>(std::move(*s));
+  wo.backend = a.backend;
+  wo.timeout = 60s;
+  auto g = init_world(wo);
+  if (!g) {
+    std::cerr << "rank " << a.rank << ": " << g.error() << "\n";
+    return 1;
+  }
+  auto& pg = **g;
+  const int n = a.world;
+  if (a.rank == 0)
+    std::printf("# world %d, backend %s, float32\n#%12s %12s %10s %12s %10s %10s\n", n,
+                a.backend.c_str(), "size(B)", "count", "op", "time(us)", "algbw", "busbw");
+  for (const auto& op : a.ops) {
+    for (std::size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 4) {
+      std::size_t count = bytes / sizeof(float);
+      std::vector<float> in(count, 1.0f),
+          out(op == "allgather" ? count * static_cast<std::size_t>(n) : 0);
+      std::size_t per_rank = count / static_cast<std::size_t>(n);
+      auto run = [&]() -> expected<void> {
+        if (op == "allreduce")
+          return pg.allreduce(tensor_view::of(std::span(in)), {reduce_op::sum, 60s}).wait(70s);
+        if (op == "broadcast")
+          return pg.broadcast(tensor_view::of(std::span(in)), {0, 60s}).wait(70s);
+        // allgather: `bytes` is the gathered size, as in nccl-tests
+        return pg
+            .allgather(
+                tensor_view::of(std::span(in).first(per_rank)),
+                tensor_view::of(std::span(out).first(per_rank * static_cast<std::size_t>(n))),
+                {60s})
+            .wait(70s);
+      };
+      int iters = a.iters > 0 ? a.iters : bytes <= (1u << 20) ? 50 : bytes <= (16u << 20) ? 10 : 4;
+      for (int i = 0; i < 3; ++i)
+        if (auto r = run(); !r) {
+          std::cerr << op << ": " << r.error() << "\n";
+          return 1;
+        }
+      if (auto r = pg.barrier({60s}).wait(70s); !r) return 1;
+      auto start = clock::now();
+      for (int i = 0; i < iters; ++i)
+        if (auto r = run(); !r) {
+          std::cerr << op << ": " << r.error() << "\n";
+          return 1;
+        }
+      double us = std::chrono::duration<double, std::micro>(clock::now() - start).count() / iters;
+      double algbw = static_cast<double>(bytes) / us / 1e3;  // GB/s
+      if (a.rank == 0)
+        std::printf(" %12zu %12zu %10s %12.1f %10.3f %10.3f\n", bytes, count, op.c_str(), us, algbw,
+                    algbw * bus_factor(op, n));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--world")
+      a.world = std::stoi(v);
+    else if (k == "--rank")
+      a.rank = std::stoi(v);
+    else if (k == "--store")
+      a.store = v;
+    else if (k == "--backend")
+      a.backend = v;
+    else if (k == "--ops")
+      a.ops = split_list(v);
+    else if (k == "--min")
+      a.min_bytes = std::stoul(v);
+    else if (k == "--max")
+      a.max_bytes = std::stoul(v);
+    else if (k == "--iters")
+      a.iters = std::stoi(v);
+    else {
+      std::cerr << "unknown option " << k << "\n";
+      return 2;
+    }
+  }
+  if (a.rank >= 0) return run_rank(a);
+  auto server = tcp_store_server::start({});
+  if (!server) {
+    std::cerr << server.error() << "\n";
+    return 1;
+  }
+  std::vector<pid_t> pids;
+  for (int r = 0; r < a.world; ++r) {
+    std::vector<std::string> args_s{argv[0], "--rank", std::to_string(r), "--store",
+                                    (*server)->url()};
+    for (int i = 1; i < argc; ++i) args_s.push_back(argv[i]);
+    std::vector<char*> cargs;
+    for (auto& s : args_s) cargs.push_back(s.data());
+    cargs.push_back(nullptr);
+    pid_t pid = -1;
+    if (posix_spawn(&pid, argv[0], nullptr, nullptr, cargs.data(), environ) != 0) return 1;
+    pids.push_back(pid);
+  }
+  int rc = 0;
+  for (pid_t p : pids) {
+    int st = 0;
+    ::waitpid(p, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+  }
+  return rc;
+}

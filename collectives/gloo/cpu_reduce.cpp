@@ -1,0 +1,186 @@
+#include "collectives/gloo/cpu_reduce.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace troupe::collectives {
+
+namespace {
+
+// Loads and stores through float for the 16-bit types; plain values otherwise.
+template <dtype D>
+struct elem;
+template <>
+struct elem<dtype::float32> {
+  using raw = float;
+  using calc = float;
+  static calc load(raw v) { return v; }
+  static raw store(calc v) { return v; }
+};
+template <>
+struct elem<dtype::float64> {
+  using raw = double;
+  using calc = double;
+  static calc load(raw v) { return v; }
+  static raw store(calc v) { return v; }
+};
+template <>
+struct elem<dtype::float16> {
+  using raw = std::uint16_t;
+  using calc = float;
+  static calc load(raw v) { return half_to_float(v); }
+  static raw store(calc v) { return float_to_half(v); }
+};
+template <>
+struct elem<dtype::bfloat16> {
+  using raw = std::uint16_t;
+  using calc = float;
+  static calc load(raw v) { return bfloat16_to_float(v); }
+  static raw store(calc v) { return float_to_bfloat16(v); }
+};
+template <>
+struct elem<dtype::int32> {
+  using raw = std::int32_t;
+  using calc = std::int32_t;
+  static calc load(raw v) { return v; }
+  static raw store(calc v) { return v; }
+};
+template <>
+struct elem<dtype::int64> {
+  using raw = std::int64_t;
+  using calc = std::int64_t;
+  static calc load(raw v) { return v; }
+  static raw store(calc v) { return v; }
+};
+template <>
+struct elem<dtype::uint8> {
+  using raw = std::uint8_t;
+  using calc = std::uint8_t;
+  static calc load(raw v) { return v; }
+  static raw store(calc v) { return v; }
+};
+
+template <dtype D, class Op>
+cpu_reduce_fn make(Op op) {
+  return [op](void* out, const void* a, const void* b, std::size_t n) {
+    using E = elem<D>;
+    using raw = typename E::raw;
+    auto* o = static_cast<raw*>(out);
+    const auto* x = static_cast<const raw*>(a);
+    const auto* y = static_cast<const raw*>(b);
+    for (std::size_t i = 0; i < n; ++i) {
+      // Integer arithmetic wraps like the GPU does; compute unsigned to stay defined.
+      using C = typename E::calc;
+      C l = E::load(x[i]), r = E::load(y[i]);
+      o[i] = E::store(static_cast<C>(op(l, r)));
+    }
+  };
+}
+
+struct add_op {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>)
+      return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) +
+                            static_cast<std::make_unsigned_t<T>>(b));
+    else
+      return a + b;
+  }
+};
+struct mul_op {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) {
+      using U =
+          std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+      return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    } else {
+      return a * b;
+    }
+  }
+};
+struct min_op {
+  template <class T>
+  T operator()(T a, T b) const {
+    return std::min(a, b);
+  }
+};
+struct max_op {
+  template <class T>
+  T operator()(T a, T b) const {
+    return std::max(a, b);
+  }
+};
+
+template <dtype D>
+cpu_reduce_fn for_op(reduce_op op) {
+  switch (op) {
+    case reduce_op::sum:
+    case reduce_op::avg:
+      return make<D>(add_op{});
+    case reduce_op::product:
+      return make<D>(mul_op{});
+    case reduce_op::min:
+      return make<D>(min_op{});
+    case reduce_op::max:
+      return make<D>(max_op{});
+  }
+  return {};
+}
+
+template <dtype D>
+void divide(void* data, std::size_t n, std::size_t by) {
+  using E = elem<D>;
+  auto* p = static_cast<typename E::raw*>(data);
+  using C = typename E::calc;
+  for (std::size_t i = 0; i < n; ++i) p[i] = E::store(E::load(p[i]) / static_cast<C>(by));
+}
+
+}  // namespace
+
+bool cpu_supports(dtype type, reduce_op op) noexcept {
+  return op != reduce_op::avg || is_floating(type);
+}
+
+expected<cpu_reduce_fn> cpu_reduce(dtype type, reduce_op op) {
+  if (!cpu_supports(type, op))
+    return make_error(errc::unsupported, "reduce op ", to_string(op), " is not supported on ",
+                      to_string(type),
+                      " tensors (an integer average would truncate); use sum "
+                      "and divide, or a floating dtype");
+  switch (type) {
+    case dtype::float32:
+      return for_op<dtype::float32>(op);
+    case dtype::float64:
+      return for_op<dtype::float64>(op);
+    case dtype::float16:
+      return for_op<dtype::float16>(op);
+    case dtype::bfloat16:
+      return for_op<dtype::bfloat16>(op);
+    case dtype::int32:
+      return for_op<dtype::int32>(op);
+    case dtype::int64:
+      return for_op<dtype::int64>(op);
+    case dtype::uint8:
+      return for_op<dtype::uint8>(op);
+  }
+  return make_error(errc::invalid_argument, "unknown dtype ", static_cast<int>(type));
+}
+
+void cpu_divide(tensor_view t, std::size_t divisor) {
+  switch (t.type) {
+    case dtype::float32:
+      return divide<dtype::float32>(t.data, t.numel, divisor);
+    case dtype::float64:
+      return divide<dtype::float64>(t.data, t.numel, divisor);
+    case dtype::float16:
+      return divide<dtype::float16>(t.data, t.numel, divisor);
+    case dtype::bfloat16:
+      return divide<dtype::bfloat16>(t.data, t.numel, divisor);
+    default:
+      return;
+  }
+}
+
+}  // namespace troupe::collectives

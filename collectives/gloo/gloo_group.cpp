@@ -1,0 +1,611 @@
+// The gloo process group. Threading: one worker thread per group runs the collectives in
+// call order with Gloo's algorithms; a second thread waits for point-to-point transfers,
+// which the worker only posts, so that a send and a recv posted back to back cannot
+// deadlock. Gloo's exceptions are caught on these threads and become the group's sticky
+// error; they never reach the caller.
+#include "collectives/gloo/gloo_group.hpp"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/scatter.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "collectives/gloo/cpu_reduce.hpp"
+#include "collectives/gloo/store_adapter.hpp"
+#include "collectives/op_checks.hpp"
+#include "collectives/roll_call.hpp"
+#include "core/log.hpp"
+#include "store/prefix_store.hpp"
+
+namespace troupe::collectives {
+
+namespace {
+
+// Gloo's buffer setters only use sizeof(T): pick an unsigned type of the element size.
+template <class F>
+void by_size(dtype t, F&& f) {
+  switch (element_size(t)) {
+    case 1:
+      f(std::uint8_t{});
+      break;
+    case 2:
+      f(std::uint16_t{});
+      break;
+    case 4:
+      f(std::uint32_t{});
+      break;
+    default:
+      f(std::uint64_t{});
+      break;
+  }
+}
+
+template <class T>
+T* ptr(const tensor_view& t) {
+  return static_cast<T*>(t.data);
+}
+
+// Point-to-point slots live above every slot Gloo's collectives use (prefix < 0x80).
+constexpr std::uint64_t p2p_slot_base = std::uint64_t{0xe0} << 56;
+
+// Gloo's TCP transport writes with writev, so a peer that died makes the write raise
+// SIGPIPE, whose default action kills the whole process; the survivors must get EPIPE and
+// fail the operation instead. Once per process, a SIGPIPE left at its default action is
+// set to ignored (a handler the program installed is kept).
+void ignore_sigpipe_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      ::sigemptyset(&ignore.sa_mask);
+      (void)::sigaction(SIGPIPE, &ignore, nullptr);
+    }
+  });
+}
+
+class gloo_group final : public process_group {
+ public:
+  explicit gloo_group(const group_spec& spec)
+      : process_group(spec),
+        store_(std::make_shared<prefix_store>(spec.root_store, spec.name + "/gloo")) {}
+
+  ~gloo_group() override { shutdown(std::chrono::seconds(30)); }
+
+  expected<void> connect() {
+    ignore_sigpipe_once();
+    try {
+      gloo::transport::tcp::attr attr;
+      const char* host = std::getenv("TROUPE_GLOO_HOST");
+      attr.hostname = host && *host ? host : "127.0.0.1";
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+      auto ctx = std::make_shared<gloo::rendezvous::Context>(rank(), size());
+      ctx->setTimeout(spec().timeout);
+      auto connect_store = std::make_shared<prefix_store>(store_, "connect");
+      gloo_store_adapter adapter(connect_store, spec().timeout);
+      ctx->connectFullMesh(adapter, device_);
+      context_ = std::move(ctx);
+    } catch (...) {
+      auto e = current_error();
+      return make_error(e.code(), "connecting the members of ", describe(*this), " within ",
+                        format_duration(spec().timeout), " failed: ", e.message())
+          .with_operation("collectives.gloo.connect");
+    }
+    worker_ = std::thread([this] { run_worker(); });
+    p2p_thread_ = std::thread([this] { run_p2p(); });
+    return ok();
+  }
+
+  std::string_view backend_name() const noexcept override { return "gloo"; }
+  bool supports(dtype type, reduce_op op) const noexcept override { return cpu_supports(type, op); }
+
+  work allreduce(tensor_view t, const allreduce_options& o) override {
+    if (auto c = check(t, "allreduce"); !c) return failed(c);
+    if (auto c = check_reduce(*this, t, o.op, "allreduce"); !c) return failed(c);
+    auto fn = *cpu_reduce(t.type, o.op);
+    return submit("allreduce", o.timeout, [this, t, fn, op = o.op](const run_ctx& rc) {
+      if (t.numel == 0) return;
+      gloo::AllreduceOptions g(context_);
+      by_size(t.type, [&](auto e) { g.setOutput(ptr<decltype(e)>(t), t.numel); });
+      g.setReduceFunction(fn);
+      g.setTag(rc.tag);
+      g.setTimeout(rc.timeout);
+      gloo::allreduce(g);
+      if (op == reduce_op::avg) cpu_divide(t, static_cast<std::size_t>(size()));
+    });
+  }
+
+  work broadcast(tensor_view t, const broadcast_options& o) override {
+    if (auto c = check(t, "broadcast"); !c) return failed(c);
+    if (auto c = check_root(*this, o.root, "broadcast"); !c) return failed(c);
+    return submit("broadcast", o.timeout, [this, t, root = o.root](const run_ctx& rc) {
+      if (t.numel == 0 || size() == 1) return;
+      gloo::BroadcastOptions g(context_);
+      by_size(t.type, [&](auto e) { g.setOutput(ptr<decltype(e)>(t), t.numel); });
+      g.setRoot(root);
+      g.setTag(rc.tag);
+      g.setTimeout(rc.timeout);
+      gloo::broadcast(g);
+    });
+  }
+
+  work reduce(tensor_view t, const reduce_options& o) override {
+    if (auto c = check(t, "reduce"); !c) return failed(c);
+    if (auto c = check_root(*this, o.root, "reduce"); !c) return failed(c);
+    if (auto c = check_reduce(*this, t, o.op, "reduce"); !c) return failed(c);
+    auto fn = *cpu_reduce(t.type, o.op);
+    return submit("reduce", o.timeout, [this, t, fn, o](const run_ctx& rc) {
+      if (t.numel == 0) return;
+      // Gloo uses the output as scratch on every rank: keep non-roots' tensors intact.
+      std::vector<std::byte> scratch;
+      tensor_view target = t;
+      if (rank() != o.root) {
+        scratch.assign(static_cast<std::byte*>(t.data),
+                       static_cast<std::byte*>(t.data) + t.nbytes());
+        target.data = scratch.data();
+      }
+      gloo::ReduceOptions g(context_);
+      by_size(t.type, [&](auto e) { g.setOutput(ptr<decltype(e)>(target), t.numel); });
+      g.setRoot(o.root);
+      g.setReduceFunction(fn);
+      g.setTag(rc.tag);
+      g.setTimeout(rc.timeout);
+      gloo::reduce(g);
+      if (o.op == reduce_op::avg && rank() == o.root)
+        cpu_divide(t, static_cast<std::size_t>(size()));
+    });
+  }
+
+  work allgather(tensor_view in, tensor_view out, const allgather_options& o) override {
+    if (auto c = check(in, "allgather input"); !c) return failed(c);
+    if (auto c = check(out, "allgather output"); !c) return failed(c);
+    if (auto c = check_blocks(*this, in, out, true, "allgather"); !c) return failed(c);
+    return submit("allgather", o.timeout, [this, in, out](const run_ctx& rc) {
+      if (in.numel == 0) return;
+      gloo::AllgatherOptions g(context_);
+      by_size(in.type, [&](auto e) {
+        g.setInput(ptr<decltype(e)>(in), in.numel);
+        g.setOutput(ptr<decltype(e)>(out), out.numel);
+      });
+      g.setTag(rc.tag);
+      g.setTimeout(rc.timeout);
+      gloo::allgather(g);
+    });
+  }
+
+  work gather(tensor_view in, tensor_view out, const gather_options& o) override {
+    bool is_root = rank() == o.root;
+    if (auto c = check(in, "gather input"); !c) return failed(c);
+    if (auto c = check_root(*this, o.root, "gather"); !c) return failed(c);
+    if (is_root)
+      if (auto c = check(out, "gather output"); !c) return failed(c);
+    if (auto c = check_blocks(*this, in, out, is_root, "gather"); !c) return failed(c);
+    return submit("gather", o.timeout, [this, in, out, is_root, root = o.root](const run_ctx& rc) {
+      if (in.numel == 0) return;
+      gloo::GatherOptions g(context_);
+      by_size(in.type, [&](auto e) {
+        g.setInput(ptr<decltype(e)>(in), in.numel);
+        if (is_root) g.setOutput(ptr<decltype(e)>(out), out.numel);
+      });
+      g.setRoot(root);
+      g.setTag(rc.tag);
+      g.setTimeout(rc.timeout);
+      gloo::gather(g);
+    });
+  }
+
+  work scatter(tensor_view in, tensor_view out, const scatter_options& o) override {
+    bool is_root = rank() == o.root;
+    if (auto c = check(out, "scatter output"); !c) return failed(c);
+    if (auto c = check_root(*this, o.root, "scatter"); !c) return failed(c);
+    if (is_root)
+      if (auto c = check(in, "scatter input"); !c) return failed(c);
+    if (auto c = check_blocks(*this, out, in, is_root, "scatter"); !c) return failed(c);
+    return submit("scatter", o.timeout, [this, in, out, is_root, root = o.root](const run_ctx& rc) {
+      if (out.numel == 0) return;
+      gloo::ScatterOptions g(context_);
+      by_size(out.type, [&](auto e) {
+        using T = decltype(e);
+        if (is_root) {
+          std::vector<T*> blocks;
+          for (int r = 0; r < size(); ++r)
+            blocks.push_back(ptr<T>(in.slice(static_cast<std::size_t>(r) * out.numel, out.numel)));
+          g.setInputs(blocks, out.numel);
+        }
+        g.setOutput(ptr<T>(out), out.numel);
+      });
+      g.setRoot(root);
+      g.setTag(rc.tag);
+      g.setTimeout(rc.timeout);
+      gloo::scatter(g);
+    });
+  }
+
+  work reduce_scatter(tensor_view in, tensor_view out, const reduce_scatter_options& o) override {
+    if (auto c = check(in, "reduce_scatter input"); !c) return failed(c);
+    if (auto c = check(out, "reduce_scatter output"); !c) return failed(c);
+    if (auto c = check_blocks(*this, out, in, true, "reduce_scatter"); !c) return failed(c);
+    if (auto c = check_reduce(*this, in, o.op, "reduce_scatter"); !c) return failed(c);
+    auto fn = *cpu_reduce(in.type, o.op);
+    return submit("reduce_scatter", o.timeout, [this, in, out, fn, op = o.op](const run_ctx& rc) {
+      if (out.numel == 0) return;
+      // Gloo has no reduce-scatter with a reduce function: allreduce a copy, keep a block.
+      std::vector<std::byte> scratch(static_cast<std::byte*>(in.data),
+                                     static_cast<std::byte*>(in.data) + in.nbytes());
+      tensor_view all = in;
+      all.data = scratch.data();
+      gloo::AllreduceOptions g(context_);
+      by_size(in.type, [&](auto e) { g.setOutput(ptr<decltype(e)>(all), all.numel); });
+      g.setReduceFunction(fn);
+      g.setTag(rc.tag);
+      g.setTimeout(rc.timeout);
+      gloo::allreduce(g);
+      auto mine = all.slice(static_cast<std::size_t>(rank()) * out.numel, out.numel);
+      std::memcpy(out.data, mine.data, out.nbytes());
+      if (op == reduce_op::avg) cpu_divide(out, static_cast<std::size_t>(size()));
+    });
+  }
+
+  work all_to_all(tensor_view in, tensor_view out, const all_to_all_options& o) override {
+    if (auto c = check(in, "all_to_all input"); !c) return failed(c);
+    if (auto c = check(out, "all_to_all output"); !c) return failed(c);
+    auto layout = check_all_to_all(*this, in, out, o);
+    if (!layout) return failed(expected<void>(std::move(layout).error()));
+    bool uneven = !o.send_counts.empty();
+    return submit("all_to_all", o.timeout, [this, in, out, l = *layout, uneven](const run_ctx& rc) {
+      if (!uneven) {
+        if (in.numel == 0) return;
+        gloo::AlltoallOptions g(context_);
+        by_size(in.type, [&](auto e) {
+          g.setInput(ptr<decltype(e)>(in), in.numel);
+          g.setOutput(ptr<decltype(e)>(out), out.numel);
+        });
+        g.setTag(rc.tag);
+        g.setTimeout(rc.timeout);
+        gloo::alltoall(g);
+        return;
+      }
+      std::vector<std::int64_t> sc(l.send_counts.begin(), l.send_counts.end());
+      std::vector<std::int64_t> rcnt(l.recv_counts.begin(), l.recv_counts.end());
+      // Gloo wants real buffers even for empty sides.
+      std::uint64_t dummy_in = 0, dummy_out = 0;
+      tensor_view i2 = in, o2 = out;
+      if (in.numel == 0) i2.data = &dummy_in;
+      if (out.numel == 0) o2.data = &dummy_out;
+      gloo::AlltoallvOptions g(context_);
+      by_size(in.type, [&](auto e) {
+        g.setInput(ptr<decltype(e)>(i2), sc);
+        g.setOutput(ptr<decltype(e)>(o2), rcnt);
+      });
+      g.setTag(rc.tag);
+      g.setTimeout(rc.timeout);
+      gloo::alltoallv(g);
+    });
+  }
+
+  work barrier(const barrier_options& o) override {
+    return submit("barrier", o.timeout, [this](const run_ctx& rc) {
+      gloo::BarrierOptions g(context_);
+      g.setTag(rc.tag);
+      g.setTimeout(rc.timeout);
+      gloo::barrier(g);
+    });
+  }
+
+  work send(tensor_view t, int dst, const p2p_options& o) override { return p2p(t, dst, o, true); }
+  work recv(tensor_view t, int src, const p2p_options& o) override { return p2p(t, src, o, false); }
+
+  std::optional<troupe::error> failure() const override {
+    std::lock_guard lk(mu_);
+    return failure_;
+  }
+
+  void shutdown(duration timeout) override {
+    {
+      std::lock_guard lk(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    p2p_cv_.notify_all();
+    // Queued work fails at once; the running operations get until the deadline, then
+    // the connections are closed under them so that they fail promptly.
+    bool idle = false;
+    {
+      std::unique_lock lk(mu_);
+      idle = idle_cv_.wait_for(lk, timeout, [&] {
+        return !busy_ && !p2p_busy_ && queue_.empty() && p2p_queue_.empty();
+      });
+    }
+    if (!idle && context_) {
+      try {
+        context_->closeConnections();
+      } catch (...) {
+      }
+    }
+    if (worker_.joinable()) worker_.join();
+    if (p2p_thread_.joinable()) p2p_thread_.join();
+    context_.reset();
+    device_.reset();
+  }
+
+ private:
+  struct run_ctx {
+    std::uint32_t tag;
+    std::chrono::milliseconds timeout;
+    std::uint64_t seq;
+  };
+  struct task {
+    std::string what;
+    std::uint64_t seq;
+    duration timeout;
+    work::completer done;
+    std::function<void(const run_ctx&)> body;
+    int peer = -1;  // the other rank of a point-to-point transfer
+  };
+  struct p2p_wait {
+    std::string what;
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+    bool is_send;
+    int peer;
+    clock::time_point deadline;
+    duration timeout;
+    work::completer done;
+  };
+
+  static troupe::error current_error() {
+    try {
+      throw;
+    } catch (const troupe::exception& e) {
+      return e.err();
+    } catch (const gloo::IoException& e) {
+      std::string what = e.what();
+      bool timed_out = what.find("imed out") != std::string::npos;
+      return troupe::error(timed_out ? errc::timeout : errc::connection_lost, "gloo: " + what);
+    } catch (const std::exception& e) {
+      return troupe::error(errc::internal, std::string("gloo: ") + e.what());
+    } catch (...) {
+      return troupe::error(errc::internal, "gloo raised a non-standard exception");
+    }
+  }
+
+  expected<void> check(const tensor_view& t, std::string_view what) const {
+    auto c = check_tensor(t, what, /*want_cuda=*/false);
+    if (!c)
+      return std::move(c).error().with_operation(strcat("collectives.gloo on ", describe(*this)));
+    return ok();
+  }
+
+  work failed(expected<void> why) const { return work::completed(std::move(why)); }
+
+  // Queues an operation. Collectives are numbered in call order, the same on every
+  // member (the number is the Gloo tag and the roll-call key); point-to-point transfers
+  // (peer >= 0) have a count of their own, as only two members take part.
+  work submit(std::string_view op, duration timeout, std::function<void(const run_ctx&)> body,
+              int peer = -1) {
+    std::unique_lock lk(mu_);
+    std::uint64_t seq = peer < 0 ? ++seq_ : ++p2p_seq_;
+    std::string what = strcat(op, peer < 0 ? " #" : " #p", seq, " on ", describe(*this));
+    auto [w, done] = work::make(what);
+    if (stopping_) {
+      lk.unlock();
+      done.complete(make_error(errc::shut_down, what, ": the group was shut down"));
+      return w;
+    }
+    queue_.push_back(task{std::move(what), seq, timeout, done, std::move(body), peer});
+    lk.unlock();
+    cv_.notify_one();
+    return w;
+  }
+
+  work p2p(tensor_view t, int peer, const p2p_options& o, bool is_send) {
+    const char* op = is_send ? "send" : "recv";
+    if (auto c = check(t, op); !c) return failed(c);
+    if (auto c = check_peer(*this, peer, op); !c) return failed(c);
+    if (o.tag > 0xffff)
+      return failed(make_error(errc::invalid_argument, op, " on ", describe(*this), ": tag ", o.tag,
+                               " is above 65535"));
+    // The worker only posts the transfer; the p2p thread completes the work.
+    return submit(
+        op, o.timeout,
+        [this, t, peer, o, is_send](const run_ctx& rc) {
+          auto buf = context_->createUnboundBuffer(t.data, t.nbytes());
+          std::uint64_t slot = p2p_slot_base | o.tag;
+          if (is_send)
+            buf->send(peer, slot);
+          else
+            buf->recv(peer, slot);
+          throw handed_off{std::move(buf), is_send, peer, rc.timeout};
+        },
+        peer);
+  }
+
+  // Thrown by a p2p body to hand its posted buffer to the p2p thread.
+  struct handed_off {
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+    bool is_send;
+    int peer;
+    std::chrono::milliseconds timeout;
+  };
+
+  void run_worker() {
+    for (;;) {
+      task t;
+      {
+        std::unique_lock lk(mu_);
+        cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        t = std::move(queue_.front());
+        queue_.pop_front();
+        if (stopping_) {
+          lk.unlock();
+          t.done.complete(make_error(errc::shut_down, t.what, ": the group was shut down first"));
+          continue;
+        }
+        if (failure_) {
+          auto e = *failure_;
+          lk.unlock();
+          t.done.complete(make_error(e.code(), t.what,
+                                     " was not run: the group failed earlier: ", e.message()));
+          continue;
+        }
+        busy_ = true;
+      }
+      auto budget = roll_call_budget(t.timeout);
+      run_ctx rc{static_cast<std::uint32_t>(t.seq & 0xffffffu),
+                 std::max(t.timeout - budget, duration(1)), t.seq};
+      try {
+        t.body(rc);
+        t.done.complete(ok());
+      } catch (handed_off& h) {
+        std::lock_guard lk(mu_);
+        p2p_queue_.push_back(p2p_wait{t.what, std::move(h.buffer), h.is_send, h.peer,
+                                      clock::now() + h.timeout, t.timeout, t.done});
+        p2p_cv_.notify_one();
+      } catch (...) {
+        auto cause = current_error();
+        fail_group(t, cause, budget);
+      }
+      {
+        std::lock_guard lk(mu_);
+        busy_ = false;
+      }
+      idle_cv_.notify_all();
+    }
+  }
+
+  // Records the sticky error, closes every connection so that peers still inside the
+  // operation fail at once too, then asks the store which ranks reached this point.
+  void fail_group(task& t, const troupe::error& cause, duration budget) {
+    if (context_) {
+      try {
+        context_->closeConnections();
+      } catch (...) {
+      }
+    }
+    auto missing =
+        t.peer >= 0
+            ? std::optional(std::vector<int>{spec().global_ranks[static_cast<std::size_t>(t.peer)]})
+            : roll_call(*store_, spec(), t.seq, budget);
+    auto e = make_error(cause.code(), t.what, " failed (timeout ", format_duration(t.timeout),
+                        "): ", describe_missing(missing), "; ", cause.message());
+    {
+      std::lock_guard lk(mu_);
+      if (!failure_) failure_ = e;
+    }
+    TROUPE_LOG(log_level::warn, "collectives", e.message());
+    t.done.complete(e);
+  }
+
+  void run_p2p() {
+    for (;;) {
+      p2p_wait w;
+      {
+        std::unique_lock lk(mu_);
+        p2p_cv_.wait(lk, [&] { return stopping_ || !p2p_queue_.empty(); });
+        if (p2p_queue_.empty()) return;
+        w = std::move(p2p_queue_.front());
+        p2p_queue_.pop_front();
+        p2p_busy_ = true;
+      }
+      try {
+        auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(w.deadline - clock::now());
+        left = std::max(left, std::chrono::milliseconds(1));
+        bool done = w.is_send ? w.buffer->waitSend(left) : w.buffer->waitRecv(left);
+        if (!done) throw gloo::IoException("the transfer was aborted");
+        w.done.complete(ok());
+      } catch (...) {
+        auto cause = current_error();
+        if (context_) {
+          try {
+            context_->closeConnections();
+          } catch (...) {
+          }
+        }
+        int peer = spec().global_ranks[static_cast<std::size_t>(w.peer)];
+        auto e = make_error(cause.code(), w.what, " failed (timeout ", format_duration(w.timeout),
+                            "): rank ", format_ranks({peer}), " did not arrive; ", cause.message());
+        {
+          std::lock_guard lk(mu_);
+          if (!failure_) failure_ = e;
+        }
+        w.done.complete(e);
+      }
+      w.buffer.reset();
+      {
+        std::lock_guard lk(mu_);
+        p2p_busy_ = false;
+      }
+      idle_cv_.notify_all();
+    }
+  }
+
+  std::shared_ptr<store> store_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable p2p_cv_;
+  std::deque<task> queue_;
+  std::deque<p2p_wait> p2p_queue_;
+  std::condition_variable idle_cv_;
+  std::uint64_t seq_ = 0;
+  std::uint64_t p2p_seq_ = 0;
+  bool stopping_ = false;
+  bool busy_ = false;
+  bool p2p_busy_ = false;
+  std::optional<troupe::error> failure_;
+  std::thread worker_;
+  std::thread p2p_thread_;
+};
+
+expected<std::shared_ptr<process_group>> create_gloo(const group_spec& spec) {
+  auto g = std::make_shared<gloo_group>(spec);
+  TROUPE_TRY(g->connect());
+  // One small allreduce checks that every member arrived and the mesh works.
+  std::int32_t one = 1;
+  allreduce_options o;
+  o.timeout = spec.timeout;
+  auto w = g->allreduce(tensor_view{&one, dtype::int32, 1, device::cpu()}, o);
+  if (auto r = w.wait(spec.timeout + std::chrono::seconds(1)); !r)
+    return std::move(r).error().with_operation("collectives.gloo.check");
+  if (one != spec.size)
+    return make_error(errc::internal, "the check allreduce of group '", spec.name, "' gave ", one,
+                      " instead of ", spec.size);
+  return std::shared_ptr<process_group>(std::move(g));
+}
+
+}  // namespace
+
+backend_info gloo_backend_info() {
+  backend_info b;
+  b.name = "gloo";
+  b.description = "CPU tensors over Gloo's TCP transport";
+  b.viable = [] { return true; };
+  b.create = create_gloo;
+  return b;
+}
+
+}  // namespace troupe::collectives

@@ -1,0 +1,11 @@
+// The "gloo" backend: CPU tensors over Gloo's TCP transport. Internal to collectives/.
+#pragma once
+
+#include "collectives/registry.hpp"
+
+namespace troupe::collectives {
+
+/// The registry entry of the gloo backend.
+backend_info gloo_backend_info();
+
+}  // namespace troupe::collectives

@@ -1,0 +1,58 @@
+// nccl_comm: the lifecycle of one NCCL communicator. Created non-blocking
+// (config.blocking = 0) so that every step can be bounded by a deadline; finalized on
+// an orderly end, aborted on failure or when finalizing does not finish in time.
+#pragma once
+
+#include <nccl.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "core/expected.hpp"
+#include "core/time.hpp"
+
+namespace troupe::collectives {
+
+class nccl_comm {
+ public:
+  /// Joins the communicator of `nranks` ranks identified by `id` as `rank`, on the
+  /// current CUDA device. Aborts and fails with errc::timeout when `timeout` passes.
+  static expected<std::unique_ptr<nccl_comm>> init(int nranks, const ncclUniqueId& id, int rank,
+                                                   const std::string& name, duration timeout);
+
+  /// ncclCommSplit: collective over this communicator. A negative color joins no child
+  /// (null result).
+  expected<std::unique_ptr<nccl_comm>> split(int color, int key, const std::string& name,
+                                             duration timeout);
+
+  ~nccl_comm();
+  nccl_comm(const nccl_comm&) = delete;
+  nccl_comm& operator=(const nccl_comm&) = delete;
+
+  ncclComm_t get() const noexcept { return comm_; }
+  /// The communicator's asynchronous state (ncclCommGetAsyncError); ok while healthy.
+  expected<void> async_status() const;
+  /// After a call answered ncclInProgress: polls until the communicator is ready again.
+  expected<void> wait_ready(std::string_view call, duration timeout) const;
+  /// Maps the result of an NCCL call, waiting out ncclInProgress up to `timeout`.
+  expected<void> check(ncclResult_t r, std::string_view call, duration timeout) const;
+
+  /// Flushes outstanding work and releases the communicator; aborts if that does not
+  /// finish within `timeout`. Idempotent.
+  expected<void> finalize(duration timeout);
+  /// Cancels everything in flight and releases the communicator. Idempotent, thread-safe.
+  void abort() noexcept;
+  bool aborted() const noexcept { return state_.load() == state::aborted; }
+
+ private:
+  enum class state { live, finalized, aborted };
+  explicit nccl_comm(ncclComm_t c, std::string name) : comm_(c), name_(std::move(name)) {}
+  static ncclConfig_t config(const std::string& name);
+
+  ncclComm_t comm_;
+  std::string name_;
+  std::atomic<state> state_{state::live};
+};
+
+}  // namespace troupe::collectives

@@ -1,0 +1,554 @@
+#include "collectives/nccl/nccl_group.hpp"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "collectives/nccl/nccl_comm.hpp"
+#include "collectives/nccl/nccl_errors.hpp"
+#include "collectives/nccl/stream_ordering.hpp"
+#include "collectives/nccl/unique_id.hpp"
+#include "collectives/nccl/watchdog.hpp"
+#include "collectives/op_checks.hpp"
+#include "collectives/roll_call.hpp"
+#include "core/cuda_runtime.hpp"
+#include "core/log.hpp"
+#include "store/prefix_store.hpp"
+
+namespace troupe::collectives {
+
+int nccl_device_for(int world_rank, int device_count) {
+  int base = world_rank;
+  for (const char* name : {"TROUPE_LOCAL_RANK", "LOCAL_RANK"})
+    if (const char* v = std::getenv(name); v && *v) {
+      base = std::atoi(v);
+      break;
+    }
+  return device_count > 0 ? base % device_count : 0;
+}
+
+namespace {
+
+constexpr auto watchdog_interval = std::chrono::microseconds(200);
+
+// Ends an operation with a failed work when an argument check fails.
+#define TROUPE_TRY_WORK(expr)                                   \
+  do {                                                          \
+    if (auto troupe_check_ = (expr); !troupe_check_)            \
+      return work::completed(std::move(troupe_check_).error()); \
+  } while (false)
+
+// Runs `body` (a series of NCCL calls returning the first failure) inside
+// ncclGroupStart/ncclGroupEnd; the group is always closed.
+template <class Body>
+ncclResult_t grouped(Body body) {
+  if (auto r = ncclGroupStart(); r != ncclSuccess) return r;
+  ncclResult_t first = body();
+  ncclResult_t end = ncclGroupEnd();
+  return first != ncclSuccess ? first : end;
+}
+
+ncclDataType_t nccl_type(dtype t) {
+  switch (t) {
+    case dtype::float32:
+      return ncclFloat32;
+    case dtype::float64:
+      return ncclFloat64;
+    case dtype::float16:
+      return ncclFloat16;
+    case dtype::bfloat16:
+      return ncclBfloat16;
+    case dtype::int32:
+      return ncclInt32;
+    case dtype::int64:
+      return ncclInt64;
+    case dtype::uint8:
+      return ncclUint8;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(reduce_op op) {
+  switch (op) {
+    case reduce_op::sum:
+      return ncclSum;
+    case reduce_op::avg:
+      return ncclAvg;
+    case reduce_op::min:
+      return ncclMin;
+    case reduce_op::max:
+      return ncclMax;
+    case reduce_op::product:
+      return ncclProd;
+  }
+  return ncclSum;
+}
+
+class nccl_group final : public process_group {
+ public:
+  nccl_group(const group_spec& spec, int device)
+      : process_group(spec),
+        store_(std::make_shared<prefix_store>(spec.root_store, spec.name + "/nccl")),
+        device_(device),
+        api_(make_cuda_stream_api()) {}
+
+  ~nccl_group() override { shutdown(std::chrono::seconds(10)); }
+
+  // Sets up the stream and scratch memory and starts the watchdog around `comm`.
+  expected<void> start(std::unique_ptr<nccl_comm> comm) {
+    comm_ = std::move(comm);
+    TROUPE_TRY(cuda(cudaSetDevice(device_), "cudaSetDevice"));
+    cudaStream_t s = nullptr;
+    TROUPE_TRY(cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));
+    stream_ = s;
+    void* p = nullptr;
+    TROUPE_TRY(cuda(cudaMalloc(&p, 16), "cudaMalloc"));
+    scratch_ = p;
+    watchdog_ = std::thread([this] { run_watchdog(); });
+    return ok();
+  }
+
+  // One small allreduce through the new communicator.
+  expected<void> self_check() {
+    std::int32_t one = 1;
+    TROUPE_TRY(cuda(cudaMemcpy(scratch_, &one, sizeof one, cudaMemcpyHostToDevice), "cudaMemcpy"));
+    allreduce_options o;
+    o.timeout = spec().timeout;
+    TROUPE_TRY(allreduce(tensor_view{scratch_, dtype::int32, 1, device::cuda(device_).value()}, o)
+                   .wait(spec().timeout + std::chrono::seconds(1)));
+    TROUPE_TRY(cuda(cudaMemcpy(&one, scratch_, sizeof one, cudaMemcpyDeviceToHost), "cudaMemcpy"));
+    if (one != size())
+      return make_error(errc::internal, "the check allreduce of ", describe(*this), " gave ", one);
+    return ok();
+  }
+
+  std::string_view backend_name() const noexcept override { return "nccl"; }
+  bool supports(dtype type, reduce_op op) const noexcept override {
+    return op != reduce_op::avg || is_floating(type);
+  }
+
+  work allreduce(tensor_view t, const allreduce_options& o) override {
+    TROUPE_TRY_WORK(check(t, "allreduce"));
+    TROUPE_TRY_WORK(check_reduce(*this, t, o.op, "allreduce"));
+    return launch("allreduce", o.timeout, o.stream, [&] {
+      return ncclAllReduce(t.data, t.data, t.numel, nccl_type(t.type), nccl_op(o.op), comm(),
+                           stream());
+    });
+  }
+
+  work broadcast(tensor_view t, const broadcast_options& o) override {
+    TROUPE_TRY_WORK(check(t, "broadcast"));
+    TROUPE_TRY_WORK(check_root(*this, o.root, "broadcast"));
+    return launch("broadcast", o.timeout, o.stream, [&] {
+      return ncclBroadcast(t.data, t.data, t.numel, nccl_type(t.type), o.root, comm(), stream());
+    });
+  }
+
+  work reduce(tensor_view t, const reduce_options& o) override {
+    TROUPE_TRY_WORK(check(t, "reduce"));
+    TROUPE_TRY_WORK(check_root(*this, o.root, "reduce"));
+    TROUPE_TRY_WORK(check_reduce(*this, t, o.op, "reduce"));
+    // The receive buffer is only written on the root: the others keep their input.
+    return launch("reduce", o.timeout, o.stream, [&] {
+      return ncclReduce(t.data, t.data, t.numel, nccl_type(t.type), nccl_op(o.op), o.root, comm(),
+                        stream());
+    });
+  }
+
+  work allgather(tensor_view in, tensor_view out, const allgather_options& o) override {
+    TROUPE_TRY_WORK(check(in, "allgather input"));
+    TROUPE_TRY_WORK(check(out, "allgather output"));
+    TROUPE_TRY_WORK(check_blocks(*this, in, out, true, "allgather"));
+    return launch("allgather", o.timeout, o.stream, [&] {
+      return ncclAllGather(in.data, out.data, in.numel, nccl_type(in.type), comm(), stream());
+    });
+  }
+
+  work gather(tensor_view in, tensor_view out, const gather_options& o) override {
+    bool is_root = rank() == o.root;
+    TROUPE_TRY_WORK(check(in, "gather input"));
+    TROUPE_TRY_WORK(check_root(*this, o.root, "gather"));
+    if (is_root) TROUPE_TRY_WORK(check(out, "gather output"));
+    TROUPE_TRY_WORK(check_blocks(*this, in, out, is_root, "gather"));
+    return launch("gather", o.timeout, o.stream, [&]() -> ncclResult_t {
+      auto ty = nccl_type(in.type);
+      if (!is_root) return ncclSend(in.data, in.numel, ty, o.root, comm(), stream());
+      if (cudaMemcpyAsync(out.slice(static_cast<std::size_t>(rank()) * in.numel, in.numel).data,
+                          in.data, in.nbytes(), cudaMemcpyDeviceToDevice, stream()) != cudaSuccess)
+        return ncclUnhandledCudaError;
+      return grouped([&] {
+        for (int r = 0; r < size(); ++r) {
+          if (r == rank()) continue;
+          auto res = ncclRecv(out.slice(static_cast<std::size_t>(r) * in.numel, in.numel).data,
+                              in.numel, ty, r, comm(), stream());
+          if (res != ncclSuccess) return res;
+        }
+        return ncclSuccess;
+      });
+    });
+  }
+
+  work scatter(tensor_view in, tensor_view out, const scatter_options& o) override {
+    bool is_root = rank() == o.root;
+    TROUPE_TRY_WORK(check(out, "scatter output"));
+    TROUPE_TRY_WORK(check_root(*this, o.root, "scatter"));
+    if (is_root) TROUPE_TRY_WORK(check(in, "scatter input"));
+    TROUPE_TRY_WORK(check_blocks(*this, out, in, is_root, "scatter"));
+    return launch("scatter", o.timeout, o.stream, [&]() -> ncclResult_t {
+      auto ty = nccl_type(out.type);
+      if (!is_root) return ncclRecv(out.data, out.numel, ty, o.root, comm(), stream());
+      if (cudaMemcpyAsync(out.data,
+                          in.slice(static_cast<std::size_t>(rank()) * out.numel, out.numel).data,
+                          out.nbytes(), cudaMemcpyDeviceToDevice, stream()) != cudaSuccess)
+        return ncclUnhandledCudaError;
+      return grouped([&] {
+        for (int r = 0; r < size(); ++r) {
+          if (r == rank()) continue;
+          auto res = ncclSend(in.slice(static_cast<std::size_t>(r) * out.numel, out.numel).data,
+                              out.numel, ty, r, comm(), stream());
+          if (res != ncclSuccess) return res;
+        }
+        return ncclSuccess;
+      });
+    });
+  }
+
+  work reduce_scatter(tensor_view in, tensor_view out, const reduce_scatter_options& o) override {
+    TROUPE_TRY_WORK(check(in, "reduce_scatter input"));
+    TROUPE_TRY_WORK(check(out, "reduce_scatter output"));
+    TROUPE_TRY_WORK(check_blocks(*this, out, in, true, "reduce_scatter"));
+    TROUPE_TRY_WORK(check_reduce(*this, in, o.op, "reduce_scatter"));
+    return launch("reduce_scatter", o.timeout, o.stream, [&] {
+      return ncclReduceScatter(in.data, out.data, out.numel, nccl_type(in.type), nccl_op(o.op),
+                               comm(), stream());
+    });
+  }
+
+  work all_to_all(tensor_view in, tensor_view out, const all_to_all_options& o) override {
+    TROUPE_TRY_WORK(check(in, "all_to_all input"));
+    TROUPE_TRY_WORK(check(out, "all_to_all output"));
+    auto l = check_all_to_all(*this, in, out, o);
+    if (!l) return work::completed(std::move(l).error());
+    return launch("all_to_all", o.timeout, o.stream, [&]() -> ncclResult_t {
+      auto ty = nccl_type(in.type);
+      return grouped([&] {
+        for (int r = 0; r < size(); ++r) {
+          auto ri = static_cast<std::size_t>(r);
+          if (l->send_counts[ri] > 0)
+            if (auto res = ncclSend(in.slice(l->send_offsets[ri], 0).data, l->send_counts[ri], ty,
+                                    r, comm(), stream());
+                res != ncclSuccess)
+              return res;
+          if (l->recv_counts[ri] > 0)
+            if (auto res = ncclRecv(out.slice(l->recv_offsets[ri], 0).data, l->recv_counts[ri], ty,
+                                    r, comm(), stream());
+                res != ncclSuccess)
+              return res;
+        }
+        return ncclSuccess;
+      });
+    });
+  }
+
+  work barrier(const barrier_options& o) override {
+    // An allreduce of one scratch element; its completion is the barrier.
+    return launch("barrier", o.timeout, o.stream, [&] {
+      return ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm(), stream());
+    });
+  }
+
+  work send(tensor_view t, int dst, const p2p_options& o) override {
+    TROUPE_TRY_WORK(check(t, "send"));
+    TROUPE_TRY_WORK(check_peer(*this, dst, "send"));
+    return launch(
+        "send", o.timeout, o.stream,
+        [&] { return ncclSend(t.data, t.numel, nccl_type(t.type), dst, comm(), stream()); }, dst);
+  }
+
+  work recv(tensor_view t, int src, const p2p_options& o) override {
+    TROUPE_TRY_WORK(check(t, "recv"));
+    TROUPE_TRY_WORK(check_peer(*this, src, "recv"));
+    return launch(
+        "recv", o.timeout, o.stream,
+        [&] { return ncclRecv(t.data, t.numel, nccl_type(t.type), src, comm(), stream()); }, src);
+  }
+
+  std::optional<troupe::error> failure() const override {
+    std::lock_guard lk(mu_);
+    return failure_;
+  }
+
+  void shutdown(duration timeout) override {
+    {
+      std::lock_guard lk(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    auto dl = deadline::after(timeout);
+    // Let launched work finish; the watchdog keeps completing it meanwhile.
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait_until(lk, dl.time_point(), [&] { return pending_.empty(); });
+    }
+    bool leftover = false;
+    {
+      std::lock_guard lk(mu_);
+      leftover = !pending_.empty();
+      quit_ = true;
+    }
+    cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    if (comm_) {
+      std::lock_guard lk(comm_mu_);
+      if (leftover)
+        comm_->abort();
+      else
+        (void)comm_->finalize(std::max(dl.remaining(), duration(100)));
+    }
+    std::deque<pending_op> rest;
+    {
+      std::lock_guard lk(mu_);
+      rest.swap(pending_);
+    }
+    for (auto& p : rest) {
+      p.completer.complete(make_error(errc::shut_down, p.what,
+                                      ": the group was shut down before "
+                                      "it finished"));
+      api_->destroy_event(p.done_event);
+    }
+    // After an abort, kernels may still sit in the stream behind the caller's work;
+    // cudaFree would synchronize the device and wait for them. Leave the 16 bytes and the
+    // stream to the process instead.
+    bool failed = failure().has_value();
+    if (scratch_ && !failed) (void)cudaFree(scratch_);
+    if (stream_ && !failed) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+    scratch_ = nullptr;
+    stream_ = nullptr;
+  }
+
+  expected<std::shared_ptr<process_group>> split_native(const group_spec* child,
+                                                        int color) override {
+    if (auto f = failure()) return *f;
+    std::unique_ptr<nccl_comm> c;
+    {
+      std::lock_guard lk(comm_mu_);
+      TROUPE_TRY(cuda(cudaSetDevice(device_), "cudaSetDevice"));
+      auto r = comm_->split(child ? color : -1, child ? child->rank : 0,
+                            child ? child->name : std::string(), spec().timeout);
+      if (!r) return std::move(r).error().with_operation("collectives.nccl.split");
+      c = std::move(*r);
+    }
+    if (!child || !c) return std::shared_ptr<process_group>();
+    auto g = std::make_shared<nccl_group>(*child, device_);
+    TROUPE_TRY(g->start(std::move(c)));
+    TROUPE_TRY(g->self_check());
+    return std::shared_ptr<process_group>(std::move(g));
+  }
+
+ private:
+  static expected<void> cuda(cudaError_t r, std::string_view call) {
+    if (r == cudaSuccess) return ok();
+    return cuda_error(r, call);
+  }
+
+  ncclComm_t comm() const { return comm_->get(); }
+  cudaStream_t stream() const { return static_cast<cudaStream_t>(stream_); }
+
+  expected<void> check(const tensor_view& t, std::string_view what) const {
+    TROUPE_TRY(check_tensor(t, what, /*want_cuda=*/true));
+    if (t.where.index() != device_)
+      return make_error(errc::invalid_argument, what, " on ", describe(*this), " lives on ",
+                        t.where.to_string(), " but this group uses cuda:", device_);
+    return ok();
+  }
+
+  // Queues one NCCL operation (the launch returns the ncclResult_t of its last call),
+  // ordered after the caller's stream, and hands its end event to the watchdog.
+  // Collectives are numbered in call order, the same on every member (the roll-call key);
+  // point-to-point transfers (peer >= 0) have a count of their own.
+  template <class F>
+  work launch(std::string_view op, duration timeout, void* caller_stream, F&& call, int peer = -1) {
+    std::unique_lock lk(comm_mu_);
+    std::uint64_t seq = peer < 0 ? ++seq_ : ++p2p_seq_;
+    std::string what = strcat(op, peer < 0 ? " #" : " #p", seq, " on ", describe(*this));
+    if (auto f = failure())
+      return work::completed(
+          make_error(f->code(), what, " was not run: the group failed earlier: ", f->message()),
+          what);
+    if (stopping())
+      return work::completed(make_error(errc::shut_down, what, ": the group was shut down"), what);
+    auto budget = roll_call_budget(timeout);
+    if (auto r = cuda(cudaSetDevice(device_), "cudaSetDevice"); !r)
+      return work::completed(std::move(r).error(), what);
+    auto ev = launch_ordered(*api_, caller_stream, stream_,
+                             [&]() -> expected<void> { return comm_->check(call(), op, timeout); });
+    if (!ev) {
+      lk.unlock();
+      auto e = fail_group(ev.error().code(), strcat(what, " could not be queued: "), {}, seq, peer,
+                          budget, ev.error().message());
+      return work::completed(std::move(e), what);
+    }
+    auto [w, done] = work::make(what);
+    pending_op p;
+    p.seq = seq;
+    p.peer = peer;
+    p.what = what;
+    p.timeout = timeout;
+    p.deadline = clock::now() + std::max(timeout - budget, duration(1));
+    p.done_event = *ev;
+    p.completer = done;
+    lk.unlock();
+    {
+      std::lock_guard g(mu_);
+      pending_.push_back(std::move(p));
+    }
+    cv_.notify_all();
+    return w;
+  }
+
+  bool stopping() const {
+    std::lock_guard lk(mu_);
+    return stopping_;
+  }
+
+  void run_watchdog() {
+    for (;;) {
+      std::deque<pending_op> batch;
+      {
+        std::unique_lock lk(mu_);
+        if (pending_.empty()) cv_.wait(lk, [&] { return quit_ || !pending_.empty(); });
+        if (quit_) return;
+        batch.swap(pending_);
+      }
+      expected<void> async;
+      {
+        std::lock_guard lk(comm_mu_);
+        async = comm_->async_status();
+      }
+      auto verdict = watchdog_poll(
+          batch, clock::now(), [&](void* e) { return api_->query(e); }, async);
+      {
+        std::lock_guard lk(mu_);
+        // Unfinished operations go back in front of the ones launched meanwhile.
+        for (auto it = batch.rbegin(); it != batch.rend(); ++it)
+          pending_.push_front(std::move(*it));
+      }
+      for (auto& p : verdict.finished) {
+        api_->destroy_event(p.done_event);
+        p.completer.complete(ok());
+      }
+      if (verdict.cause) {
+        auto seq = verdict.failed.empty() ? seq_.load() : verdict.failed.front().seq;
+        auto timeout = verdict.failed.empty() ? spec().timeout : verdict.failed.front().timeout;
+        std::string what =
+            verdict.failed.empty() ? strcat(describe(*this)) : verdict.failed.front().what;
+        int peer = verdict.failed.empty() ? -1 : verdict.failed.front().peer;
+        (void)fail_group(verdict.cause->code(),
+                         strcat(what, " failed (timeout ", format_duration(timeout), "): "),
+                         std::move(verdict.failed), seq, peer, roll_call_budget(timeout),
+                         verdict.cause->message());
+      }
+      cv_.notify_all();  // shutdown() waits for pending_ to drain
+      std::unique_lock lk(mu_);
+      cv_.wait_for(lk, watchdog_interval, [&] { return quit_; });
+      if (quit_) return;
+    }
+  }
+
+  // Aborts the communicator, names the missing ranks and fails `failed` and everything
+  // still pending with the sticky error.
+  troupe::error fail_group(errc code, const std::string& head, std::vector<pending_op> failed,
+                           std::uint64_t seq, int peer, duration budget, const std::string& cause) {
+    {
+      std::lock_guard lk(comm_mu_);
+      comm_->abort();
+    }
+    auto missing =
+        peer >= 0
+            ? std::optional(std::vector<int>{spec().global_ranks[static_cast<std::size_t>(peer)]})
+            : roll_call(*store_, spec(), seq, budget);
+    auto e = troupe::error(code, strcat(head, describe_missing(missing), "; ", cause));
+    {
+      std::lock_guard lk(mu_);
+      if (!failure_) failure_ = e;
+      for (auto& p : pending_) failed.push_back(std::move(p));
+      pending_.clear();
+    }
+    TROUPE_LOG(log_level::warn, "collectives", e.message());
+    for (auto& p : failed) {
+      api_->destroy_event(p.done_event);
+      p.completer.complete(e);
+    }
+    return e;
+  }
+
+  std::shared_ptr<store> store_;
+  int device_;
+  std::unique_ptr<stream_api> api_;
+  std::unique_ptr<nccl_comm> comm_;
+  void* stream_ = nullptr;
+  void* scratch_ = nullptr;
+
+  std::mutex comm_mu_;  // serializes NCCL calls on comm_ (launch, split, abort, polling)
+  std::atomic<std::uint64_t> seq_{0};
+  std::uint64_t p2p_seq_ = 0;  // guarded by comm_mu_
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<pending_op> pending_;
+  bool stopping_ = false;
+  bool quit_ = false;
+  std::optional<troupe::error> failure_;
+  std::thread watchdog_;
+};
+
+expected<std::shared_ptr<process_group>> create_nccl(const group_spec& spec) {
+  auto count = cuda_device_count();
+  if (!count) return std::move(count).error();
+  if (*count < 1)
+    return make_error(errc::unavailable, "the nccl backend needs a CUDA device; none is present");
+  int world_rank = spec.global_ranks[static_cast<std::size_t>(spec.rank)];
+  int dev = nccl_device_for(world_rank, *count);
+  if (auto r = cudaSetDevice(dev); r != cudaSuccess) return cuda_error(r, "cudaSetDevice");
+  auto st = std::make_shared<prefix_store>(spec.root_store, spec.name + "/nccl");
+  auto id = exchange_unique_id(*st, "unique_id", spec.rank, spec.timeout, sizeof(ncclUniqueId),
+                               []() -> expected<bytes> {
+                                 ncclUniqueId u;
+                                 if (auto r = ncclGetUniqueId(&u); r != ncclSuccess)
+                                   return nccl_error(r, "ncclGetUniqueId");
+                                 bytes b(sizeof u);
+                                 std::memcpy(b.data(), &u, sizeof u);
+                                 return b;
+                               });
+  if (!id) return std::move(id).error().with_operation("collectives.nccl.create");
+  ncclUniqueId u;
+  std::memcpy(&u, id->data(), sizeof u);
+  auto comm = nccl_comm::init(spec.size, u, spec.rank, spec.name, spec.timeout);
+  if (!comm) return std::move(comm).error().with_operation("collectives.nccl.create");
+  auto g = std::make_shared<nccl_group>(spec, dev);
+  TROUPE_TRY(g->start(std::move(*comm)));
+  TROUPE_TRY(g->self_check());
+  return std::shared_ptr<process_group>(std::move(g));
+}
+
+}  // namespace
+
+backend_info nccl_backend_info() {
+  backend_info b;
+  b.name = "nccl";
+  b.description = "CUDA tensors through NCCL, one communicator per group";
+  b.viable = [] {
+    auto n = cuda_device_count();
+    return n && *n > 0;
+  };
+  b.create = create_nccl;
+  return b;
+}
+
+}  // namespace troupe::collectives

@@ -1,0 +1,58 @@
+// work: the handle of one asynchronous collective. Completed exactly once, by the
+// backend, with success or with the error that ended it.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/future.hpp"
+
+namespace troupe::collectives {
+
+namespace detail {
+struct work_state;
+}
+
+class work {
+ public:
+  /// A handle that is already completed with `result`.
+  static work completed(expected<void> result, std::string description = {});
+
+  /// The producer side: the backend keeps the completer, the user gets the work.
+  class completer {
+   public:
+    /// Completes the work; later calls are ignored. Returns whether this call won.
+    bool complete(expected<void> result) const;
+    bool is_completed() const;
+
+   private:
+    friend class work;
+    std::shared_ptr<detail::work_state> state_;
+  };
+  /// A pending work described as e.g. "allreduce #4 on group 'world'".
+  static std::pair<work, completer> make(std::string description);
+
+  work() = default;
+
+  /// Waits up to `timeout` for completion. Returns the operation's result, or
+  /// errc::timeout (the work stays pending and may be waited on again).
+  expected<void> wait(duration timeout) const;
+  /// wait() with the process-wide default timeout.
+  expected<void> wait() const { return wait(default_timeout()); }
+
+  /// True once the operation finished, successfully or not.
+  bool is_completed() const;
+  /// The error that ended the operation, if it failed.
+  std::optional<troupe::error> error() const;
+  /// A new future completed with the result; may be called several times.
+  future<void> get_future() const;
+  /// What this work is, for logs.
+  const std::string& description() const;
+  bool valid() const noexcept { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<detail::work_state> state_;
+};
+
+}  // namespace troupe::collectives

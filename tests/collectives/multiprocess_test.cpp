@@ -1,0 +1,83 @@
+// Real rank processes on 127.0.0.1 running the gloo backend: the parent hosts a TCP store
+// on port 0 and starts one collectives_test_worker per rank.
+#include <doctest/doctest.h>
+
+#include "spawn.hpp"
+#include "store/connect.hpp"
+#include "store/tcp_store_server.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace troupe::collectives::testing;
+
+struct ranks {
+  std::unique_ptr<troupe::tcp_store_server> server = troupe::tcp_store_server::start({}).value();
+  std::vector<pid_t> pids;
+
+  void start(const std::string& mode, int world) {
+    for (int r = 0; r < world; ++r) {
+      pids.push_back(start_process({TROUPE_COLLECTIVES_TEST_WORKER, mode, server->url(),
+                                    std::to_string(r), std::to_string(world)}));
+      REQUIRE(pids.back() > 0);
+    }
+  }
+  void expect_success(std::chrono::milliseconds timeout, std::vector<pid_t> only = {}) {
+    auto st = wait_children(only.empty() ? pids : only, timeout);
+    for (auto& [pid, s] : st) {
+      CAPTURE(pid);
+      int signal = s != -1 && WIFSIGNALED(s) ? WTERMSIG(s) : 0;
+      CAPTURE(signal);
+      CHECK(exited_zero(s));
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("every collective on every dtype matches local results at world sizes 1 to 4") {
+  for (int world = 1; world <= 4; ++world) {
+    CAPTURE(world);
+    ranks rs;
+    rs.start("ops", world);
+    rs.expect_success(25s);
+  }
+}
+
+TEST_CASE(
+    "subgroups by rank list and by color and the parallelism layout reduce among their members") {
+  for (int world : {3, 4}) {
+    CAPTURE(world);
+    ranks rs;
+    rs.start("groups", world);
+    rs.expect_success(25s);
+  }
+}
+
+TEST_CASE("an allreduce that one rank skips fails within its timeout naming that rank") {
+  ranks rs;
+  rs.start("timeout", 2);
+  rs.expect_success(20s);
+}
+
+TEST_CASE("killing a rank in a large allreduce fails the survivors in time and they regroup") {
+  constexpr int world = 3;
+  ranks rs;
+  rs.start("kill", world);
+  troupe::store_options so;
+  so.timeout = 20s;
+  auto s = troupe::connect_store(rs.server->url(), so).value();
+  // Wait until every rank is inside its allreduce loop, then kill the last one.
+  bool all_in = false;
+  for (int i = 0; i < 400 && !all_in; ++i) {
+    auto n = s->add("looping", 0);
+    REQUIRE(n.has_value());
+    all_in = *n == world;
+    if (!all_in) std::this_thread::sleep_for(50ms);
+  }
+  REQUIRE(all_in);
+  REQUIRE(::kill(rs.pids.back(), SIGKILL) == 0);
+  auto victim = wait_children({rs.pids.back()}, 5s);
+  CHECK(WIFSIGNALED(victim[rs.pids.back()]));
+  rs.expect_success(25s, {rs.pids.begin(), rs.pids.end() - 1});
+}

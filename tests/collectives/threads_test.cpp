@@ -1,0 +1,153 @@
+// Several gloo ranks as threads of one process, sharing an in-process store.
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "collectives/group.hpp"
+#include "op_suite.hpp"
+#include "store/memory_store.hpp"
+
+using namespace std::chrono_literals;
+using namespace troupe;
+using namespace troupe::collectives;
+
+namespace {
+
+// Runs `body(group)` on `world` threads, one rank each; returns each rank's message.
+template <class F>
+std::vector<std::string> on_ranks(int world, F body, std::string name = "world") {
+  auto s = std::make_shared<memory_store>();
+  std::vector<std::string> out(static_cast<std::size_t>(world));
+  std::vector<std::thread> ts;
+  for (int r = 0; r < world; ++r)
+    ts.emplace_back([&, r] {
+      world_options o;
+      o.rank = r;
+      o.size = world;
+      o.store = s;
+      o.backend = "gloo";
+      o.name = name;
+      o.timeout = 10s;
+      auto g = init_world(o);
+      if (!g) {
+        out[static_cast<std::size_t>(r)] = "init: " + g.error().to_string();
+        return;
+      }
+      out[static_cast<std::size_t>(r)] = body(**g);
+    });
+  for (auto& t : ts) t.join();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a single-rank gloo group runs every collective on every dtype") {
+  auto out = on_ranks(1, [](process_group& g) { return testing::run_op_suite(g, 5s); });
+  CHECK(out[0] == "");
+}
+
+TEST_CASE("three gloo ranks in threads run every collective on every dtype") {
+  auto out = on_ranks(3, [](process_group& g) { return testing::run_op_suite(g, 10s); });
+  for (auto& m : out) CHECK(m == "");
+}
+
+TEST_CASE("bad arguments and unsupported dtype/op pairs fail the work before anything is sent") {
+  auto out = on_ranks(2, [](process_group& g) -> std::string {
+    std::int32_t x[4] = {};
+    tensor_view v{x, dtype::int32, 4, device::cpu()};
+    auto avg = g.allreduce(v, {reduce_op::avg, 5s}).wait(1s);
+    if (avg || avg.error().code() != errc::unsupported) return "avg on int32 was accepted";
+    if (avg.error().message().find("int32") == std::string::npos) return "no dtype named";
+    auto root = g.broadcast(v, {7, 5s}).wait(1s);
+    if (root || root.error().code() != errc::invalid_argument) return "root 7 was accepted";
+    auto self = g.send(v, g.rank(), {0, 5s}).wait(1s);
+    if (self || self.error().code() != errc::invalid_argument) return "send to self was accepted";
+    auto sizes = g.allgather(v, v, {5s}).wait(1s);
+    if (sizes || sizes.error().code() != errc::invalid_argument) return "allgather sizes accepted";
+    tensor_view gpu{x, dtype::int32, 4, device::cuda(0).value()};
+    auto dev = g.allreduce(gpu, {reduce_op::sum, 5s}).wait(1s);
+    if (dev || dev.error().code() != errc::invalid_argument) return "a CUDA tensor was accepted";
+    // The group is not broken by refused arguments.
+    auto b = g.barrier({5s}).wait(10s);
+    return b ? std::string() : "barrier after refusals: " + b.error().to_string();
+  });
+  for (auto& m : out) CHECK(m == "");
+}
+
+TEST_CASE(
+    "work queued on a group that shuts down fails with shut_down, and shutdown is idempotent") {
+  auto out = on_ranks(1, [](process_group& g) -> std::string {
+    g.shutdown(1s);
+    g.shutdown(1s);
+    float x = 1;
+    auto r = g.allreduce(tensor_view{&x, dtype::float32, 1, device::cpu()}).wait(1s);
+    if (r || r.error().code() != errc::shut_down) return "an op ran after shutdown";
+    return {};
+  });
+  CHECK(out[0] == "");
+}
+
+TEST_CASE("work completions chain through the core future") {
+  auto out = on_ranks(2, [](process_group& g) -> std::string {
+    double x = g.rank() + 1.0;
+    auto f = g.allreduce(tensor_view{&x, dtype::float64, 1, device::cpu()}, {reduce_op::sum, 5s})
+                 .get_future()
+                 .then([&x] { return x * 2; });
+    auto v = f.get(10s);
+    if (!v) return v.error().to_string();
+    return *v == 6.0 ? std::string() : "chained value " + std::to_string(*v);
+  });
+  for (auto& m : out) CHECK(m == "");
+}
+
+TEST_CASE("point-to-point transfers between two ranks do not disturb later collectives") {
+  auto out = on_ranks(3, [](process_group& g) -> std::string {
+    std::int64_t v = 40 + g.rank();
+    tensor_view t{&v, dtype::int64, 1, device::cpu()};
+    if (g.rank() == 0)
+      if (auto r = g.send(t, 1, {9, 5s}).wait(10s); !r) return "send: " + r.error().to_string();
+    if (g.rank() == 1) {
+      if (auto r = g.recv(t, 0, {9, 5s}).wait(10s); !r) return "recv: " + r.error().to_string();
+      if (v != 40) return "received " + std::to_string(v);
+    }
+    std::int64_t one = 1;
+    auto r = g.allreduce(tensor_view{&one, dtype::int64, 1, device::cpu()}, {reduce_op::sum, 5s})
+                 .wait(10s);
+    if (!r) return "allreduce after p2p: " + r.error().to_string();
+    return one == 3 ? std::string() : "sum " + std::to_string(one);
+  });
+  for (auto& m : out) CHECK(m == "");
+}
+
+TEST_CASE("a recv whose sender never sends fails within its timeout naming the sender") {
+  auto out = on_ranks(2, [](process_group& g) -> std::string {
+    float x = 0;
+    if (g.rank() == 0) {
+      auto start = clock::now();
+      auto r = g.recv(tensor_view{&x, dtype::float32, 1, device::cpu()}, 1, {1, 500ms}).wait(5s);
+      if (r) return "the recv succeeded";
+      if (clock::now() - start > 1500ms) return "the recv took too long to fail";
+      if (r.error().message().find("rank [1] did not arrive") == std::string::npos)
+        return "the sender is not named: " + r.error().to_string();
+      if (!g.failure()) return "the failure is not sticky";
+    }
+    return {};
+  });
+  for (auto& m : out) CHECK(m == "");
+}
+
+TEST_CASE("joining a world whose other ranks never come fails within the timeout") {
+  world_options o;
+  o.rank = 0;
+  o.size = 2;
+  o.store = std::make_shared<memory_store>();
+  o.backend = "gloo";
+  o.name = "lonely";
+  o.timeout = 500ms;
+  auto start = clock::now();
+  auto g = init_world(o);
+  CHECK(clock::now() - start < 3s);
+  REQUIRE_FALSE(g);
+  CHECK(g.error().code() == errc::timeout);
+  CHECK(g.error().message().find("'lonely'") != std::string::npos);
+}
