@@ -4,12 +4,13 @@
 
 #include "store/tcp_store_server.hpp"
 
-#include <array>
+#include <algorithm>
 #include <boost/asio.hpp>
-#include <deque>
+#include <cstring>
 #include <future>
 #include <map>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <unordered_map>
 
@@ -135,7 +136,7 @@ class connection : public std::enable_shared_from_this<connection> {
               strcat("no hello within ", format_duration(self->core_->options.hello_timeout)),
               true);
       });
-      self->read_length();
+      self->read_more();
     });
   }
 
@@ -143,7 +144,7 @@ class connection : public std::enable_shared_from_this<connection> {
   void send(bytes frame) {
     if (closed_) return;
     outbox_.push_back(std::move(frame));
-    if (!writing_) write_next();
+    if (!writing_ && !parsing_) write_next();
   }
 
   // On the strand. Warn-level reasons are the peer's fault.
@@ -157,63 +158,100 @@ class connection : public std::enable_shared_from_this<connection> {
       TROUPE_LOG(log_level::debug, "store", core_->name, ": closing the connection from ", peer_,
                  ": ", reason);
     boost::system::error_code ec;
+    if (parsing_ && !writing_) flush_queued();
     timer_.cancel();
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
-    if (!writing_) outbox_.clear();  // a frame being written lives until its handler runs
+    outbox_.clear();  // the frames being written (in_flight_) live until their handler runs
     core_->forget_connection(this);
   }
 
   tcp::socket::executor_type executor() { return socket_.get_executor(); }
 
  private:
-  void read_length() {
-    asio::async_read(socket_, asio::buffer(length_),
-                     [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                       self->on_length(ec);
-                     });
+  // Reads whatever the peer has sent into in_ (after the bytes kept from the last read),
+  // growing in_ only as far as the frame at its head needs.
+  void read_more() {
+    std::size_t kept = in_end_ - in_begin_;
+    if (in_begin_ != 0) {
+      if (kept != 0) std::memmove(in_.data(), in_.data() + in_begin_, kept);
+      in_begin_ = 0;
+      in_end_ = kept;
+    }
+    std::size_t want = read_chunk;
+    if (kept >= wire::length_size) want = std::max(want, wire::length_size + frame_length());
+    if (in_.size() < want) {
+      in_.resize(want);
+    } else if (kept == 0 && in_.size() > read_chunk) {
+      bytes fresh(read_chunk);  // give back the room a large frame needed
+      in_.swap(fresh);
+    }
+    socket_.async_read_some(asio::buffer(in_.data() + in_end_, in_.size() - in_end_),
+                            [self = shared_from_this()](boost::system::error_code ec,
+                                                        std::size_t n) { self->on_read(ec, n); });
   }
 
-  void on_length(boost::system::error_code ec) {
-    if (closed_) return;
-    if (ec) return close(ec == asio::error::eof ? "the peer closed it" : ec.message(), false);
+  // The length prefix of the frame at the head of in_; needs length_size bytes there.
+  std::size_t frame_length() const {
     std::uint32_t n = 0;
     for (std::size_t i = 0; i < wire::length_size; ++i)
-      n |= std::to_integer<std::uint32_t>(length_[i]) << (8 * i);
-    if (n > core_->options.max_frame_size)
-      return close(
-          strcat("frame of ", n, " bytes exceeds the limit of ", core_->options.max_frame_size,
-                 " bytes (raise max_frame_size on server and clients if intended)"),
-          true);
-    if (n < wire::min_body)
-      return close(
-          strcat("frame of ", n, " bytes is shorter than the ", wire::min_body, "-byte minimum"),
-          true);
-    body_.resize(n);
-    asio::async_read(socket_, asio::buffer(body_),
-                     [self = shared_from_this()](boost::system::error_code e, std::size_t) {
-                       self->on_body(e);
-                     });
+      n |= std::to_integer<std::uint32_t>(in_[in_begin_ + i]) << (8 * i);
+    return n;
   }
 
-  void on_body(boost::system::error_code ec) {
+  void on_read(boost::system::error_code ec, std::size_t got) {
     if (closed_) return;
-    if (ec)
-      return close(
-          ec == asio::error::eof ? "the peer closed it in the middle of a frame" : ec.message(),
-          true);
-    if (!authenticated_) {
-      on_hello();
-    } else {
-      auto q = wire::decode_request(body_);
-      if (!q) return close(q.error().message(), true);
-      handle(std::move(*q));
+    if (ec) {
+      // A peer that stops within a length prefix ends the stream cleanly; within a body it
+      // breaks a frame.
+      bool mid_frame = in_end_ - in_begin_ >= wire::length_size;
+      if (ec == asio::error::eof)
+        return close(
+            mid_frame ? "the peer closed it in the middle of a frame" : "the peer closed it",
+            mid_frame);
+      return close(ec.message(), mid_frame);
     }
-    if (!closed_ && !closing_) read_length();
+    in_end_ += got;
+    // The replies to every frame of this read leave together, in one write.
+    parsing_ = true;
+    parse_frames();
+    parsing_ = false;
+    if (!closed_ && !writing_ && !outbox_.empty()) write_next();
+    if (closed_ || closing_) return;
+    if (in_begin_ == in_end_) in_begin_ = in_end_ = 0;
+    read_more();
   }
 
-  void on_hello() {
-    auto h = wire::decode_hello(body_);
+  // Every complete frame in the buffer, in order; a partial one waits for the next read.
+  void parse_frames() {
+    while (!closed_ && !closing_ && in_end_ - in_begin_ >= wire::length_size) {
+      std::size_t n = frame_length();
+      if (n > core_->options.max_frame_size)
+        return close(
+            strcat("frame of ", n, " bytes exceeds the limit of ", core_->options.max_frame_size,
+                   " bytes (raise max_frame_size on server and clients if intended)"),
+            true);
+      if (n < wire::min_body)
+        return close(
+            strcat("frame of ", n, " bytes is shorter than the ", wire::min_body, "-byte minimum"),
+            true);
+      if (in_end_ - in_begin_ < wire::length_size + n) break;
+      std::span<const std::byte> body(in_.data() + in_begin_ + wire::length_size, n);
+      in_begin_ += wire::length_size + n;
+      on_frame(body);
+    }
+  }
+
+  // One complete frame body; it points into in_, which stays put until the next read.
+  void on_frame(std::span<const std::byte> body) {
+    if (!authenticated_) return on_hello(body);
+    auto q = wire::decode_request(body);
+    if (!q) return close(q.error().message(), true);
+    handle(std::move(*q));
+  }
+
+  void on_hello(std::span<const std::byte> body) {
+    auto h = wire::decode_hello(body);
     if (!h) return close(h.error().message(), true);
     if (h->version != wire::version) {
       refuse(make_error(errc::protocol_error, "this store server speaks protocol version ",
@@ -370,6 +408,8 @@ class connection : public std::enable_shared_from_this<connection> {
     deliver(ready);
   }
 
+  // Sends every queued frame with one gathered write; frames queued meanwhile go out
+  // together when it completes.
   void write_next() {
     if (outbox_.empty() || closed_) {
       writing_ = false;
@@ -377,23 +417,45 @@ class connection : public std::enable_shared_from_this<connection> {
       return;
     }
     writing_ = true;
-    asio::async_write(socket_, asio::buffer(outbox_.front()),
+    in_flight_.clear();
+    in_flight_.swap(outbox_);
+    out_buffers_.clear();
+    for (const auto& f : in_flight_) out_buffers_.push_back(asio::buffer(f));
+    asio::async_write(socket_, out_buffers_,
                       [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                         if (self->closed_) return;
                         if (ec) return self->close(ec.message(), false);
-                        self->outbox_.pop_front();
                         self->write_next();
                       });
   }
+
+  // Closing while handling the frames of one read: the replies to the frames before the
+  // offending one go out as far as the socket takes them without blocking, as they would
+  // have had each frame been read and answered on its own.
+  void flush_queued() {
+    if (outbox_.empty()) return;
+    boost::system::error_code ec;
+    socket_.non_blocking(true, ec);
+    if (ec) return;
+    out_buffers_.clear();
+    for (const auto& f : outbox_) out_buffers_.push_back(asio::buffer(f));
+    asio::write(socket_, out_buffers_, ec);
+  }
+
+  static constexpr std::size_t read_chunk = std::size_t{64} << 10;
 
   tcp::socket socket_;
   asio::steady_timer timer_;
   std::shared_ptr<shared_core> core_;
   std::string peer_;
-  std::array<std::byte, wire::length_size> length_{};
-  bytes body_;
-  std::deque<bytes> outbox_;
+  bytes in_;  // received bytes; [in_begin_, in_end_) not yet parsed
+  std::size_t in_begin_ = 0;
+  std::size_t in_end_ = 0;
+  std::vector<bytes> outbox_;  // replies waiting for the write in flight
+  std::vector<bytes> in_flight_;
+  std::vector<asio::const_buffer> out_buffers_;
   bool writing_ = false;
+  bool parsing_ = false;  // replies queue until the frames of one read are handled
   bool authenticated_ = false;
   bool closing_ = false;  // refuse the peer once the outbox is flushed
   bool closed_ = false;
