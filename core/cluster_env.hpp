@@ -1,0 +1,58 @@
+// cluster_env: where this process stands in its job, read from the environment that
+// troupe-run, torchrun or Slurm's srun gives it, so that a troupe program initializes
+// with no arguments under any of them.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "core/expected.hpp"
+
+namespace troupe {
+
+/// Who started this process.
+enum class cluster_kind {
+  /// troupe-run (TROUPE_RUN_ID is set).
+  troupe_run,
+  /// torchrun / torch.distributed.elastic (TORCHELASTIC_RUN_ID is set).
+  torchrun,
+  /// Slurm's srun (SLURM_PROCID and SLURM_NTASKS are set).
+  slurm,
+  /// RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set by hand or another launcher.
+  environment,
+};
+
+std::string_view to_string(cluster_kind kind) noexcept;
+
+struct cluster_env {
+  cluster_kind kind = cluster_kind::environment;
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  /// The node's rank among the job's nodes (GROUP_RANK, SLURM_NODEID).
+  int node_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+  /// The store every rank opens (connect_store). troupe-run names its own store; under
+  /// the other launchers it is tcp://MASTER_ADDR:MASTER_PORT, hosted by rank 0.
+  std::string store_url;
+  /// Whether this process must host the store at store_url (rank 0 outside troupe-run).
+  bool host_store = false;
+  std::string run_id;
+  int restart_count = 0;
+};
+
+/// Reads the environment of this process. errc::not_found when no launcher's variables
+/// are present (the message lists what to set); errc::invalid_argument naming the
+/// variable when one is malformed or inconsistent (a rank outside the world, say).
+expected<cluster_env> detect_cluster_env();
+
+/// The same, from an explicit set of variables (for tests and for callers that filter).
+expected<cluster_env> detect_cluster_env(const std::map<std::string, std::string>& vars);
+
+/// The first host of a Slurm host list: "node[01-04,07],gpu7" -> "node01".
+expected<std::string> first_slurm_host(std::string_view nodelist);
+
+}  // namespace troupe
