@@ -6,10 +6,13 @@
 
 #include "store/tcp_store.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
 #include <cerrno>
@@ -186,6 +189,7 @@ struct tcp_store::impl {
   bool reading = false;    // guarded by mu: a caller holds the reader role
   bytes rbuf;              // only touched by the reader
   std::size_t rstart = 0;  // first unparsed byte of rbuf
+  std::size_t rend = 0;    // end of the bytes received into rbuf
 
   int fd() { return socket.native_handle(); }
 
@@ -237,32 +241,50 @@ struct tcp_store::impl {
     return ok();
   }
 
-  // One round of the reader role: waits for data until `until`, reads what is there and
-  // delivers every complete reply. Called without mu held.
+  // One round of the reader role: waits for data until `until` (or one receive-timeout
+  // slice), reads what is there and delivers every complete reply. Called without mu
+  // held. The socket is blocking with SO_RCVTIMEO, so a round costs one recv() when data
+  // comes, instead of poll() + recv().
   void read_round(const deadline& until) {
-    pollfd p{fd(), POLLIN, 0};
-    int ms = static_cast<int>(std::min<long long>(until.remaining().count(), 1 << 30));
-    int pr = ::poll(&p, 1, ms);
-    if (pr <= 0) return;  // timeout or EINTR: the caller re-checks its deadline
-    if (rstart > 0 && rstart == rbuf.size()) {
-      rbuf.clear();
-      rstart = 0;
+    set_receive_slice(until.remaining());
+    if (rbuf.size() - rend < 65536) {  // make room without zero-filling on every read
+      if (rstart > 0) {
+        std::copy(rbuf.begin() + static_cast<std::ptrdiff_t>(rstart),
+                  rbuf.begin() + static_cast<std::ptrdiff_t>(rend), rbuf.begin());
+        rend -= rstart;
+        rstart = 0;
+      }
+      if (rbuf.size() - rend < 65536) rbuf.resize(rend + 65536);
     }
-    std::size_t old = rbuf.size();
-    rbuf.resize(old + 65536);
-    ssize_t n = ::recv(fd(), rbuf.data() + old, 65536, MSG_DONTWAIT);
+    ssize_t n = ::recv(fd(), rbuf.data() + rend, rbuf.size() - rend, 0);
     if (n <= 0) {
-      rbuf.resize(old);
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
       return fail(lost(n == 0 ? std::string("the server closed it") : std::strerror(errno)));
     }
-    rbuf.resize(old + static_cast<std::size_t>(n));
+    rend += static_cast<std::size_t>(n);
     deliver_frames();
+  }
+
+  // A blocked recv() returns after at most this long, so the reader re-checks its
+  // deadline; shortened (one setsockopt) only for a deadline closer than that.
+  static constexpr duration receive_slice{100};
+  duration current_slice{0};
+
+  void set_receive_slice(duration remaining) {
+    duration want = std::clamp(remaining, duration(1), receive_slice);
+    if (want == current_slice) return;
+    if (want < receive_slice || current_slice != receive_slice) {
+      timeval tv{};
+      tv.tv_sec = static_cast<time_t>(want.count() / 1000);
+      tv.tv_usec = static_cast<suseconds_t>((want.count() % 1000) * 1000);
+      ::setsockopt(fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      current_slice = want;
+    }
   }
 
   void deliver_frames() {
     std::vector<std::pair<std::uint64_t, bytes>> replies;
-    while (rbuf.size() - rstart >= wire::length_size) {
+    while (rend - rstart >= wire::length_size) {
       std::uint32_t len = 0;
       for (std::size_t i = 0; i < wire::length_size; ++i)
         len |= std::to_integer<std::uint32_t>(rbuf[rstart + i]) << (8 * i);
@@ -270,7 +292,7 @@ struct tcp_store::impl {
         return fail(make_error(errc::protocol_error, name, " sent a frame of ", len,
                                " bytes, outside the accepted ", wire::min_body, "..",
                                options.max_frame_size));
-      if (rbuf.size() - rstart - wire::length_size < len) break;  // partial frame
+      if (rend - rstart - wire::length_size < len) break;  // partial frame
       std::span<const std::byte> body(rbuf.data() + rstart + wire::length_size, len);
       auto head = wire::peek(body);
       if (!head || head->first != wire::kind::reply)
@@ -278,10 +300,7 @@ struct tcp_store::impl {
       replies.emplace_back(head->second, bytes(body.begin() + wire::min_body, body.end()));
       rstart += wire::length_size + len;
     }
-    if (rstart == rbuf.size()) {
-      rbuf.clear();
-      rstart = 0;
-    }
+    if (rstart == rend) rstart = rend = 0;
     if (replies.empty()) return;
     {
       std::lock_guard lk(mu);
@@ -328,6 +347,10 @@ struct tcp_store::impl {
   void finish_connecting() {
     work.reset();
     thread.join();
+    // From here on only plain blocking calls with explicit timeouts touch the socket.
+    int flags = ::fcntl(fd(), F_GETFL, 0);
+    if (flags >= 0) ::fcntl(fd(), F_SETFL, flags & ~O_NONBLOCK);
+    set_receive_slice(receive_slice);
   }
 
   // ---- calls (any thread) ----
