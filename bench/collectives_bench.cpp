@@ -3,7 +3,9 @@
 // operation's correction: 2(n-1)/n for allreduce, (n-1)/n for allgather, 1 for broadcast).
 //
 //   collectives_bench [--world N] [--backend gloo] [--ops allreduce,broadcast,allgather]
-//                     [--min BYTES] [--max BYTES] [--iters N]
+//                     [--min BYTES] [--max BYTES] [--iters N] [--json]
+// --json prints one JSON object per measurement, for bench/compare.py against
+// bench/collectives_torch_gloo.py (PyTorch's gloo backend, same sizes and iterations).
 // The program starts N copies of itself as ranks on 127.0.0.1 around a TCP store on port 0;
 // rank 0 prints the table. CPU tensors only (float32).
 #include <spawn.h>
@@ -36,7 +38,8 @@ struct args {
   std::vector<std::string> ops{"allreduce", "broadcast", "allgather"};
   std::size_t min_bytes = 4 << 10;
   std::size_t max_bytes = 64 << 20;
-  int iters = 0;  // 0: chosen by size
+  int iters = 0;      // 0: chosen by size
+  bool json = false;  // one JSON object per line (for bench/compare.py) instead of a table
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -73,7 +76,7 @@ int run_rank(const args& a) {
   }
   auto& pg = **g;
   const int n = a.world;
-  if (a.rank == 0)
+  if (a.rank == 0 && !a.json)
     std::printf("# world %d, backend %s, float32\n#%12s %12s %10s %12s %10s %10s\n", n,
                 a.backend.c_str(), "size(B)", "count", "op", "time(us)", "algbw", "busbw");
   for (const auto& op : a.ops) {
@@ -110,9 +113,15 @@ int run_rank(const args& a) {
         }
       double us = std::chrono::duration<double, std::micro>(clock::now() - start).count() / iters;
       double algbw = static_cast<double>(bytes) / us / 1e3;  // GB/s
-      if (a.rank == 0)
+      if (a.rank == 0 && a.json)
+        std::printf(
+            "{\"impl\": \"troupe-%s\", \"bench\": \"%s\", \"world\": %d, \"bytes\": %zu, "
+            "\"time_us\": %.1f, \"busbw_GBps\": %.4f}\n",
+            a.backend.c_str(), op.c_str(), n, bytes, us, algbw * bus_factor(op, n));
+      else if (a.rank == 0)
         std::printf(" %12zu %12zu %10s %12.1f %10.3f %10.3f\n", bytes, count, op.c_str(), us, algbw,
                     algbw * bus_factor(op, n));
+      std::fflush(stdout);
     }
   }
   return 0;
@@ -122,8 +131,17 @@ int run_rank(const args& a) {
 
 int main(int argc, char** argv) {
   args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    if (k == "--json") {
+      a.json = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::cerr << "missing value after " << k << "\n";
+      return 2;
+    }
+    std::string v = argv[++i];
     if (k == "--world")
       a.world = std::stoi(v);
     else if (k == "--rank")

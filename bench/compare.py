@@ -30,6 +30,10 @@ def key_of(row):
                  not isinstance(row[k], float))
 
 
+def fmt(v):
+    return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.4g}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
@@ -58,7 +62,7 @@ def main():
             continue
         o = statistics.median(other)
         label = ", ".join(f"{k}={v}" for k, v in key)
-        print(f"| {label} | {fig} | {t:,.1f} | {o:,.1f} | {t / o:.2f} |")
+        print(f"| {label} | {fig} | {fmt(t)} | {fmt(o)} | {t / o:.2f} |")
 
 
 if __name__ == "__main__":
