@@ -183,6 +183,17 @@ int run_agent(const run_config& c) {
   int restarts = 0;
   int attempt = 0;
   bool joined = false;
+  // Announces this node for the next round with a fresh port while its workers still run
+  // (they are stopped afterwards); false, after saying why, when the store refuses.
+  const auto join_next_round = [&] {
+    me.free_port = pick_free_port();
+    if (auto j = rdzv->join(me); !j) {
+      say("rendezvous failed: " + j.error().message());
+      return false;
+    }
+    joined = true;
+    return true;
+  };
   for (;;) {
     round_result rr;
     if (!coordinated) {
@@ -292,14 +303,9 @@ int run_agent(const run_config& c) {
         }
         ++restarts;
         say(strcat("restarting the worker group (restart ", restarts, " of ", c.max_restarts, ")"));
-        if (rdzv) {
-          me.free_port = pick_free_port();
-          if (auto j = rdzv->join(me); !j) {
-            say("rendezvous failed: " + j.error().message());
-            group.stop(SIGTERM, c.stop_grace, interrupted);
-            return 1;
-          }
-          joined = true;
+        if (rdzv && !join_next_round()) {
+          group.stop(SIGTERM, c.stop_grace, interrupted);
+          return 1;
         }
         group.stop(SIGTERM, c.stop_grace, interrupted);
         reform = true;
@@ -323,13 +329,10 @@ int run_agent(const run_config& c) {
             store_lost = true;
           } else if (*change) {
             say(strcat("the world of round ", rr.round, " changes; re-forming it"));
-            me.free_port = pick_free_port();
-            if (auto j = rdzv->join(me); !j) {
-              say("rendezvous failed: " + j.error().message());
+            if (!join_next_round()) {
               group.stop(SIGTERM, c.stop_grace, interrupted);
               return 1;
             }
-            joined = true;
             group.stop(SIGTERM, c.stop_grace, interrupted);
             reform = true;
             break;
