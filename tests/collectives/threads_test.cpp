@@ -1,8 +1,12 @@
 // Several gloo ranks as threads of one process, sharing an in-process store.
 #include <doctest/doctest.h>
 
+#include <numeric>
+#include <span>
 #include <thread>
+#include <vector>
 
+#include "collectives/autograd_all_to_all.hpp"
 #include "collectives/group.hpp"
 #include "op_suite.hpp"
 #include "store/memory_store.hpp"
@@ -150,4 +154,130 @@ TEST_CASE("joining a world whose other ranks never come fails within the timeout
   REQUIRE_FALSE(g);
   CHECK(g.error().code() == errc::timeout);
   CHECK(g.error().message().find("'lonely'") != std::string::npos);
+}
+
+namespace {
+
+// Elements rank `from` sends to rank `to` in the uneven tests (zero for some pairs).
+std::size_t a2a_count(int from, int to) { return static_cast<std::size_t>((from + 2 * to) % 4); }
+// The value of element k of the block rank `from` sends to rank `to`.
+double a2a_value(int from, int to, std::size_t k) {
+  return 1000.0 * from + 100.0 * to + static_cast<double>(k);
+}
+
+}  // namespace
+
+TEST_CASE("autograd all_to_all with uneven splits: forward moves blocks, backward returns them") {
+  auto out = on_ranks(3, [](process_group& g) -> std::string {
+    const int n = g.size(), me = g.rank();
+    std::vector<std::size_t> sends, recvs;
+    for (int p = 0; p < n; ++p) {
+      sends.push_back(a2a_count(me, p));
+      recvs.push_back(a2a_count(p, me));
+    }
+    std::vector<double> in;
+    for (int p = 0; p < n; ++p)
+      for (std::size_t k = 0; k < a2a_count(me, p); ++k) in.push_back(a2a_value(me, p, k));
+    std::vector<double> fwd(std::accumulate(recvs.begin(), recvs.end(), std::size_t{0}), -1);
+    // A non-owning handle: the group outlives this test body.
+    std::shared_ptr<process_group> gp(std::shared_ptr<process_group>(), &g);
+    auto fn = autograd_all_to_all::make(gp, sends, recvs);
+    if (!fn) return "make: " + fn.error().to_string();
+    if (auto r = fn->forward(tensor_view::of(std::span(in)), tensor_view::of(std::span(fwd)), {5s})
+                     .wait(10s);
+        !r)
+      return "forward: " + r.error().to_string();
+    std::size_t at = 0;
+    for (int p = 0; p < n; ++p)
+      for (std::size_t k = 0; k < a2a_count(p, me); ++k, ++at)
+        if (fwd[at] != a2a_value(p, me, k))
+          return "forward element " + std::to_string(at) + " is " + std::to_string(fwd[at]) +
+                 ", expected " + std::to_string(a2a_value(p, me, k));
+    // Gradients that identify their origin: output element + 0.5. Backward must bring
+    // each back to the rank and position of the input element it came from.
+    std::vector<double> grad_out(fwd.size());
+    for (std::size_t i = 0; i < fwd.size(); ++i) grad_out[i] = fwd[i] + 0.5;
+    std::vector<double> grad_in(in.size(), -1);
+    if (auto r = fn->backward(tensor_view::of(std::span(grad_out)),
+                              tensor_view::of(std::span(grad_in)), {5s})
+                     .wait(10s);
+        !r)
+      return "backward: " + r.error().to_string();
+    for (std::size_t i = 0; i < in.size(); ++i)
+      if (grad_in[i] != in[i] + 0.5)
+        return "gradient " + std::to_string(i) + " is " + std::to_string(grad_in[i]) +
+               ", expected " + std::to_string(in[i] + 0.5);
+    return {};
+  });
+  for (auto& m : out) CHECK(m == "");
+}
+
+TEST_CASE("autograd all_to_all with equal splits round-trips the gradient") {
+  auto out = on_ranks(3, [](process_group& g) -> std::string {
+    const int n = g.size(), me = g.rank();
+    const std::size_t block = 2;
+    std::vector<float> in, fwd(block * 3, -1), grad_in(block * 3, -1);
+    for (int p = 0; p < n; ++p)
+      for (std::size_t k = 0; k < block; ++k) in.push_back(static_cast<float>(a2a_value(me, p, k)));
+    autograd_all_to_all fn(std::shared_ptr<process_group>(std::shared_ptr<process_group>(), &g));
+    if (auto r = fn.forward(tensor_view::of(std::span(in)), tensor_view::of(std::span(fwd)), {5s})
+                     .wait(10s);
+        !r)
+      return "forward: " + r.error().to_string();
+    for (int p = 0; p < n; ++p)
+      for (std::size_t k = 0; k < block; ++k)
+        if (fwd[static_cast<std::size_t>(p) * block + k] != static_cast<float>(a2a_value(p, me, k)))
+          return "forward block from rank " + std::to_string(p) + " is wrong";
+    std::vector<float> grad_out(fwd);
+    for (auto& v : grad_out) v *= 2;
+    if (auto r = fn.backward(tensor_view::of(std::span(grad_out)),
+                             tensor_view::of(std::span(grad_in)), {5s})
+                     .wait(10s);
+        !r)
+      return "backward: " + r.error().to_string();
+    for (std::size_t i = 0; i < in.size(); ++i)
+      if (grad_in[i] != in[i] * 2) return "gradient " + std::to_string(i) + " is wrong";
+    return {};
+  });
+  for (auto& m : out) CHECK(m == "");
+}
+
+TEST_CASE("autograd all_to_all refuses size mismatches before anything is sent") {
+  auto out = on_ranks(3, [](process_group& g) -> std::string {
+    std::shared_ptr<process_group> gp(std::shared_ptr<process_group>(), &g);
+    auto short_list = autograd_all_to_all::make(gp, {1, 1}, {1, 1, 1});
+    if (short_list || short_list.error().code() != errc::invalid_argument)
+      return "two send counts in a group of three were accepted";
+    if (short_list.error().message().find("expected 3 send counts") == std::string::npos ||
+        short_list.error().message().find("got 2") == std::string::npos)
+      return "the count message is unclear: " + short_list.error().to_string();
+    auto fn = autograd_all_to_all::make(gp, {1, 2, 3}, {2, 2, 2});
+    if (!fn) return "make: " + fn.error().to_string();
+    std::vector<float> five(5), six(6), seven(7);
+    auto in = tensor_view::of(std::span(five));
+    auto r = fn->forward(in, tensor_view::of(std::span(six)), {5s}).wait(1s);
+    if (r || r.error().code() != errc::invalid_argument) return "a 5-element input was accepted";
+    if (r.error().message().find("input has 5 elements, expected 6") == std::string::npos)
+      return "the forward message does not name both counts: " + r.error().to_string();
+    // Backward sends with the receive counts (6) and receives with the send counts (6):
+    // a 7-element grad_input is refused.
+    auto b = fn->backward(tensor_view::of(std::span(six)), tensor_view::of(std::span(seven)), {5s})
+                 .wait(1s);
+    if (b || b.error().code() != errc::invalid_argument) return "a 7-element grad_input accepted";
+    if (b.error().message().find("grad_input has 7 elements, expected 6") == std::string::npos)
+      return "the backward message does not name both counts: " + b.error().to_string();
+    std::vector<double> dbl(6);
+    auto d = fn->forward(tensor_view::of(std::span(six)), tensor_view::of(std::span(dbl)), {5s})
+                 .wait(1s);
+    if (d || d.error().code() != errc::invalid_argument) return "mixed dtypes were accepted";
+    autograd_all_to_all eq(gp);
+    auto e = eq.forward(tensor_view::of(std::span(seven)), tensor_view::of(std::span(seven)), {5s})
+                 .wait(1s);
+    if (e || e.error().message().find("multiple of the group size 3") == std::string::npos)
+      return "7 elements over 3 equal splits were accepted";
+    // The group is not broken by refused arguments.
+    auto bar = g.barrier({5s}).wait(10s);
+    return bar ? std::string() : "barrier after refusals: " + bar.error().to_string();
+  });
+  for (auto& m : out) CHECK(m == "");
 }
