@@ -18,14 +18,12 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 
-#include "core/future.hpp"
 #include "core/log.hpp"
 #include "store/detail/kv_table.hpp"
 #include "store/detail/wire.hpp"
