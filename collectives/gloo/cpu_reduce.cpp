@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace troupe::collectives {
 
@@ -61,21 +62,31 @@ struct elem<dtype::uint8> {
   static raw store(calc v) { return v; }
 };
 
+// The element loop. GCC's -O2 leaves loops like this scalar (its "very cheap" vector cost
+// model refuses any loop that needs an alias check or a remainder), which made the sum
+// about 1.5x slower than a plain compiled loop; the dynamic cost model vectorizes it, with
+// a runtime check that handles `out` aliasing `a` or `b`.
+template <dtype D, class Op>
+__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic"))) void apply(
+    Op op, void* out, const void* a, const void* b, std::size_t n) {
+  using E = elem<D>;
+  using raw = typename E::raw;
+  using C = typename E::calc;
+  auto* o = static_cast<raw*>(out);
+  const auto* x = static_cast<const raw*>(a);
+  const auto* y = static_cast<const raw*>(b);
+  if constexpr (std::is_same_v<raw, C>) {
+    for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<raw>(op(x[i], y[i]));
+  } else {
+    for (std::size_t i = 0; i < n; ++i)
+      o[i] = E::store(static_cast<C>(op(E::load(x[i]), E::load(y[i]))));
+  }
+}
+
 template <dtype D, class Op>
 cpu_reduce_fn make(Op op) {
-  return [op](void* out, const void* a, const void* b, std::size_t n) {
-    using E = elem<D>;
-    using raw = typename E::raw;
-    auto* o = static_cast<raw*>(out);
-    const auto* x = static_cast<const raw*>(a);
-    const auto* y = static_cast<const raw*>(b);
-    for (std::size_t i = 0; i < n; ++i) {
-      // Integer arithmetic wraps like the GPU does; compute unsigned to stay defined.
-      using C = typename E::calc;
-      C l = E::load(x[i]), r = E::load(y[i]);
-      o[i] = E::store(static_cast<C>(op(l, r)));
-    }
-  };
+  // Integer arithmetic wraps like the GPU does (see the ops below: computed unsigned).
+  return [op](void* out, const void* a, const void* b, std::size_t n) { apply<D>(op, out, a, b, n); };
 }
 
 struct add_op {

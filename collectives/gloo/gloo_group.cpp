@@ -5,8 +5,6 @@
 // error; they never reach the caller.
 #include "collectives/gloo/gloo_group.hpp"
 
-#include <gloo/allgather.h>
-#include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
 #include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
@@ -30,6 +28,7 @@
 #include <thread>
 
 #include "collectives/gloo/cpu_reduce.hpp"
+#include "collectives/gloo/direct.hpp"
 #include "collectives/gloo/store_adapter.hpp"
 #include "collectives/op_checks.hpp"
 #include "collectives/roll_call.hpp"
@@ -125,12 +124,7 @@ class gloo_group final : public process_group {
     auto fn = *cpu_reduce(t.type, o.op);
     return submit("allreduce", o.timeout, [this, t, fn, op = o.op](const run_ctx& rc) {
       if (t.numel == 0) return;
-      gloo::AllreduceOptions g(context_);
-      by_size(t.type, [&](auto e) { g.setOutput(ptr<decltype(e)>(t), t.numel); });
-      g.setReduceFunction(fn);
-      g.setTag(rc.tag);
-      g.setTimeout(rc.timeout);
-      gloo::allreduce(g);
+      gloo_direct::allreduce(direct_op(rc), t, fn, scratch_);
       if (op == reduce_op::avg) cpu_divide(t, static_cast<std::size_t>(size()));
     });
   }
@@ -182,14 +176,7 @@ class gloo_group final : public process_group {
     if (auto c = check_blocks(*this, in, out, true, "allgather"); !c) return failed(c);
     return submit("allgather", o.timeout, [this, in, out](const run_ctx& rc) {
       if (in.numel == 0) return;
-      gloo::AllgatherOptions g(context_);
-      by_size(in.type, [&](auto e) {
-        g.setInput(ptr<decltype(e)>(in), in.numel);
-        g.setOutput(ptr<decltype(e)>(out), out.numel);
-      });
-      g.setTag(rc.tag);
-      g.setTimeout(rc.timeout);
-      gloo::allgather(g);
+      gloo_direct::allgather(direct_op(rc), in, out);
     });
   }
 
@@ -249,17 +236,12 @@ class gloo_group final : public process_group {
     auto fn = *cpu_reduce(in.type, o.op);
     return submit("reduce_scatter", o.timeout, [this, in, out, fn, op = o.op](const run_ctx& rc) {
       if (out.numel == 0) return;
-      // Gloo has no reduce-scatter with a reduce function: allreduce a copy, keep a block.
+      // Gloo has no reduce-scatter taking a reduce function: allreduce a copy, keep a block.
       std::vector<std::byte> scratch(static_cast<std::byte*>(in.data),
                                      static_cast<std::byte*>(in.data) + in.nbytes());
       tensor_view all = in;
       all.data = scratch.data();
-      gloo::AllreduceOptions g(context_);
-      by_size(in.type, [&](auto e) { g.setOutput(ptr<decltype(e)>(all), all.numel); });
-      g.setReduceFunction(fn);
-      g.setTag(rc.tag);
-      g.setTimeout(rc.timeout);
-      gloo::allreduce(g);
+      gloo_direct::allreduce(direct_op(rc), all, fn, scratch_);
       auto mine = all.slice(static_cast<std::size_t>(rank()) * out.numel, out.numel);
       std::memcpy(out.data, mine.data, out.nbytes());
       if (op == reduce_op::avg) cpu_divide(out, static_cast<std::size_t>(size()));
@@ -397,6 +379,10 @@ class gloo_group final : public process_group {
   }
 
   work failed(expected<void> why) const { return work::completed(std::move(why)); }
+
+  gloo_direct::op_ctx direct_op(const run_ctx& rc) const {
+    return {*context_, gloo_direct::slot_of(rc.tag), clock::now() + rc.timeout};
+  }
 
   // Queues an operation. Collectives are numbered in call order, the same on every
   // member (the number is the Gloo tag and the roll-call key); point-to-point transfers
@@ -564,6 +550,7 @@ class gloo_group final : public process_group {
   std::shared_ptr<store> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
+  gloo_direct::scratch scratch_;  // worker thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -281,3 +281,38 @@ TEST_CASE("autograd all_to_all refuses size mismatches before anything is sent")
   });
   for (auto& m : out) CHECK(m == "");
 }
+
+TEST_CASE("large allreduces split unevenly over three ranks give every rank the exact result") {
+  // Above the one-step exchange: reduce-scatter and allgather in segments, with blocks
+  // and last segments of unequal length.
+  auto out = on_ranks(3, [](process_group& g) -> std::string {
+    const double w = g.size();
+    for (std::size_t n : {std::size_t{70000}, std::size_t{3 * 131072 + 7}, std::size_t{1 << 20}}) {
+      std::vector<float> f(n);
+      std::vector<std::int64_t> i64(n);
+      std::vector<double> d(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        f[k] = static_cast<float>((k % 97) * static_cast<std::size_t>(g.rank() + 1));
+        i64[k] = static_cast<std::int64_t>(k) * (g.rank() + 1);
+        d[k] = static_cast<double>(k % 13) * (g.rank() + 1);
+      }
+      if (auto r = g.allreduce(tensor_view::of(std::span(f)), {reduce_op::sum, 10s}).wait(15s); !r)
+        return r.error().to_string();
+      if (auto r = g.allreduce(tensor_view::of(std::span(i64)), {reduce_op::max, 10s}).wait(15s); !r)
+        return r.error().to_string();
+      if (auto r = g.allreduce(tensor_view::of(std::span(d)), {reduce_op::avg, 10s}).wait(15s); !r)
+        return r.error().to_string();
+      const double sum_of_factors = w * (w + 1) / 2;  // 1 + 2 + ... + size
+      for (std::size_t k = 0; k < n; ++k) {
+        if (f[k] != static_cast<float>((k % 97) * sum_of_factors))
+          return "float sum wrong at " + std::to_string(k) + " of " + std::to_string(n);
+        if (i64[k] != static_cast<std::int64_t>(k) * g.size())
+          return "int64 max wrong at " + std::to_string(k) + " of " + std::to_string(n);
+        if (d[k] != static_cast<double>(k % 13) * sum_of_factors / w)
+          return "float64 avg wrong at " + std::to_string(k) + " of " + std::to_string(n);
+      }
+    }
+    return "";
+  });
+  for (auto& m : out) CHECK(m == "");
+}

@@ -1,0 +1,182 @@
+#include "collectives/gloo/direct.hpp"
+
+#include <gloo/common/error.h>
+#include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace troupe::collectives::gloo_direct {
+
+namespace {
+
+using buffer_ptr = std::unique_ptr<gloo::transport::UnboundBuffer>;
+
+// Segments of the pipelined allreduce: large enough that the rendezvous per segment is
+// cheap against the copy, small enough that folding one overlaps receiving the next.
+constexpr std::size_t segment_bytes = 512 << 10;
+
+std::chrono::milliseconds left(const op_ctx& op) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(op.deadline - clock::now());
+  return std::max(ms, std::chrono::milliseconds(1));
+}
+
+void wait_recv(const op_ctx& op, gloo::transport::UnboundBuffer& b) {
+  if (!b.waitRecv(left(op))) throw gloo::IoException("a receive was aborted");
+}
+
+void wait_send(const op_ctx& op, gloo::transport::UnboundBuffer& b) {
+  if (!b.waitSend(left(op))) throw gloo::IoException("a send was aborted");
+}
+
+// Element range [offset, offset + count) of block b when n blocks split count elements
+// as evenly as possible (the first count % n blocks get one more).
+struct range {
+  std::size_t offset;
+  std::size_t count;
+};
+range block(std::size_t count, int n, int b) {
+  auto un = static_cast<std::size_t>(n), ub = static_cast<std::size_t>(b);
+  std::size_t base = count / un, rem = count % un;
+  return {ub * base + std::min(ub, rem), base + (ub < rem ? 1 : 0)};
+}
+
+// Folds the contributions of ranks 0..n-1 to one stretch of `bytes` bytes in rank order:
+// contribution r is `own` for r == me, else `peer(r)`. The result lands in `own`;
+// `acc` (a stretch no longer needed, here peer 0's) holds the partial result when
+// me != 0, so every rank evaluates the same expression.
+template <class Peer>
+void fold(const cpu_reduce_fn& fn, int n, int me, std::byte* own, Peer peer, std::size_t elems) {
+  if (me == 0) {
+    for (int r = 1; r < n; ++r) fn(own, own, peer(r), elems);
+    return;
+  }
+  std::byte* acc = peer(0);
+  for (int r = 1; r < n; ++r) {
+    const std::byte* c = r == me ? own : peer(r);
+    fn(r == n - 1 ? own : acc, acc, c, elems);
+  }
+}
+
+void exchange_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s) {
+  auto& ctx = op.context;
+  const int n = ctx.size, me = ctx.rank;
+  const std::size_t bytes = t.nbytes();
+  std::byte* base = s.get(bytes * static_cast<std::size_t>(n));
+  auto slot_of_peer = [&](int r) { return base + bytes * static_cast<std::size_t>(r); };
+  std::vector<buffer_ptr> in(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r)
+    if (r != me) {
+      in[static_cast<std::size_t>(r)] = ctx.createUnboundBuffer(slot_of_peer(r), bytes);
+      in[static_cast<std::size_t>(r)]->recv(r, op.slot);
+    }
+  auto out = ctx.createUnboundBuffer(t.data, bytes);
+  for (int i = 1; i < n; ++i) out->send((me + i) % n, op.slot);
+  for (int r = 0; r < n; ++r)
+    if (r != me) wait_recv(op, *in[static_cast<std::size_t>(r)]);
+  // The tensor is the send source: it may change only once every send has left.
+  for (int i = 1; i < n; ++i) wait_send(op, *out);
+  fold(fn, n, me, static_cast<std::byte*>(t.data), slot_of_peer, t.numel);
+}
+
+void pipelined_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s) {
+  auto& ctx = op.context;
+  const int n = ctx.size, me = ctx.rank;
+  const std::size_t esize = element_size(t.type);
+  const std::size_t seg = std::max<std::size_t>(1, segment_bytes / esize);
+  const auto mine = block(t.numel, n, me);
+  auto* data = static_cast<std::byte*>(t.data);
+  const std::uint64_t rs_slot = op.slot, ag_slot = op.slot + 1;
+
+  // Segment k of a block: [k * seg, min((k + 1) * seg, count)).
+  auto segments = [&](std::size_t count) { return (count + seg - 1) / seg; };
+  auto seg_len = [&](std::size_t count, std::size_t k) { return std::min(seg, count - k * seg); };
+
+  // Reduce-scatter receives: every peer's contribution to my block, into scratch.
+  const std::size_t my_bytes = mine.count * esize;
+  std::byte* base = s.get(my_bytes * static_cast<std::size_t>(n));
+  auto contribution = [&](int r) { return base + my_bytes * static_cast<std::size_t>(r); };
+  std::vector<buffer_ptr> in(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    if (r == me || mine.count == 0) continue;
+    auto& b = in[static_cast<std::size_t>(r)];
+    b = ctx.createUnboundBuffer(contribution(r), my_bytes);
+    for (std::size_t k = 0; k < segments(mine.count); ++k)
+      b->recv(r, rs_slot, k * seg * esize, seg_len(mine.count, k) * esize);
+  }
+  // Allgather receives: every peer's reduced block, straight into the tensor.
+  auto out = ctx.createUnboundBuffer(t.data, t.nbytes());
+  std::size_t out_recvs = 0, out_sends = 0;
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    auto theirs = block(t.numel, n, r);
+    for (std::size_t k = 0; k < segments(theirs.count); ++k, ++out_recvs)
+      out->recv(r, ag_slot, (theirs.offset + k * seg) * esize, seg_len(theirs.count, k) * esize);
+  }
+  // Reduce-scatter sends, segment by segment so that every peer gets its first one early.
+  std::size_t most = 0;
+  for (int r = 0; r < n; ++r) most = std::max(most, segments(block(t.numel, n, r).count));
+  for (std::size_t k = 0; k < most; ++k)
+    for (int i = 1; i < n; ++i) {
+      int r = (me + i) % n;
+      auto theirs = block(t.numel, n, r);
+      if (k >= segments(theirs.count)) continue;
+      out->send(r, rs_slot, (theirs.offset + k * seg) * esize, seg_len(theirs.count, k) * esize);
+      ++out_sends;
+    }
+  // Fold each segment of my block as it completes, then pass it on at once.
+  for (std::size_t k = 0; k < segments(mine.count); ++k) {
+    for (int r = 0; r < n; ++r)
+      if (r != me) wait_recv(op, *in[static_cast<std::size_t>(r)]);
+    const std::size_t off = k * seg * esize, len = seg_len(mine.count, k);
+    fold(
+        fn, n, me, data + (mine.offset * esize) + off,
+        [&](int r) { return contribution(r) + off; }, len);
+    for (int i = 1; i < n; ++i, ++out_sends)
+      out->send((me + i) % n, ag_slot, mine.offset * esize + off, len * esize);
+  }
+  for (std::size_t i = 0; i < out_recvs; ++i) wait_recv(op, *out);
+  for (std::size_t i = 0; i < out_sends; ++i) wait_send(op, *out);
+}
+
+}  // namespace
+
+std::byte* scratch::get(std::size_t bytes) {
+  if (bytes > size_) {
+    data_.reset();  // release the old block before asking for the larger one
+    data_ = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    size_ = bytes;
+  }
+  return data_.get();
+}
+
+std::uint64_t slot_of(std::uint32_t tag) {
+  return (std::uint64_t{0x10} << 56) | (std::uint64_t{tag & 0xffffffu} << 8);
+}
+
+void allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s) {
+  if (op.context.size == 1 || t.numel == 0) return;
+  if (t.nbytes() <= exchange_max_bytes)
+    exchange_allreduce(op, t, fn, s);
+  else
+    pipelined_allreduce(op, t, fn, s);
+}
+
+void allgather(const op_ctx& op, tensor_view in, tensor_view out) {
+  auto& ctx = op.context;
+  const int n = ctx.size, me = ctx.rank;
+  const std::size_t bytes = in.nbytes();
+  auto* dst = static_cast<std::byte*>(out.data);
+  std::memcpy(dst + bytes * static_cast<std::size_t>(me), in.data, bytes);
+  if (n == 1 || bytes == 0) return;
+  auto into = ctx.createUnboundBuffer(out.data, out.nbytes());
+  for (int r = 0; r < n; ++r)
+    if (r != me) into->recv(r, op.slot, bytes * static_cast<std::size_t>(r), bytes);
+  auto from = ctx.createUnboundBuffer(in.data, bytes);
+  for (int i = 1; i < n; ++i) from->send((me + i) % n, op.slot);
+  for (int i = 1; i < n; ++i) wait_recv(op, *into);
+  for (int i = 1; i < n; ++i) wait_send(op, *from);
+}
+
+}  // namespace troupe::collectives::gloo_direct
