@@ -72,6 +72,7 @@ expected<join> join::make(std::vector<joinable*> joinables, join_options options
 join::join(join&& other) noexcept
     : joinables_(std::move(other.joinables_)),
       hooks_(std::move(other.hooks_)),
+      in_flight_(std::move(other.in_flight_)),
       group_(other.group_),
       device_(other.device_),
       options_(std::move(other.options_)),
