@@ -191,6 +191,7 @@ class ddp final : public collectives::joinable {
 template <class T>
 expected<T> ddp::broadcast_object(const T& obj, int src) {
   bytes mine;
+  mine.reserve(256);
   if (rank() == src) {
     byte_writer w(mine);
     object_codec<T>::encode(w, obj);

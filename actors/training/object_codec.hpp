@@ -50,7 +50,10 @@ template <class T>
 struct object_codec<std::vector<T>, std::enable_if_t<!std::is_same_v<T, std::byte>>> {
   static void encode(byte_writer& w, const std::vector<T>& v) {
     w.u64(v.size());
-    for (auto& x : v) object_codec<T>::encode(w, x);
+    if constexpr (std::is_arithmetic_v<T>)
+      w.raw(v.data(), v.size() * sizeof(T));
+    else
+      for (auto& x : v) object_codec<T>::encode(w, x);
   }
   static expected<std::vector<T>> decode(byte_reader& r) {
     auto n = r.u64("vector length");
