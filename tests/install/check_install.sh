@@ -12,3 +12,4 @@ cmake --build "$work/build" > "$work/build.log"
 out=$("$work/build/consumer")
 echo "$out"
 grep -q "parsed cuda:1" <<<"$out"
+grep -q "ddp_spawn starts workers with spawn" <<<"$out"

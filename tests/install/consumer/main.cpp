@@ -3,6 +3,8 @@
 #include <troupe/core/future.hpp>
 #include <troupe/devicemap/derive.hpp>
 #include <troupe/devicemap/validate.hpp>
+#include <troupe/actors/training/ddp.hpp>
+#include <troupe/actors/training/strategy_registry.hpp>
 
 #include <iostream>
 
@@ -25,5 +27,10 @@ int main() {
     return 1;
   }
   std::cout << "reverse maps of b: " << troupe::to_string(setup->reverse_maps) << "\n";
+
+  auto strategy = troupe::training::strategy_registry::with_builtins().find("ddp_spawn");
+  if (!strategy) return 1;
+  std::cout << strategy->name << " starts workers with "
+            << troupe::training::to_string(strategy->start) << "\n";
   return 0;
 }
