@@ -131,9 +131,9 @@ expected<void> frame_builder::finish(const limits& lim) {
   std::size_t desc_start = head_.size();
   std::uint64_t payload = 0;
   for (const auto& t : tensors_) {
-    if (!t.dev().is_cpu() || !t.is_contiguous())
+    if (!t.is_contiguous())
       return make_error(errc::internal, "tensor ", t,
-                        " reached the frame builder without being staged to contiguous CPU memory");
+                        " reached the frame builder without being packed into contiguous memory");
     if (t.shape().size() > max_tensor_rank)
       return make_error(errc::invalid_argument, "tensor ", t, " has rank ", t.shape().size(),
                         "; at most ", max_tensor_rank, " dimensions can be sent");

@@ -96,8 +96,9 @@ class frame_builder {
   bytes& message() noexcept { return head_; }
   /// The tensors that travel with the frame; serializers append to it.
   std::vector<tensor>& tensors() noexcept { return tensors_; }
-  /// Appends the descriptors and writes the header. Fails for a tensor that is not
-  /// contiguous CPU memory (stage and pack before) or a frame over `lim`.
+  /// Appends the descriptors and writes the header. Each tensor's bytes must be contiguous
+  /// host memory; its dev() is the device it lands on at the receiver (prepare_outgoing in
+  /// rpc/routing.hpp does both). Fails for a strided tensor or a frame over `lim`.
   expected<void> finish(const limits& lim = {});
   /// Total bytes on the wire (valid after finish).
   std::size_t size() const noexcept;
