@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 
 #include "core/strcat.hpp"
@@ -38,9 +40,65 @@ bool is_valid_dtype(std::uint8_t raw) noexcept {
   return raw <= static_cast<std::uint8_t>(dtype::boolean);
 }
 
+namespace {
+
+// Large blocks are recycled: a fresh 16 MiB buffer costs thousands of page faults, which
+// is a third of a 16 MiB loopback echo. Blocks of 256 KiB and more, rounded up to 64 KiB,
+// go back to this cache when their last tensor drops them (at most 512 MiB kept).
+class block_cache {
+ public:
+  static constexpr std::size_t min_cached = 256 * 1024;
+  static constexpr std::size_t max_kept = std::size_t{512} << 20;
+
+  static std::size_t rounded(std::size_t n) { return (n + 65535) & ~std::size_t{65535}; }
+
+  std::byte* take(std::size_t n) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = free_.find(n);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    auto* p = it->second.back();
+    it->second.pop_back();
+    kept_ -= n;
+    return p;
+  }
+  void give(std::byte* p, std::size_t n) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (kept_ + n <= max_kept) {
+        free_[n].push_back(p);
+        kept_ += n;
+        return;
+      }
+    }
+    ::operator delete(p, std::align_val_t{64});
+  }
+  ~block_cache() {
+    for (auto& [n, v] : free_)
+      for (auto* p : v) ::operator delete(p, std::align_val_t{64});
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::size_t, std::vector<std::byte*>> free_;
+  std::size_t kept_ = 0;
+};
+
+block_cache& cache() {
+  static block_cache* c = new block_cache();  // outlives every static tensor
+  return *c;
+}
+
+}  // namespace
+
 std::shared_ptr<std::byte> allocate_aligned(std::size_t n) {
-  auto* p = static_cast<std::byte*>(::operator new(n == 0 ? 1 : n, std::align_val_t{64}));
-  return std::shared_ptr<std::byte>(p, [](std::byte* q) { ::operator delete(q, std::align_val_t{64}); });
+  if (n < block_cache::min_cached) {
+    auto* p = static_cast<std::byte*>(::operator new(n == 0 ? 1 : n, std::align_val_t{64}));
+    return std::shared_ptr<std::byte>(p, [](std::byte* q) { ::operator delete(q, std::align_val_t{64}); });
+  }
+  std::size_t r = block_cache::rounded(n);
+  std::byte* p = cache().take(r);
+  if (!p) p = static_cast<std::byte*>(::operator new(r, std::align_val_t{64}));
+  return std::shared_ptr<std::byte>(p, [r](std::byte* q) { cache().give(q, r); });
 }
 
 expected<tensor> tensor::wrap(void* data, dtype type, std::vector<std::int64_t> shape, device dev,
