@@ -1,0 +1,344 @@
+// RPC benchmark: the figures of docs/rpc.md against the physical limit on this machine (a
+// raw TCP ping-pong and echo between two processes, measured in the same run).
+//   rpc_bench [--iters N] [--seconds S] [--sizes 4096,1048576,...] [--busy-poll-us U] [--inline]
+// Prints one JSON object per measurement (impl, bench, size, figures) for bench/compare.py.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rpc/backend_registry.hpp"
+#include "store/connect.hpp"
+#include "store/tcp_store_server.hpp"
+
+using namespace troupe;
+using namespace troupe::rpc;
+
+namespace {
+
+using fsec = std::chrono::duration<double>;
+
+struct config {
+  int iters = 3000;
+  double seconds = 2.0;
+  std::vector<std::size_t> sizes{4096, 1 << 20, 16 << 20, 64 << 20};
+  int busy_poll_us = 0;
+  bool run_inline = false;
+  std::string self;
+};
+
+double pct(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+void emit(const char* impl, const char* bench, const std::string& key, const std::string& figs) {
+  std::printf("{\"impl\": \"%s\", \"bench\": \"%s\"%s%s}\n", impl, bench, key.empty() ? "" : ", ",
+              (key + (figs.empty() ? "" : ", ") + figs).c_str());
+  std::fflush(stdout);
+}
+
+// ---------- raw TCP ----------
+
+bool write_all(int fd, const void* p, std::size_t n) {
+  auto* b = static_cast<const char*>(p);
+  while (n > 0) {
+    auto w = ::send(fd, b, n, MSG_NOSIGNAL);
+    if (w <= 0) return false;
+    b += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+bool read_all(int fd, void* p, std::size_t n) {
+  auto* b = static_cast<char*>(p);
+  while (n > 0) {
+    auto r = ::recv(fd, b, n, 0);
+    if (r <= 0) return false;
+    b += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+void raw_tcp(const config& c) {
+  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::listen(ls, 1);
+  socklen_t len = sizeof a;
+  ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+  pid_t child = ::fork();
+  if (child == 0) {  // echo server: 8-byte length, then that many bytes, echoed back
+    int s = ::accept(ls, nullptr, nullptr);
+    int one = 1;
+    ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::vector<char> buf;
+    for (;;) {
+      std::uint64_t n = 0;
+      if (!read_all(s, &n, 8)) _exit(0);
+      buf.resize(n);
+      if (!read_all(s, buf.data(), n) || !write_all(s, &n, 8) || !write_all(s, buf.data(), n)) _exit(0);
+    }
+  }
+  ::close(ls);
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  int one = 1;
+  ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  auto round = [&](std::vector<char>& buf) {
+    std::uint64_t n = buf.size();
+    write_all(s, &n, 8);
+    write_all(s, buf.data(), n);
+    read_all(s, &n, 8);
+    read_all(s, buf.data(), n);
+  };
+  std::vector<char> small(64);
+  std::vector<double> lat;
+  for (int i = 0; i < c.iters + 200; ++i) {
+    auto t0 = clock::now();
+    round(small);
+    if (i >= 200) lat.push_back(fsec(clock::now() - t0).count() * 1e6);
+  }
+  emit("troupe", "roundtrip", "\"variant\": \"raw_tcp\"",
+       strcat("\"p50_us\": ", pct(lat, 0.5), ", \"p99_us\": ", pct(lat, 0.99)));
+  for (auto sz : c.sizes) {
+    std::vector<char> buf(sz, 'x');
+    std::vector<double> gbs;
+    int reps = sz >= (16u << 20) ? 8 : 30;
+    for (int i = 0; i < reps + 2; ++i) {
+      auto t0 = clock::now();
+      round(buf);
+      if (i >= 2) gbs.push_back(2.0 * static_cast<double>(sz) / fsec(clock::now() - t0).count() / 1e9);
+    }
+    emit("troupe", "echo", strcat("\"variant\": \"raw_tcp\", \"bytes\": ", sz),
+         strcat("\"GBps\": ", pct(gbs, 0.5)));
+  }
+  ::close(s);
+  int st = 0;
+  ::waitpid(child, &st, 0);
+}
+
+// ---------- RPC ----------
+
+std::shared_ptr<function_table> bench_functions(bool inline_noop) {
+  auto t = std::make_shared<function_table>();
+  (void)t->add("noop", [](int x) { return x; }, function_options{inline_noop});
+  (void)t->add("echo", [](tensor x) { return x; });
+  return t;
+}
+
+rpc_backend_options options_for(const std::string& url, const config& c) {
+  rpc_backend_options o;
+  o.init_method = url;
+  o.device_count = 0;
+  o.rpc_timeout = std::chrono::seconds(60);
+  o.busy_poll = std::chrono::microseconds(c.busy_poll_us);
+  o.functions = bench_functions(c.run_inline);
+  return o;
+}
+
+pid_t spawn(const config& c, const std::vector<std::string>& args) {
+  pid_t p = ::fork();
+  if (p == 0) {
+    std::vector<std::string> all{c.self};
+    all.insert(all.end(), args.begin(), args.end());
+    all.push_back("--busy-poll-us");
+    all.push_back(std::to_string(c.busy_poll_us));
+    if (c.run_inline) all.push_back("--inline");
+    std::vector<char*> argv;
+    for (auto& s : all) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    ::execv(c.self.c_str(), argv.data());
+    _exit(127);
+  }
+  return p;
+}
+
+// Child: join (static: rank/world; dynamic: world "-"), report init time, serve until "stop".
+int serve(const config& c, const std::string& url, const std::string& name, int rank, const std::string& world) {
+  std::optional<int> w;
+  if (world != "-") w = std::stoi(world);
+  auto s = connect_store(url);
+  if (!s) return 2;
+  auto t0 = clock::now();
+  auto a = init_rpc(name, rank, w, options_for(url, c));
+  if (!a) {
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), a.error().to_string().c_str());
+    return 2;
+  }
+  auto ms = fsec(clock::now() - t0).count() * 1e3;
+  (void)(*s)->set(strcat("init_ms/", name), std::to_string(ms));
+  std::array<std::string, 1> stop{w ? "stop" : "stop_dynamic"};
+  (void)(*s)->wait(stop, std::chrono::seconds(300));
+  auto r = (*a)->shutdown(std::chrono::seconds(20));
+  return r ? 0 : 3;
+}
+
+void rpc_calls(const config& c, const std::string& url) {
+  pid_t child = spawn(c, {"--serve", url, "w1", "1", "2"});
+  auto a = init_rpc("w0", 0, 2, options_for(url, c));
+  if (!a) {
+    std::fprintf(stderr, "init: %s\n", a.error().to_string().c_str());
+    std::exit(2);
+  }
+  auto& ag = **a;
+  std::vector<double> lat;
+  for (int i = 0; i < c.iters + 200; ++i) {
+    auto t0 = clock::now();
+    auto r = ag.rpc_sync<int>("w1", "noop", i);
+    if (!r) std::exit(3);
+    if (i >= 200) lat.push_back(fsec(clock::now() - t0).count() * 1e6);
+  }
+  emit("troupe", "roundtrip", "\"variant\": \"rpc\"", strcat("\"p50_us\": ", pct(lat, 0.5), ", \"p99_us\": ", pct(lat, 0.99)));
+  // Pipelined: keep 64 calls in flight.
+  {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::size_t in_flight = 0, done = 0;
+    auto until = clock::now() + fsec(c.seconds);
+    auto t0 = clock::now();
+    while (clock::now() < until) {
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return in_flight < 64; });
+        ++in_flight;
+      }
+      ag.rpc_async<int>("w1", "noop", 1).on_complete([&](expected<int>&&) {
+        std::lock_guard<std::mutex> lk(mu);
+        --in_flight;
+        ++done;
+        cv.notify_one();
+      });
+    }
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return in_flight == 0; });
+    emit("troupe", "async", "\"in_flight\": 64",
+         strcat("\"calls_per_s\": ", static_cast<double>(done) / fsec(clock::now() - t0).count()));
+  }
+  for (auto sz : c.sizes) {
+    auto t = tensor::zeros(dtype::u8, {static_cast<std::int64_t>(sz)});
+    std::vector<double> gbs;
+    int reps = sz >= (16u << 20) ? 8 : 30;
+    for (int i = 0; i < reps + 2; ++i) {
+      auto t0 = clock::now();
+      auto r = ag.rpc_sync<tensor>("w1", "echo", t);
+      if (!r) std::exit(4);
+      if (i >= 2) gbs.push_back(2.0 * static_cast<double>(sz) / fsec(clock::now() - t0).count() / 1e9);
+    }
+    emit("troupe", "echo", strcat("\"variant\": \"rpc\", \"bytes\": ", sz), strcat("\"GBps\": ", pct(gbs, 0.5)));
+  }
+  auto s = connect_store(url);
+  (void)(*s)->set("stop", std::string_view("1"));
+  (void)ag.shutdown(std::chrono::seconds(20));
+  int st = 0;
+  ::waitpid(child, &st, 0);
+}
+
+double max_init_ms(store& s, const std::vector<std::string>& names) {
+  double mx = 0;
+  for (auto& n : names) {
+    auto v = s.get_string(strcat("init_ms/", n), std::chrono::seconds(60));
+    if (v) mx = std::max(mx, std::stod(*v));
+  }
+  return mx;
+}
+
+void membership(const config& c) {
+  // Static init of 4 workers: the slowest worker's init_rpc time.
+  {
+    auto server = tcp_store_server::start({});
+    auto url = (*server)->url();
+    std::vector<pid_t> kids;
+    std::vector<std::string> names;
+    for (int r = 0; r < 4; ++r) {
+      names.push_back("s" + std::to_string(r));
+      kids.push_back(spawn(c, {"--serve", url, names.back(), std::to_string(r), "4"}));
+    }
+    auto s = connect_store(url);
+    auto ms = max_init_ms(**s, names);
+    (void)(*s)->set("stop", std::string_view("1"));
+    for (auto k : kids) ::waitpid(k, nullptr, 0);
+    emit("troupe", "init", "\"workers\": 4", strcat("\"init_ms\": ", ms));
+  }
+  // Dynamic: four members, then a fifth joins (timed) and leaves (timed).
+  {
+    auto server = tcp_store_server::start({});
+    auto url = (*server)->url();
+    std::vector<pid_t> kids;
+    std::vector<std::string> names;
+    auto s = connect_store(url);
+    for (int r = 0; r < 4; ++r) {
+      names.push_back("d" + std::to_string(r));
+      kids.push_back(spawn(c, {"--serve", url, names.back(), "0", "-"}));
+      max_init_ms(**s, {names.back()});  // one at a time, as a group grows
+    }
+    auto t0 = clock::now();
+    auto a = init_rpc("d4", 0, std::nullopt, options_for(url, c));
+    auto join_ms = fsec(clock::now() - t0).count() * 1e3;
+    if (!a) {
+      std::fprintf(stderr, "join: %s\n", a.error().to_string().c_str());
+      std::exit(5);
+    }
+    t0 = clock::now();
+    auto l = (*a)->leave();
+    auto leave_ms = fsec(clock::now() - t0).count() * 1e3;
+    if (!l) std::fprintf(stderr, "leave: %s\n", l.error().to_string().c_str());
+    emit("troupe", "join", "\"workers\": 5", strcat("\"join_ms\": ", join_ms, ", \"leave_ms\": ", leave_ms));
+    (void)(*s)->set("stop_dynamic", std::string_view("1"));
+    for (auto k : kids) ::waitpid(k, nullptr, 0);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  config c;
+  c.self = argv[0];
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--serve" && i + 4 < argc) {
+      std::string url = argv[i + 1], name = argv[i + 2], rank = argv[i + 3], world = argv[i + 4];
+      for (int j = i + 5; j < argc; ++j) {
+        std::string b = argv[j];
+        if (b == "--busy-poll-us" && j + 1 < argc) c.busy_poll_us = std::stoi(argv[++j]);
+        if (b == "--inline") c.run_inline = true;
+      }
+      return serve(c, url, name, std::stoi(rank), world);
+    }
+    if (a == "--iters") c.iters = std::stoi(next());
+    else if (a == "--seconds") c.seconds = std::stod(next());
+    else if (a == "--busy-poll-us") c.busy_poll_us = std::stoi(next());
+    else if (a == "--inline") c.run_inline = true;
+    else if (a == "--sizes") {
+      c.sizes.clear();
+      std::string v = next();
+      std::size_t p = 0;
+      while (p < v.size()) {
+        auto e = v.find(',', p);
+        c.sizes.push_back(std::stoull(v.substr(p, e == std::string::npos ? v.npos : e - p)));
+        if (e == std::string::npos) break;
+        p = e + 1;
+      }
+    }
+  }
+  std::fprintf(stderr, "# rpc_bench --iters %d --seconds %g --busy-poll-us %d%s\n", c.iters, c.seconds,
+               c.busy_poll_us, c.run_inline ? " --inline" : "");
+  raw_tcp(c);
+  auto server = tcp_store_server::start({});
+  rpc_calls(c, (*server)->url());
+  membership(c);
+  return 0;
+}

@@ -1,0 +1,134 @@
+// The transport seen from outside: raw sockets that speak the wire format badly.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "group_fixture.hpp"
+#include "rpc/detail/agent_core.hpp"
+
+using namespace troupe;
+using namespace troupe::rpc;
+using namespace troupe::rpc::testing;
+
+namespace {
+
+struct raw_socket {
+  int fd = -1;
+  explicit raw_socket(std::uint16_t port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    timeval tv{2, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  }
+  ~raw_socket() { ::close(fd); }
+  void send_all(const bytes& b) const {
+    std::size_t off = 0;
+    while (off < b.size()) {
+      auto w = ::send(fd, b.data() + off, b.size() - off, MSG_NOSIGNAL);
+      if (w <= 0) return;
+      off += static_cast<std::size_t>(w);
+    }
+  }
+  // Reads until EOF or timeout; returns the bytes and whether EOF was seen.
+  std::pair<bytes, bool> read_to_end() const {
+    bytes out;
+    std::byte buf[4096];
+    for (;;) {
+      auto n = ::recv(fd, buf, sizeof buf, 0);
+      if (n == 0) return {out, true};
+      if (n < 0) return {out, false};
+      out.insert(out.end(), buf, buf + n);
+    }
+  }
+};
+
+std::uint16_t port_of(store& s, int rank) {
+  auto rec = s.get(strcat("troupe/rpc/static/", rank), std::chrono::seconds(1));
+  REQUIRE(rec);
+  auto m = rpc::detail::decode_member(*rec);
+  REQUIRE(m);
+  return m->port;
+}
+
+bytes handshake(const std::string& token) {
+  wire::frame_builder hs(wire::kind::handshake, 0);
+  std::uint32_t protocol = wire::version;
+  REQUIRE(serialize(hs.message(), nullptr, protocol, token, worker_info{"intruder", 7},
+                    std::string("troupe/rpc")));
+  REQUIRE(hs.finish());
+  return hs.head();
+}
+
+}  // namespace
+
+TEST_CASE("a connection with a wrong or missing job token is refused and closed") {
+  auto s = std::make_shared<memory_store>();
+  auto g = make_group(1, s, [](int, rpc_backend_options& o) { o.job_token = "the-right-secret"; });
+  auto port = port_of(*s, 0);
+  for (std::string token : {"a-wrong-secret", ""}) {
+    raw_socket c(port);
+    c.send_all(handshake(token));
+    auto [got, eof] = c.read_to_end();
+    CHECK(eof);
+    wire::frame_decoder d;
+    std::vector<wire::frame> frames;
+    REQUIRE(d.feed(got, frames));
+    REQUIRE(frames.size() == 1);
+    CHECK(frames[0].type == wire::kind::error);
+    error e;
+    REQUIRE(deserialize(frames[0].message, nullptr, e));
+    CHECK(e.code() == errc::unauthorized);
+    CHECK(e.message().find("intruder") != std::string::npos);
+  }
+  // The right token is accepted.
+  raw_socket ok(port);
+  ok.send_all(handshake("the-right-secret"));
+  std::byte head[wire::header_size];
+  REQUIRE(::recv(ok.fd, head, sizeof head, MSG_WAITALL) == static_cast<ssize_t>(sizeof head));
+  auto h = wire::read_header(head, {});
+  REQUIRE(h);
+  CHECK(h->type == wire::kind::handshake_ok);
+  CHECK(*g[0]->rpc_sync<int>("w0", "add", 1, 2) == 3);
+  shutdown_all(g);
+}
+
+TEST_CASE("random and truncated frames sent to a live agent close only that connection") {
+  auto s = std::make_shared<memory_store>();
+  auto g = make_group(2, s, [](int, rpc_backend_options&) {});
+  auto port = port_of(*s, 1);
+  std::mt19937 rng(99);
+  for (int i = 0; i < 30; ++i) {
+    raw_socket c(port);
+    bytes junk;
+    if (i % 3 == 0) {
+      junk = handshake("whatever");
+      junk.resize(rng() % junk.size());  // truncated, then the sender goes away
+    } else {
+      junk.resize(1 + rng() % 512);
+      for (auto& b : junk) b = static_cast<std::byte>(rng());
+      if (i % 3 == 1) {  // a valid magic and version, random rest
+        auto hs = handshake("x");
+        std::copy(hs.begin(), hs.begin() + 5, junk.begin());
+        if (junk.size() < 5) junk.resize(5);
+      }
+    }
+    c.send_all(junk);
+    if (i % 3 == 2) {  // a bad magic is refused at once; other junk may wait as an incomplete frame
+      auto [got, eof] = c.read_to_end();
+      CHECK(eof);
+    }
+  }
+  // The agent still serves its group.
+  CHECK(*g[0]->rpc_sync<int>("w1", "add", 20, 1) == 21);
+  CHECK(*g[1]->rpc_sync<int>("w0", "add", 20, 2) == 22);
+  shutdown_all(g);
+}

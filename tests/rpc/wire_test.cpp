@@ -1,0 +1,171 @@
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "rpc/serializer.hpp"
+#include "rpc/wire.hpp"
+
+using namespace troupe;
+using namespace troupe::rpc;
+using namespace troupe::rpc::wire;
+
+namespace {
+
+bytes flatten(const frame_builder& b) {
+  bytes out = b.head();
+  for (const auto& t : b.payload()) {
+    auto* p = static_cast<const std::byte*>(t.data());
+    out.insert(out.end(), p, p + t.nbytes());
+  }
+  return out;
+}
+
+bytes sample_frame(std::uint64_t id) {
+  frame_builder b(kind::request, id, 3);
+  REQUIRE(serialize(b.message(), &b.tensors(), std::string("add"), 7,
+                    tensor::from<std::int32_t>(std::vector<std::int32_t>{1, 2, 3, 4}, dtype::i32),
+                    tensor::zeros(dtype::f64, {2, 0}),
+                    tensor::from<float>(std::vector<float>{0.5f}, dtype::f32)));
+  REQUIRE(b.finish());
+  return flatten(b);
+}
+
+}  // namespace
+
+TEST_CASE("a frame split at every byte boundary decodes to the same frame") {
+  bytes f = sample_frame(42);
+  for (std::size_t cut = 0; cut <= f.size(); ++cut) {
+    frame_decoder d;
+    std::vector<frame> out;
+    REQUIRE(d.feed(std::span(f.data(), cut), out));
+    REQUIRE(d.feed(std::span(f.data() + cut, f.size() - cut), out));
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].id == 42);
+    CHECK(out[0].flags == 3);
+    CHECK(out[0].type == kind::request);
+    REQUIRE(out[0].tensors.size() == 3);
+    std::string fn;
+    int x = 0;
+    tensor a, b, c;
+    REQUIRE(deserialize(out[0].message, &out[0].tensors, fn, x, a, b, c));
+    CHECK(fn == "add");
+    CHECK(x == 7);
+    CHECK(a.as_span<std::int32_t>()[3] == 4);
+    CHECK(b.numel() == 0);
+    CHECK(c.as_span<float>()[0] == 0.5f);
+  }
+}
+
+TEST_CASE("tensor bytes can be received straight into the tensor through the payload window") {
+  bytes f = sample_frame(1);
+  frame_decoder d;
+  std::vector<frame> out;
+  // Feed only the head part, then write the payload through the window.
+  std::size_t head_len = f.size() - (16 + 4);
+  REQUIRE(d.feed(std::span(f.data(), head_len), out));
+  std::size_t pos = head_len;
+  while (out.empty()) {
+    auto w = d.payload_window();
+    REQUIRE(!w.empty());
+    std::size_t n = std::min<std::size_t>(w.size(), 3);
+    std::memcpy(w.data(), f.data() + pos, n);
+    pos += n;
+    REQUIRE(d.payload_written(n, out));
+  }
+  CHECK(pos == f.size());
+  CHECK(out[0].tensors[0].as_span<std::int32_t>()[2] == 3);
+}
+
+TEST_CASE("back-to-back frames in one buffer all come out") {
+  bytes all;
+  for (std::uint64_t i = 1; i <= 5; ++i) {
+    auto f = sample_frame(i);
+    all.insert(all.end(), f.begin(), f.end());
+  }
+  frame_decoder d;
+  std::vector<frame> out;
+  REQUIRE(d.feed(all, out));
+  REQUIRE(out.size() == 5);
+  CHECK(out[4].id == 5);
+}
+
+TEST_CASE("bad magic, version, kind and oversized sections are refused with a protocol error") {
+  auto check_refused = [](bytes f, const limits& lim, std::string_view needle) {
+    frame_decoder d(lim);
+    std::vector<frame> out;
+    auto r = d.feed(f, out);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == errc::protocol_error);
+    CHECK_MESSAGE(r.error().message().find(needle) != std::string::npos, r.error().message());
+    // The error is sticky.
+    CHECK_FALSE(d.feed(f, out));
+    CHECK(out.empty());
+  };
+  bytes f = sample_frame(9);
+  bytes bad = f;
+  bad[0] = std::byte{'X'};
+  check_refused(bad, {}, "magic");
+  bad = f;
+  bad[4] = std::byte{9};
+  check_refused(bad, {}, "version");
+  bad = f;
+  bad[5] = std::byte{77};
+  check_refused(bad, {}, "kind");
+  limits small;
+  small.max_message = 4;
+  check_refused(f, small, "exceeds the limit");
+  limits few;
+  few.max_tensors = 2;
+  check_refused(f, few, "tensors exceeds");
+  limits tiny_payload;
+  tiny_payload.max_payload = 8;
+  check_refused(f, tiny_payload, "payload");
+  // A descriptor whose byte count does not match its shape.
+  bad = f;
+  bad[bad.size() - 4 - 8] = std::byte{5};
+  frame_decoder d;
+  std::vector<frame> out;
+  auto r = d.feed(bad, out);
+  CHECK((!r || out.size() == 1));
+}
+
+TEST_CASE("random and truncated frames are rejected or left incomplete, never crash") {
+  std::mt19937_64 rng(12345);
+  bytes good = sample_frame(3);
+  limits lim;
+  lim.max_message = 1 << 16;
+  lim.max_payload = 1 << 20;
+  int rejected = 0;
+  for (int i = 0; i < 20000; ++i) {
+    bytes f = good;
+    switch (i % 4) {
+      case 0:  // random bytes after a valid magic and version
+        for (std::size_t k = 5; k < f.size(); ++k) f[k] = static_cast<std::byte>(rng());
+        break;
+      case 1:  // a few flipped bytes anywhere
+        for (int k = 0; k < 3; ++k) f[rng() % f.size()] = static_cast<std::byte>(rng());
+        break;
+      case 2:  // truncated
+        f.resize(rng() % f.size());
+        break;
+      default:  // pure noise
+        f.resize(rng() % 256);
+        for (auto& b : f) b = static_cast<std::byte>(rng());
+    }
+    frame_decoder d(lim);
+    std::vector<frame> out;
+    auto r = d.feed(f, out);
+    if (!r) {
+      ++rejected;
+      CHECK(r.error().code() == errc::protocol_error);
+    }
+    for (auto& fr : out) {
+      // Whatever decoded must deserialize safely or fail cleanly.
+      std::string fn;
+      int x = 0;
+      tensor a, b, c;
+      (void)deserialize(fr.message, &fr.tensors, fn, x, a, b, c);
+    }
+  }
+  CHECK(rejected > 5000);
+}
