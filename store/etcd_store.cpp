@@ -318,10 +318,28 @@ expected<std::unique_ptr<etcd_store>> etcd_store::connect(const etcd_store_optio
   state->prefix = options.prefix;
   if (!state->prefix.empty() && state->prefix.back() != '/') state->prefix += '/';
 
+  // etcd may still be starting (a job launched together with it): a refused connection is
+  // retried with backoff until the connect timeout, then reported with every endpoint's
+  // reason.
+  const deadline connect_until = deadline::after(options.timeout);
+  auto retrying = [&](auto call) {
+    auto pause = std::chrono::milliseconds(20);
+    for (;;) {
+      auto r = call();
+      if (r || r.error().code() != errc::connection_lost || connect_until.expired()) return r;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(connect_until.remaining());
+      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(pause, left));
+      pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::milliseconds(500));
+      if (connect_until.expired()) return r;
+    }
+  };
+
   const auto ttl_s = std::chrono::ceil<std::chrono::seconds>(options.lease_ttl).count();
   if (options.attach_lease) {
-    auto grant = state->http.post("/v3/lease/grant", {{"TTL", std::to_string(ttl_s)}},
-                                  deadline::after(options.timeout));
+    // A retried grant that had in fact succeeded leaves a lease that lapses after its TTL.
+    auto grant = retrying([&] {
+      return state->http.post("/v3/lease/grant", {{"TTL", std::to_string(ttl_s)}}, connect_until);
+    });
     if (!grant) return std::move(grant).error().with_operation("store.connect");
     state->lease = json_int(*grant, "ID");
     if (state->lease == 0)
@@ -330,9 +348,11 @@ expected<std::unique_ptr<etcd_store>> etcd_store::connect(const etcd_store_optio
     state->keepalive = std::thread([s = state.get()] { s->keepalive_loop(); });
   } else {
     // No lease to grant: check that etcd answers, so a bad endpoint fails here.
-    auto probe = state->http.post("/v3/kv/range",
-                                  {{"key", base64_encode(state->prefix)}, {"count_only", true}},
-                                  deadline::after(options.timeout), {.retry_safe = true});
+    auto probe = retrying([&] {
+      return state->http.post("/v3/kv/range",
+                              {{"key", base64_encode(state->prefix)}, {"count_only", true}},
+                              connect_until, {.retry_safe = true});
+    });
     if (!probe) return std::move(probe).error().with_operation("store.connect");
     state->revoke_on_close = false;
   }

@@ -5,6 +5,7 @@
 #include "store/tcp_store_server.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio.hpp>
 #include <cstring>
 #include <future>
@@ -54,6 +55,7 @@ struct shared_core {
   std::unordered_map<std::string, std::vector<std::shared_ptr<waiter>>> parked;
   std::map<std::pair<const connection*, std::uint64_t>, std::shared_ptr<waiter>> waiters;
   std::unordered_map<const connection*, std::weak_ptr<connection>> connections;
+  std::atomic<std::size_t> queued_output{0};  // bytes in every connection's outbox
 
   // Under mu: parks `w` on its first missing key, or returns false if none is missing.
   bool park(const std::shared_ptr<waiter>& w) {
@@ -143,6 +145,7 @@ class connection : public std::enable_shared_from_this<connection> {
   // On the strand.
   void send(bytes frame) {
     if (closed_) return;
+    account(static_cast<std::ptrdiff_t>(frame.size()));
     outbox_.push_back(std::move(frame));
     if (!writing_ && !parsing_) write_next();
   }
@@ -163,6 +166,7 @@ class connection : public std::enable_shared_from_this<connection> {
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
     outbox_.clear();  // the frames being written (in_flight_) live until their handler runs
+    account(-static_cast<std::ptrdiff_t>(queued_));
     core_->forget_connection(this);
   }
 
@@ -212,19 +216,40 @@ class connection : public std::enable_shared_from_this<connection> {
       return close(ec.message(), mid_frame);
     }
     in_end_ += got;
+    process_and_read();
+  }
+
+  // Answers the frames buffered in in_, then reads on, unless too many replies wait to be
+  // sent: then the rest stays buffered and the write completion resumes here.
+  void process_and_read() {
     // The replies to every frame of this read leave together, in one write.
     parsing_ = true;
     parse_frames();
     parsing_ = false;
     if (!closed_ && !writing_ && !outbox_.empty()) write_next();
     if (closed_ || closing_) return;
+    if (over_limit()) {
+      read_paused_ = true;
+      return;
+    }
     if (in_begin_ == in_end_) in_begin_ = in_end_ = 0;
     read_more();
   }
 
+  bool over_limit() const { return queued_ > core_->options.max_queued_output; }
+
+  // On the strand: keeps this connection's and the server's count of unsent reply bytes.
+  void account(std::ptrdiff_t delta) {
+    queued_ = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(queued_) + delta);
+    if (delta >= 0)
+      core_->queued_output.fetch_add(static_cast<std::size_t>(delta), std::memory_order_relaxed);
+    else
+      core_->queued_output.fetch_sub(static_cast<std::size_t>(-delta), std::memory_order_relaxed);
+  }
+
   // Every complete frame in the buffer, in order; a partial one waits for the next read.
   void parse_frames() {
-    while (!closed_ && !closing_ && in_end_ - in_begin_ >= wire::length_size) {
+    while (!closed_ && !closing_ && !over_limit() && in_end_ - in_begin_ >= wire::length_size) {
       std::size_t n = frame_length();
       if (n > core_->options.max_frame_size)
         return close(
@@ -425,7 +450,15 @@ class connection : public std::enable_shared_from_this<connection> {
                       [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                         if (self->closed_) return;
                         if (ec) return self->close(ec.message(), false);
-                        self->write_next();
+                        std::size_t sent = 0;
+                        for (const auto& f : self->in_flight_) sent += f.size();
+                        self->account(-static_cast<std::ptrdiff_t>(sent));
+                        self->writing_ = false;
+                        if (self->read_paused_ && !self->over_limit()) {
+                          self->read_paused_ = false;
+                          self->process_and_read();  // may start the next write itself
+                        }
+                        if (!self->writing_) self->write_next();
                       });
   }
 
@@ -454,6 +487,8 @@ class connection : public std::enable_shared_from_this<connection> {
   std::vector<bytes> outbox_;  // replies waiting for the write in flight
   std::vector<bytes> in_flight_;
   std::vector<asio::const_buffer> out_buffers_;
+  std::size_t queued_ = 0;  // bytes in outbox_ and in_flight_
+  bool read_paused_ = false;  // too many unsent replies: not reading until they drain
   bool writing_ = false;
   bool parsing_ = false;  // replies queue until the frames of one read are handled
   bool authenticated_ = false;
@@ -580,6 +615,10 @@ std::string tcp_store_server::url() const {
 std::size_t tcp_store_server::num_connections() const {
   std::lock_guard lk(impl_->core->mu);
   return impl_->core->connections.size();
+}
+
+std::size_t tcp_store_server::queued_output_bytes() const {
+  return impl_->core->queued_output.load(std::memory_order_relaxed);
 }
 
 void tcp_store_server::shutdown(duration timeout) {

@@ -7,6 +7,8 @@
 // - A frame that is malformed, truncated or larger than max_frame_size closes only the
 //   connection that sent it (logged at warn); everyone else is served on.
 // - With a secret, clients whose hello does not carry the same secret are refused.
+// - A connection whose unsent replies pass max_queued_output is not read from until they
+//   drain (backpressure on a client that does not read).
 // - shutdown() is idempotent and bounded; the destructor calls it.
 #pragma once
 
@@ -30,6 +32,10 @@ struct tcp_store_server_options {
   std::size_t max_frame_size = std::size_t{64} << 20;
   /// A connection that has not completed its hello in this time is closed.
   duration hello_timeout = std::chrono::seconds(10);
+  /// When the replies waiting to go to one connection pass this many bytes, the server
+  /// stops reading that connection's requests until they drain: a client that sends but
+  /// never reads cannot make the server buffer without bound. 16 MiB by default.
+  std::size_t max_queued_output = std::size_t{16} << 20;
   /// How long the destructor waits for connections to close.
   duration shutdown_timeout = std::chrono::seconds(5);
 };
@@ -57,6 +63,8 @@ class tcp_store_server {
 
   /// Connections currently open (for tests and diagnostics).
   std::size_t num_connections() const;
+  /// Bytes of replies queued for sending, over all connections (for tests and diagnostics).
+  std::size_t queued_output_bytes() const;
 
  private:
   struct impl;

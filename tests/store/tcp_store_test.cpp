@@ -328,3 +328,53 @@ TEST_CASE("a waiter whose deadline passes hands the reading over to the others")
   // The connection is still healthy for new calls.
   CHECK(client.set("after", std::string_view("ok")));
 }
+
+TEST_CASE("a client that sends requests but never reads cannot make the server buffer without bound") {
+  troupe::tcp_store_server_options o;
+  o.max_queued_output = 1u << 20;
+  auto server = start_server(o);
+  auto writer = connect_to(*server).value();
+  const std::size_t value_size = 64u << 10;
+  REQUIRE(writer->set("big", troupe::bytes(value_size, std::byte{'v'})));
+
+  namespace wire = troupe::detail::wire;
+  auto sock = std::make_unique<raw_socket>(server->port());
+  REQUIRE(sock->send(wire::encode_hello({wire::magic, wire::version, "", "never-reads"})));
+  auto len = sock->receive(4);
+  REQUIRE(len.size() == 4);
+  auto n = std::to_integer<std::uint32_t>(len[0]) | std::to_integer<std::uint32_t>(len[1]) << 8;
+  REQUIRE(sock->receive(n).size() == n);
+  // 400 gets of 64 KiB in one burst: 25 MiB of replies if the server answered them all.
+  troupe::bytes burst;
+  for (std::uint64_t id = 1; id <= 400; ++id) {
+    wire::frame_builder f(wire::kind::get, id);
+    f.writer().str("big");
+    auto frame = std::move(f).finish();
+    burst.insert(burst.end(), frame.begin(), frame.end());
+  }
+  REQUIRE(sock->send(burst));
+
+  // Wait for the queue to settle (the same reading for 300 ms), then look at it.
+  std::size_t last = server->queued_output_bytes();
+  auto stable_since = std::chrono::steady_clock::now();
+  auto give_up = stable_since + 10s;
+  while (std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(20ms);
+    std::size_t now = server->queued_output_bytes();
+    if (now != last || now == 0) {
+      last = now;
+      stable_since = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - stable_since > 300ms) {
+      break;
+    }
+  }
+  CHECK(last > 0);
+  CHECK(last <= o.max_queued_output + value_size + 64);
+  check_serves(*server);
+
+  // Once the client goes away, its queued replies are dropped.
+  sock.reset();
+  for (int i = 0; i < 250 && server->queued_output_bytes() != 0; ++i)
+    std::this_thread::sleep_for(20ms);
+  CHECK(server->queued_output_bytes() == 0);
+}

@@ -108,57 +108,67 @@ expected<std::unique_ptr<etcd_server>> etcd_server::start(duration timeout) {
     s->log_path_ = s->data_dir_ + "/etcd.log";
     const std::string client = "http://127.0.0.1:" + std::to_string(s->client_port_);
     const std::string peer = "http://127.0.0.1:" + std::to_string(s->peer_port_);
-    std::vector<std::string> args = {binary(),
-                                     "--name=troupe-test",
-                                     "--data-dir=" + s->data_dir_ + "/data",
-                                     "--listen-client-urls=" + client,
-                                     "--advertise-client-urls=" + client,
-                                     "--listen-peer-urls=" + peer,
-                                     "--initial-advertise-peer-urls=" + peer,
-                                     "--initial-cluster=troupe-test=" + peer,
-                                     "--initial-cluster-state=new",
-                                     "--log-level=warn"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t parent = ::getpid();
-    pid_t pid = ::fork();
-    if (pid < 0) return make_error(errc::unavailable, "fork failed while starting etcd");
-    if (pid == 0) {
-      // Child: etcd dies with the thread that started it, so a killed test leaves none.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);
-      int fd = ::open(s->log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-        ::close(fd);
-      }
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    s->pid_ = pid;
-    bool exited = false;
-    while (!until.expired()) {
-      if (healthy(s->client_port_)) return s;
-      int status = 0;
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        exited = true;
-        s->pid_ = -1;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    last_log = read_file(s->log_path_);
-    if (!exited)
-      return make_error(errc::timeout, "etcd did not become healthy within ",
-                        format_duration(timeout), "; its log:\n", tail(last_log));
-    if (last_log.find("address already in use") == std::string::npos)
-      return make_error(errc::unavailable, "etcd exited at startup; its log:\n", tail(last_log));
+    s->args_ = {binary(),
+                "--name=troupe-test",
+                "--data-dir=" + s->data_dir_ + "/data",
+                "--listen-client-urls=" + client,
+                "--advertise-client-urls=" + client,
+                "--listen-peer-urls=" + peer,
+                "--initial-advertise-peer-urls=" + peer,
+                "--initial-cluster=troupe-test=" + peer,
+                "--initial-cluster-state=new",
+                "--log-level=warn"};
+    auto r = s->launch(until);
+    if (r) return s;
+    if (r.error().message().find("address already in use") == std::string::npos)
+      return std::move(r).error();
+    last_log = r.error().message();
     // A port clash: s's destructor removes the directory; try other ports.
   }
   return make_error(errc::unavailable, "etcd could not bind free ports in 5 attempts; last log:\n",
                     tail(last_log));
+}
+
+expected<void> etcd_server::launch(deadline until) {
+  std::vector<char*> argv;
+  for (auto& a : args_) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) return make_error(errc::unavailable, "fork failed while starting etcd");
+  if (pid == 0) {
+    // Child: etcd dies with the thread that started it, so a killed test leaves none.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  pid_ = pid;
+  while (!until.expired()) {
+    if (healthy(client_port_)) return {};
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      pid_ = -1;
+      std::string log = read_file(log_path_);
+      if (log.find("address already in use") != std::string::npos)
+        return make_error(errc::unavailable, "etcd could not bind its ports (address already in use)");
+      return make_error(errc::unavailable, "etcd exited at startup; its log:\n", tail(log));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return make_error(errc::timeout, "etcd did not become healthy in time; its log:\n",
+                    tail(read_file(log_path_)));
+}
+
+expected<void> etcd_server::restart(duration timeout) {
+  if (running()) return {};
+  return launch(deadline::after(timeout));
 }
 
 etcd_server* etcd_server::shared() {

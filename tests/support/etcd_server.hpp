@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/expected.hpp"
 #include "core/time.hpp"
@@ -45,9 +46,17 @@ class etcd_server {
 
   /// Stops etcd: SIGTERM, then SIGKILL if it has not exited after 5 s. Idempotent.
   void stop();
+  /// Starts a stopped etcd again on the same ports and data (its keys survive), waiting
+  /// at most `timeout` until it answers. Does nothing when it is running.
+  expected<void> restart(duration timeout = std::chrono::seconds(30));
 
  private:
   etcd_server() = default;
+  // Runs etcd with args_ and waits until it answers; a port clash is errc::unavailable
+  // with "address already in use" in the message.
+  expected<void> launch(deadline until);
+
+  std::vector<std::string> args_;
   pid_t pid_ = -1;
   std::uint16_t client_port_ = 0;
   std::uint16_t peer_port_ = 0;

@@ -1,0 +1,241 @@
+// The anchor for the actors benchmark: CAF 0.17's own middleman (publish / remote_actor)
+// between two processes on 127.0.0.1, with one user message type.
+//
+//   caf_middleman_bench [--scheduler sharing|stealing] [--rounds N] [--messages N]
+//                       [--payload BYTES] [--json]
+//
+// Figures: request round trip p50/p99 (a request of `bench_message` answered with the same
+// message, one at a time) and one-way throughput (N messages sent without waiting, then one
+// request whose answer says how many arrived; per-sender order makes that the end mark).
+// The process re-executes itself as the server ("--serve"), which publishes its actor on a
+// port chosen by the OS and prints it on stdout.
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace {
+
+struct bench_message {
+  uint64_t seq = 0;
+  std::string body;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, bench_message& x) {
+  return f(caf::meta::type_name("bench_message"), x.seq, x.body);
+}
+
+using count_atom = caf::atom_constant<caf::atom("count")>;
+
+struct options {
+  std::string scheduler = "sharing";
+  int rounds = 20000;
+  int messages = 200000;
+  size_t payload = 32;
+  bool json = false;
+  bool serve = false;
+};
+
+[[noreturn]] void usage(const std::string& what) {
+  std::fprintf(stderr,
+               "caf_middleman_bench: %s\nusage: caf_middleman_bench [--scheduler sharing|stealing] "
+               "[--rounds N] [--messages N] [--payload BYTES] [--json]\n",
+               what.c_str());
+  std::exit(2);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage("missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--scheduler") {
+      o.scheduler = value();
+      if (o.scheduler != "sharing" && o.scheduler != "stealing")
+        usage("--scheduler must be 'sharing' or 'stealing', got '" + o.scheduler + "'");
+    } else if (a == "--rounds") {
+      o.rounds = std::atoi(value().c_str());
+    } else if (a == "--messages") {
+      o.messages = std::atoi(value().c_str());
+    } else if (a == "--payload") {
+      o.payload = static_cast<size_t>(std::atol(value().c_str()));
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "--serve") {
+      o.serve = true;
+    } else {
+      usage("unknown argument '" + a + "'");
+    }
+  }
+  if (o.rounds < 10 || o.messages < 10) usage("--rounds and --messages must be at least 10");
+  return o;
+}
+
+void configure(caf::actor_system_config& cfg, const options& o) {
+  cfg.load<caf::io::middleman>();
+  cfg.add_message_type<bench_message>("bench_message");
+  // A string value is silently ignored by CAF 0.17: the policy must be an atom.
+  cfg.set("scheduler.policy", o.scheduler == "sharing" ? caf::atom("sharing") : caf::atom("stealing"));
+  cfg.set("logger.verbosity", caf::atom("quiet"));
+}
+
+caf::behavior server_actor(caf::stateful_actor<uint64_t>* self) {
+  self->state = 0;
+  return {
+      [=](bench_message& m) { ++self->state; static_cast<void>(m); },
+      [=](caf::ok_atom, bench_message& m) -> bench_message { return std::move(m); },
+      [=](count_atom) -> uint64_t { return self->state; },
+  };
+}
+
+int serve(const options& o) {
+  caf::actor_system_config cfg;
+  configure(cfg, o);
+  caf::actor_system sys{cfg};
+  auto a = sys.spawn(server_actor);
+  auto port = sys.middleman().publish(a, 0, "127.0.0.1");
+  if (!port) {
+    std::fprintf(stderr, "publish failed: %s\n", sys.render(port.error()).c_str());
+    return 1;
+  }
+  std::printf("%u\n", static_cast<unsigned>(*port));
+  std::fflush(stdout);
+  // Serve until the client closes our stdin.
+  char buf[64];
+  while (::read(0, buf, sizeof buf) > 0) {
+  }
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  return 0;
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o = parse(argc, argv);
+  if (o.serve) return serve(o);
+
+  // Start the server: ourselves with --serve, stdin and stdout through pipes.
+  int to_child[2], from_child[2];
+  if (::pipe(to_child) != 0 || ::pipe(from_child) != 0) {
+    std::perror("pipe");
+    return 1;
+  }
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(to_child[0], 0);
+    ::dup2(from_child[1], 1);
+    ::close(to_child[1]);
+    ::close(from_child[0]);
+    std::string self = "/proc/self/exe";
+    std::vector<std::string> args = {argv[0], "--serve", "--scheduler", o.scheduler};
+    std::vector<char*> cargs;
+    for (auto& s : args) cargs.push_back(s.data());
+    cargs.push_back(nullptr);
+    ::execv(self.c_str(), cargs.data());
+    _exit(127);
+  }
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+  char line[32] = {};
+  ssize_t got = ::read(from_child[0], line, sizeof line - 1);
+  if (got <= 0) {
+    std::fprintf(stderr, "the server process did not report its port\n");
+    return 1;
+  }
+  auto port = static_cast<uint16_t>(std::atoi(line));
+
+  int rc = 0;
+  {
+    caf::actor_system_config cfg;
+    configure(cfg, o);
+    caf::actor_system sys{cfg};
+    auto remote = sys.middleman().remote_actor("127.0.0.1", port);
+    if (!remote) {
+      std::fprintf(stderr, "remote_actor failed: %s\n", sys.render(remote.error()).c_str());
+      ::kill(pid, SIGKILL);
+      return 1;
+    }
+    caf::scoped_actor self{sys};
+    bench_message msg{0, std::string(o.payload, 'x')};
+    using clock = std::chrono::steady_clock;
+
+    auto round_trip = [&]() -> bool {
+      bool ok = false;
+      self->request(*remote, std::chrono::seconds(10), caf::ok_atom::value, msg)
+          .receive([&](bench_message& reply) { ok = reply.seq == msg.seq; },
+                   [&](caf::error& e) { std::fprintf(stderr, "request failed: %s\n", sys.render(e).c_str()); });
+      ++msg.seq;
+      return ok;
+    };
+    for (int i = 0; i < 1000; ++i)  // warm-up
+      if (!round_trip()) return 1;
+    std::vector<double> us;
+    us.reserve(static_cast<size_t>(o.rounds));
+    for (int i = 0; i < o.rounds; ++i) {
+      auto t0 = clock::now();
+      if (!round_trip()) {
+        rc = 1;
+        break;
+      }
+      us.push_back(std::chrono::duration<double, std::micro>(clock::now() - t0).count());
+    }
+
+    // One-way throughput: blast, then ask for the count (same sender, so it comes last).
+    uint64_t before = 0;
+    self->request(*remote, std::chrono::seconds(10), count_atom::value)
+        .receive([&](uint64_t n) { before = n; }, [&](caf::error&) { rc = 1; });
+    auto t0 = clock::now();
+    for (int i = 0; i < o.messages; ++i) {
+      msg.seq = static_cast<uint64_t>(i);
+      self->send(*remote, msg);
+    }
+    uint64_t after = 0;
+    self->request(*remote, std::chrono::seconds(60), count_atom::value)
+        .receive([&](uint64_t n) { after = n; }, [&](caf::error&) { rc = 1; });
+    double secs = std::chrono::duration<double>(clock::now() - t0).count();
+    if (after - before != static_cast<uint64_t>(o.messages)) {
+      std::fprintf(stderr, "server counted %llu of %d messages\n",
+                   static_cast<unsigned long long>(after - before), o.messages);
+      rc = 1;
+    }
+    if (rc == 0) {
+      double p50 = percentile(us, 0.50), p99 = percentile(us, 0.99);
+      double rate = o.messages / secs;
+      if (o.json) {
+        std::printf("{\"system\":\"caf-middleman\",\"scheduler\":\"%s\",\"payload\":%zu,"
+                    "\"rtt_p50_us\":%.2f,\"rtt_p99_us\":%.2f,\"oneway_msgs_per_s\":%.0f}\n",
+                    o.scheduler.c_str(), o.payload, p50, p99, rate);
+      } else {
+        std::printf("# caf_middleman_bench --scheduler %s --rounds %d --messages %d --payload %zu\n",
+                    o.scheduler.c_str(), o.rounds, o.messages, o.payload);
+        std::printf("request round trip: p50 %.1f us, p99 %.1f us (%d rounds)\n", p50, p99, o.rounds);
+        std::printf("one-way throughput: %.0f msgs/s (%d messages)\n", rate, o.messages);
+      }
+    }
+  }
+  ::close(to_child[1]);  // the server exits on end of input
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return rc;
+}
