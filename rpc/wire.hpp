@@ -102,6 +102,7 @@ class frame_builder {
   /// Total bytes on the wire (valid after finish).
   std::size_t size() const noexcept;
   const bytes& head() const noexcept { return head_; }
+  std::uint64_t id() const noexcept { return id_; }
   const std::vector<tensor>& payload() const noexcept { return tensors_; }
 
  private:

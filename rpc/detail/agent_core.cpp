@@ -1,0 +1,333 @@
+#include "rpc/detail/agent_core.hpp"
+
+#include "core/cuda_runtime.hpp"
+#include "core/log.hpp"
+#include "store/connect.hpp"
+#include "store/rendezvous.hpp"
+
+namespace troupe::rpc::detail {
+
+void mark_io_thread();
+
+namespace {
+constexpr auto sweep_interval = std::chrono::milliseconds(5);
+}
+
+agent_core::agent_core(std::string name, int rank, std::optional<int> world_size,
+                       rpc_backend_options opts)
+    : name_(std::move(name)), rank_(rank), world_size_(world_size), opts_(std::move(opts)) {
+  self_ = worker_info{name_, world_size_ ? rank_ : -1};
+  functions_ = opts_.functions ? opts_.functions : std::make_shared<function_table>();
+}
+
+agent_core::~agent_core() { stop_local(make_error(errc::shut_down, "the agent was destroyed")); }
+
+expected<std::shared_ptr<agent_core>> agent_core::create(std::string name, int rank,
+                                                         std::optional<int> world_size,
+                                                         rpc_backend_options opts) {
+  TROUPE_TRY(validate_worker_name(name));
+  if (world_size && (*world_size < 1 || rank < 0 || rank >= *world_size))
+    return make_error(errc::invalid_argument, "rank ", rank, " is not in a world of size ",
+                      *world_size, "; ranks run from 0 to world_size - 1");
+  if (opts.rpc_timeout <= duration::zero())
+    return make_error(errc::invalid_argument, "rpc_timeout must be positive, got ",
+                      format_duration(opts.rpc_timeout));
+  if (opts.num_worker_threads == 0)
+    return make_error(errc::invalid_argument, "num_worker_threads must be at least 1");
+  auto core = std::shared_ptr<agent_core>(new agent_core(std::move(name), rank, world_size, std::move(opts)));
+  auto d = deadline::after(core->opts_.init_timeout);
+  auto fail = [&](error e) -> expected<std::shared_ptr<agent_core>> {
+    core->stop_local(e);
+    return std::move(e).with_worker(core->name_).with_operation("rpc init");
+  };
+  if (core->opts_.store) {
+    core->store_ = core->opts_.store;
+  } else {
+    if (core->opts_.init_method.empty())
+      return fail(make_error(errc::invalid_argument, "no store to meet through: set options.init_method "
+                             "(e.g. \"tcp://127.0.0.1:29500\") or options.store"));
+    store_options so;
+    so.timeout = core->opts_.init_timeout;
+    so.connect_timeout = core->opts_.init_timeout;
+    auto s = connect_store(core->opts_.init_method, so);
+    if (!s) return fail(std::move(s).error());
+    core->store_ = std::shared_ptr<store>(std::move(*s));
+  }
+  if (core->opts_.device_count >= 0) {
+    core->device_count_ = core->opts_.device_count;
+  } else {
+    auto n = cuda_device_count();
+    core->device_count_ = n ? *n : 0;
+  }
+  core->pool_ = std::make_unique<worker_pool>(core->opts_.num_worker_threads, core->opts_.busy_poll);
+  if (auto r = core->start_io(); !r) return fail(std::move(r).error());
+  if (auto r = core->ensure_token(d); !r) return fail(std::move(r).error());
+  auto joined = world_size ? core->init_static(d) : core->init_dynamic(d);
+  if (!joined) return fail(std::move(joined).error());
+  TROUPE_LOG(log_level::info, "rpc", "worker '", core->name_, "' (id ", core->self_.id,
+             ") serving on ", core->host_, ":", core->port_);
+  return core;
+}
+
+expected<void> agent_core::start_io() {
+  try {
+    asio::ip::tcp::resolver resolver(io_);
+    auto eps = resolver.resolve(opts_.listen_host, std::to_string(opts_.listen_port),
+                                asio::ip::tcp::resolver::passive);
+    asio::ip::tcp::endpoint ep = eps.begin()->endpoint();
+    acceptor_.emplace(io_);
+    acceptor_->open(ep.protocol());
+    acceptor_->set_option(asio::ip::tcp::acceptor::reuse_address(true));
+    acceptor_->bind(ep);
+    acceptor_->listen(asio::socket_base::max_listen_connections);
+    host_ = acceptor_->local_endpoint().address().to_string();
+    port_ = acceptor_->local_endpoint().port();
+  } catch (const boost::system::system_error& e) {
+    return make_error(errc::unavailable, "cannot listen on ", opts_.listen_host, ":",
+                      opts_.listen_port, ": ", e.what(), "; set options.listen_host/listen_port");
+  }
+  work_.emplace(io_.get_executor());
+  // Accept loop: each accepted socket gets its own strand.
+  auto accept = std::make_shared<std::function<void()>>();
+  std::weak_ptr<agent_core> weak = weak_from_this();
+  *accept = [this, weak, accept_w = std::weak_ptr<std::function<void()>>(accept)] {
+    acceptor_->async_accept(asio::make_strand(io_), [this, weak, accept_w](
+                                                        const boost::system::error_code& ec,
+                                                        asio::ip::tcp::socket sock) {
+      auto self = weak.lock();
+      if (!self || ec || stopping_.load()) return;
+      auto c = std::make_shared<connection>(std::move(sock), weak, false, wire::limits{4096, 0, 0});
+      {
+        std::lock_guard<std::mutex> lk(conns_mu_);
+        inbound_.insert(c);
+      }
+      c->start(std::chrono::seconds(10));
+      if (auto again = accept_w.lock()) (*again)();
+    });
+  };
+  accept_loop_ = accept;
+  (*accept)();
+  start_sweeper();
+  std::size_t n = opts_.num_io_threads == 0 ? 1 : opts_.num_io_threads;
+  for (std::size_t i = 0; i < n; ++i)
+    io_threads_.emplace_back([this] {
+      mark_io_thread();
+      io_.run();
+    });
+  return ok();
+}
+
+void agent_core::start_sweeper() {
+  sweeper_.emplace(io_);
+  std::weak_ptr<agent_core> weak = weak_from_this();
+  auto tick = std::make_shared<std::function<void()>>();
+  *tick = [this, weak, tick_w = std::weak_ptr<std::function<void()>>(tick)] {
+    sweeper_->expires_after(sweep_interval);
+    sweeper_->async_wait([this, weak, tick_w](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (!self || ec || stopping_.load()) return;
+      std::vector<std::shared_ptr<connection>> conns;
+      {
+        std::lock_guard<std::mutex> lk(conns_mu_);
+        for (auto& [n, c] : outbound_) conns.push_back(c);
+      }
+      auto now = clock::now();
+      for (auto& c : conns) c->expire(now);
+      if (auto t = tick_w.lock()) (*t)();
+    });
+  };
+  sweep_loop_ = tick;
+  asio::post(io_, [tick] { (*tick)(); });
+}
+
+std::vector<worker_info> agent_core::workers() const {
+  std::shared_lock lk(members_mu_);
+  std::vector<worker_info> out;
+  for (const auto& [n, m] : members_) out.push_back(m.info);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return out;
+}
+
+expected<worker_info> agent_core::find(const worker_ref& w) const {
+  std::shared_lock lk(members_mu_);
+  if (!w.name.empty()) {
+    auto it = members_.find(w.name);
+    if (it != members_.end()) return it->second.info;
+  } else {
+    for (const auto& [n, m] : members_)
+      if (m.info.id == w.id) return m.info;
+  }
+  std::string names;
+  for (const auto& [n, m] : members_) names += (names.empty() ? "" : ", ") + n;
+  return make_error(errc::not_found, "no worker ",
+                    w.name.empty() ? strcat("with id ", w.id) : strcat("named '", w.name, "'"),
+                    " in this group (workers: ", names.empty() ? "none" : names, ")",
+                    dynamic() ? "; it may have left or died" : "");
+}
+
+device_setup agent_core::setup() const {
+  std::shared_lock lk(members_mu_);
+  return setup_;
+}
+
+expected<std::shared_ptr<connection>> agent_core::connection_to(const member& m, deadline d) {
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    auto it = outbound_.find(m.info.name);
+    if (it != outbound_.end()) return it->second;  // possibly failed: its sticky error then
+  }
+  std::lock_guard<std::mutex> dial_lock(dial_mu_);
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    auto it = outbound_.find(m.info.name);
+    if (it != outbound_.end()) return it->second;
+  }
+  auto c = dial(m, d);
+  if (!c) return std::move(c).error();
+  std::lock_guard<std::mutex> lk(conns_mu_);
+  if (stopping_.load()) {
+    (*c)->close(make_error(errc::shut_down, "the agent is shutting down"));
+    return make_error(errc::shut_down, "worker '", name_, "' is shutting down");
+  }
+  outbound_[m.info.name] = *c;
+  return *c;
+}
+
+expected<std::shared_ptr<connection>> agent_core::dial(const member& m, deadline d) {
+  asio::ip::tcp::socket sock(asio::make_strand(io_));
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(m.host, ec);
+  if (ec)
+    return make_error(errc::invalid_argument, "worker '", m.info.name, "' published address '",
+                      m.host, "' that is not an IP address");
+  asio::ip::tcp::endpoint ep(addr, m.port);
+  std::promise<boost::system::error_code> connected;
+  auto fut = connected.get_future();
+  sock.async_connect(ep, [&connected](const boost::system::error_code& e) { connected.set_value(e); });
+  if (fut.wait_until(d.time_point()) != std::future_status::ready) {
+    asio::post(sock.get_executor(), [&sock] {
+      boost::system::error_code ignored;
+      sock.close(ignored);
+    });
+    fut.wait();
+    return make_error(errc::timeout, "connecting to worker '", m.info.name, "' at ", m.host, ":",
+                      m.port, " timed out")
+        .with_worker(m.info.name);
+  }
+  if (auto e = fut.get())
+    return make_error(errc::connection_lost, "cannot connect to worker '", m.info.name, "' at ",
+                      m.host, ":", m.port, ": ", e.message(), "; the worker may have died")
+        .with_worker(m.info.name);
+  auto c = std::make_shared<connection>(std::move(sock), weak_from_this(), true, opts_.limits);
+  c->set_peer(m.info);
+  c->start(duration::zero());
+  wire::frame_builder hs(wire::kind::handshake, 0);
+  std::uint32_t protocol = wire::version;
+  TROUPE_TRY(serialize(hs.message(), nullptr, protocol, token_, self_, opts_.group));
+  TROUPE_TRY(hs.finish());
+  promise<wire::frame> p;
+  auto reply = p.get_future();
+  TROUPE_TRY(c->add_pending(0, std::move(p), d));
+  if (auto s = c->send(std::move(hs)); !s) return std::move(s).error();
+  auto r = reply.get(d.remaining() + std::chrono::milliseconds(50));
+  if (!r) {
+    c->close(r.error());
+    return std::move(r).error();
+  }
+  return c;
+}
+
+expected<void> agent_core::wait_outstanding(deadline d) {
+  for (;;) {
+    std::size_t n = 0;
+    {
+      std::lock_guard<std::mutex> lk(conns_mu_);
+      for (auto& [name, c] : outbound_) n += c->pending_count();
+    }
+    if (n == 0) return ok();
+    if (d.expired())
+      return make_error(errc::timeout, n, " calls made by worker '", name_,
+                        "' were still outstanding at the shutdown deadline");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void agent_core::send_shutdown_notices() {
+  std::vector<std::shared_ptr<connection>> all;
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    for (auto& [n, c] : outbound_) all.push_back(c);
+    for (auto& c : inbound_) all.push_back(c);
+  }
+  for (auto& c : all) {
+    wire::frame_builder fb(wire::kind::shutdown, 0);
+    if (fb.finish()) (void)c->send(std::move(fb));
+  }
+}
+
+void agent_core::stop_local(const error& why) {
+  std::lock_guard<std::mutex> lk(lifecycle_mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  stopping_.store(true);
+  std::vector<std::shared_ptr<connection>> all;
+  {
+    std::lock_guard<std::mutex> clk(conns_mu_);
+    for (auto& [n, c] : outbound_) all.push_back(c);
+    for (auto& c : inbound_) all.push_back(c);
+  }
+  for (auto& c : all) c->close(why);
+  if (!io_threads_.empty()) {
+    asio::post(io_, [this] {
+      boost::system::error_code ec;
+      if (acceptor_) acceptor_->close(ec);
+      if (sweeper_) sweeper_->cancel();
+    });
+  }
+  if (pool_) pool_->stop(deadline::after(std::chrono::seconds(5)));
+  work_.reset();
+  // Let the strands run the closes, then stop.
+  auto until = deadline::after(std::chrono::seconds(2));
+  for (;;) {
+    bool all_closed = true;
+    for (auto& c : all)
+      if (!c->sticky_error()) all_closed = false;
+    if (all_closed || until.expired()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  io_.stop();
+  for (auto& t : io_threads_)
+    if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+  io_threads_.clear();
+  {
+    std::lock_guard<std::mutex> clk(conns_mu_);
+    outbound_.clear();
+    inbound_.clear();
+  }
+  accept_loop_.reset();
+  sweep_loop_.reset();
+}
+
+expected<void> agent_core::shutdown(duration timeout) {
+  {
+    std::lock_guard<std::mutex> lk(lifecycle_mu_);
+    if (stopped_) return stop_result_ ? expected<void>(*stop_result_) : ok();
+  }
+  auto d = deadline::after(timeout);
+  expected<void> result;
+  if (dynamic()) {
+    result = leave(timeout);
+  } else {
+    auto waited = wait_outstanding(d);
+    auto b = barrier(*store_, strcat(opts_.group, "/shutdown"), rank_, *world_size_, d.remaining());
+    send_shutdown_notices();
+    if (!waited) result = std::move(waited).error();
+    else if (!b) result = std::move(b).error();
+    stop_local(make_error(errc::peer_left, "worker '", name_, "' shut down"));
+  }
+  std::lock_guard<std::mutex> lk(lifecycle_mu_);
+  if (!result) stop_result_ = result.error();
+  return result;
+}
+
+}  // namespace troupe::rpc::detail

@@ -1,0 +1,180 @@
+// agent_core: the shared state behind an rpc::agent (docs/rpc.md, "Threading model").
+//
+// - I/O threads run the sockets; each connection is on its own strand. Frames are decoded
+//   there; responses complete their caller's future there (continuations attached to RPC
+//   futures run on an I/O thread: keep them short).
+// - User functions run on the worker pool, unless registered with run_inline.
+// - Membership (peers, reverse maps, device list) is guarded by members_mu_; connections
+//   by conns_mu_; remote references this worker owns by rrefs_mu_. No lock is held while
+//   calling user code, completing a promise, or waiting on the network.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/future.hpp"
+#include "devicemap/derive.hpp"
+#include "rpc/detail/connection.hpp"
+#include "rpc/detail/worker_pool.hpp"
+#include "rpc/function_table.hpp"
+#include "rpc/options.hpp"
+#include "rpc/worker_ref.hpp"
+#include "store/store.hpp"
+
+namespace troupe::rpc::detail {
+
+/// What the group knows about one worker.
+struct member {
+  worker_info info;
+  std::string host;
+  std::uint16_t port = 0;
+  worker_device_info devices;
+};
+bytes encode_member(const member& m);
+expected<member> decode_member(std::span<const std::byte> data);
+
+/// Flags of a request.
+inline constexpr std::uint8_t request_as_remote = 1;
+/// Built-in function answered by the agent itself (warm-up round).
+inline constexpr std::string_view ping_function = "troupe.ping";
+
+class agent_core final : public connection_owner,
+                         public inspect_context,
+                         public std::enable_shared_from_this<agent_core> {
+ public:
+  /// Starts an agent and joins it to its group (static when world_size is given, else
+  /// dynamic). On failure nothing is left running.
+  static expected<std::shared_ptr<agent_core>> create(std::string name, int rank,
+                                                      std::optional<int> world_size,
+                                                      rpc_backend_options opts);
+  ~agent_core() override;
+
+  worker_info self() const { return self_; }
+  bool dynamic() const noexcept { return !world_size_; }
+  std::vector<worker_info> workers() const;
+  expected<worker_info> find(const worker_ref& w) const;
+  function_table& functions() { return *functions_; }
+  device_setup setup() const;
+  const rpc_backend_options& options() const noexcept { return opts_; }
+  duration timeout_of(const call_options& o) const {
+    return o.timeout > duration::zero() ? o.timeout : opts_.rpc_timeout;
+  }
+
+  /// A request frame with its header part written; append the arguments.
+  wire::frame_builder begin_request(std::string_view fn, std::uint8_t flags, std::uint64_t rref_id,
+                                    duration timeout);
+  /// Routes the tensors, finishes and sends; the future completes with the reply frame.
+  future<wire::frame> send_request(const worker_info& to, wire::frame_builder&& fb, duration timeout);
+  /// A fresh remote-reference id, unique in the group.
+  std::uint64_t next_rref_id();
+  /// Asks `owner` for the value of remote reference `id`.
+  future<wire::frame> fetch_rref(const worker_info& owner, std::uint64_t id, duration timeout);
+  /// Drops one holder of `id` at `owner` (fire and forget).
+  void release_rref(const worker_info& owner, std::uint64_t id);
+  /// Remote references this worker owns (for tests and diagnostics).
+  std::size_t owned_rrefs() const;
+
+  /// Dynamic groups: leaves everywhere, then stops. Static groups: unsupported.
+  expected<void> leave(duration timeout);
+  /// Graceful stop (see agent::shutdown). Idempotent.
+  expected<void> shutdown(duration timeout);
+
+  // connection_owner
+  void on_frame(const std::shared_ptr<connection>& c, wire::frame&& f) override;
+  void on_closed(const std::shared_ptr<connection>& c, const error& why) override;
+
+ private:
+  agent_core(std::string name, int rank, std::optional<int> world_size, rpc_backend_options opts);
+
+  // Lifecycle (agent_core.cpp).
+  expected<void> start_io();
+  void start_sweeper();
+  expected<std::shared_ptr<connection>> connection_to(const member& m, deadline d);
+  expected<std::shared_ptr<connection>> dial(const member& m, deadline d);
+  expected<void> wait_outstanding(deadline d);
+  void stop_local(const error& why);
+  void send_shutdown_notices();
+
+  // Group formation (membership.cpp).
+  expected<void> init_static(deadline d);
+  expected<void> init_dynamic(deadline d);
+  expected<void> warm_up(deadline d);
+  expected<void> ensure_token(deadline d);
+  member my_record() const;
+  expected<void> apply_members(std::map<std::string, member> all);
+  void handle_membership(const std::shared_ptr<connection>& c, wire::frame&& f);
+  expected<void> announce(const member& who, std::uint8_t op, const std::vector<member>& to, deadline d);
+
+  // Frames (dispatch.cpp).
+  void handle_handshake(const std::shared_ptr<connection>& c, wire::frame&& f);
+  void handle_request(const std::shared_ptr<connection>& c, wire::frame&& f);
+  void run_request(const std::shared_ptr<connection>& c, std::shared_ptr<const function_table::entry> fn,
+                   call_info info, std::uint64_t id, std::uint8_t flags, std::uint64_t rref_id,
+                   deadline d, wire::frame&& f, std::size_t args_offset);
+  void handle_response(const std::shared_ptr<connection>& c, wire::frame&& f);
+  void handle_rref(const std::shared_ptr<connection>& c, wire::frame&& f);
+  void reply_error(const std::shared_ptr<connection>& c, std::uint64_t id, error e);
+  void store_rref_value(std::uint64_t id, expected<wire::frame> value);
+
+  const std::string name_;
+  const int rank_;
+  const std::optional<int> world_size_;
+  rpc_backend_options opts_;
+  worker_info self_;
+  std::shared_ptr<function_table> functions_;
+  std::shared_ptr<store> store_;
+  int device_count_ = 0;
+  std::string token_;
+
+  // I/O.
+  asio::io_context io_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  std::optional<asio::ip::tcp::acceptor> acceptor_;
+  std::optional<asio::steady_timer> sweeper_;
+  std::shared_ptr<std::function<void()>> accept_loop_;
+  std::shared_ptr<std::function<void()>> sweep_loop_;
+  std::vector<std::thread> io_threads_;
+  std::string host_;
+  std::uint16_t port_ = 0;
+  std::unique_ptr<worker_pool> pool_;
+
+  // Membership.
+  mutable std::shared_mutex members_mu_;
+  std::map<std::string, member> members_;
+  device_setup setup_;
+
+  // Connections.
+  mutable std::mutex conns_mu_;
+  std::map<std::string, std::shared_ptr<connection>> outbound_;
+  std::set<std::shared_ptr<connection>> inbound_;
+  std::mutex dial_mu_;
+
+  // Remote references owned here.
+  struct rref_entry {
+    bool ready = false;
+    std::optional<expected<wire::frame>> value;
+    std::int64_t holders = 1;
+    std::vector<std::pair<std::shared_ptr<connection>, std::uint64_t>> waiters;
+  };
+  mutable std::mutex rrefs_mu_;
+  std::map<std::uint64_t, rref_entry> rrefs_;
+
+  std::atomic<std::uint64_t> next_call_{1};
+  std::atomic<std::uint64_t> next_rref_{1};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> leaving_{false};
+  std::mutex lifecycle_mu_;
+  bool stopped_ = false;
+  std::optional<error> stop_result_;
+};
+
+}  // namespace troupe::rpc::detail

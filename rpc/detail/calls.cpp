@@ -1,0 +1,127 @@
+// agent_core: the calling side (requests, remote-reference operations).
+#include "rpc/detail/agent_core.hpp"
+#include "rpc/routing.hpp"
+
+namespace troupe::rpc::detail {
+
+namespace {
+thread_local bool on_io_thread = false;
+}
+
+void mark_io_thread() { on_io_thread = true; }
+
+wire::frame_builder agent_core::begin_request(std::string_view fn, std::uint8_t flags,
+                                              std::uint64_t rref_id, duration timeout) {
+  wire::frame_builder fb(wire::kind::request, next_call_.fetch_add(1, std::memory_order_relaxed));
+  auto ms = static_cast<std::uint32_t>(std::min<std::int64_t>(timeout.count(), 0xffffffffLL));
+  binary_serializer f(fb.message());
+  (void)f(std::string(fn), flags, rref_id, ms);
+  return fb;
+}
+
+std::uint64_t agent_core::next_rref_id() {
+  auto creator = static_cast<std::uint64_t>(static_cast<std::uint32_t>(self_.id)) & 0xffffffu;
+  return (creator << 40) | next_rref_.fetch_add(1, std::memory_order_relaxed);
+}
+
+future<wire::frame> agent_core::send_request(const worker_info& to, wire::frame_builder&& fb,
+                                             duration timeout) {
+  auto context = [&](error e) {
+    e.with_worker(to.name);
+    return make_error_future<wire::frame>(std::move(e));
+  };
+  if (stopping_.load())
+    return context(make_error(errc::shut_down, "worker '", name_, "' is shut down; no more calls"));
+  member m;
+  device_map fwd;
+  bool have_fwd = false;
+  {
+    std::shared_lock lk(members_mu_);
+    auto it = members_.find(to.name);
+    if (it == members_.end()) {
+      lk.unlock();
+      auto f = find(worker_ref(to.name));
+      return context(f ? make_error(errc::internal, "membership changed during the call") : f.error());
+    }
+    m = it->second;
+  }
+  if (auto it = opts_.device_maps.find(to.name); it != opts_.device_maps.end()) {
+    fwd = it->second;
+    have_fwd = true;
+  }
+  if (auto p = prepare_outgoing(fb.tensors(), name_, to.name, have_fwd ? &fwd : nullptr, route_kind::request); !p)
+    return context(std::move(p).error());
+  if (auto fin = fb.finish(opts_.limits); !fin) return context(std::move(fin).error());
+  auto d = deadline::after(timeout);
+  std::shared_ptr<connection> existing;
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    if (auto it = outbound_.find(to.name); it != outbound_.end()) existing = it->second;
+  }
+  auto finish_send = [d](const std::shared_ptr<connection>& c, wire::frame_builder&& b) {
+    promise<wire::frame> p;
+    auto fut = p.get_future();
+    auto id = b.id();
+    if (auto r = c->add_pending(id, std::move(p), d); !r) return make_error_future<wire::frame>(std::move(r).error());
+    if (auto s = c->send(std::move(b)); !s) c->complete(id, std::move(s).error());
+    return fut;
+  };
+  if (existing) return finish_send(existing, std::move(fb));
+  if (on_io_thread) {
+    // Dialing blocks: do it on a worker thread, never on an I/O thread.
+    promise<wire::frame> p;
+    auto fut = p.get_future();
+    auto task = [self = shared_from_this(), m, d, b = std::move(fb), p = std::move(p), finish_send]() mutable {
+      auto c = self->connection_to(m, d);
+      if (!c) {
+        p.set_error(std::move(c).error());
+        return;
+      }
+      finish_send(*c, std::move(b)).on_complete([p = std::move(p)](expected<wire::frame>&& r) mutable {
+        p.set(std::move(r));
+      });
+    };
+    if (!pool_->post(std::move(task)))
+      return context(make_error(errc::shut_down, "worker '", name_, "' is shut down"));
+    return fut;
+  }
+  auto c = connection_to(m, d);
+  if (!c) return context(std::move(c).error());
+  return finish_send(*c, std::move(fb));
+}
+
+future<wire::frame> agent_core::fetch_rref(const worker_info& owner, std::uint64_t id, duration timeout) {
+  std::shared_ptr<connection> c;
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    if (auto it = outbound_.find(owner.name); it != outbound_.end()) c = it->second;
+  }
+  if (!c)
+    return make_error_future<wire::frame>(
+        make_error(errc::peer_left, "the owner '", owner.name, "' of remote reference ", id,
+                   " is no longer connected").with_worker(owner.name));
+  wire::frame_builder fb(wire::kind::rref_fetch, next_call_.fetch_add(1, std::memory_order_relaxed));
+  (void)serialize(fb.message(), nullptr, id);
+  (void)fb.finish();
+  promise<wire::frame> p;
+  auto fut = p.get_future();
+  auto call_id = fb.id();
+  if (auto r = c->add_pending(call_id, std::move(p), deadline::after(timeout)); !r)
+    return make_error_future<wire::frame>(std::move(r).error());
+  if (auto s = c->send(std::move(fb)); !s) c->complete(call_id, std::move(s).error());
+  return fut;
+}
+
+void agent_core::release_rref(const worker_info& owner, std::uint64_t id) {
+  std::shared_ptr<connection> c;
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    if (auto it = outbound_.find(owner.name); it != outbound_.end()) c = it->second;
+  }
+  if (!c || stopping_.load()) return;  // the owner is gone: so is the value
+  wire::frame_builder fb(wire::kind::rref_release, 0);
+  (void)serialize(fb.message(), nullptr, id);
+  if (fb.finish()) (void)c->send(std::move(fb));
+}
+
+}  // namespace troupe::rpc::detail

@@ -1,0 +1,337 @@
+// agent_core: what happens to each received frame.
+#include "core/log.hpp"
+#include "rpc/detail/agent_core.hpp"
+#include "rpc/routing.hpp"
+
+namespace troupe::rpc::detail {
+
+namespace {
+
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    diff |= static_cast<unsigned>(static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]));
+  return diff == 0;
+}
+
+}  // namespace
+
+void agent_core::on_frame(const std::shared_ptr<connection>& c, wire::frame&& f) {
+  using wire::kind;
+  if (!c->outbound()) {
+    if (c->peer().name.empty()) {
+      if (f.type == kind::handshake) return handle_handshake(c, std::move(f));
+      return c->close(make_error(errc::protocol_error, "connection from ", c->remote_address(),
+                                 " sent a ", wire::to_string(f.type), " frame before its handshake"));
+    }
+    switch (f.type) {
+      case kind::request: return handle_request(c, std::move(f));
+      case kind::rref_fetch:
+      case kind::rref_add:
+      case kind::rref_release: return handle_rref(c, std::move(f));
+      case kind::membership: {
+        auto self = shared_from_this();
+        auto task = [self, c, fr = std::move(f)]() mutable { self->handle_membership(c, std::move(fr)); };
+        if (!pool_->post(std::move(task)))
+          reply_error(c, 0, make_error(errc::shut_down, "worker '", name_, "' is shutting down"));
+        return;
+      }
+      case kind::shutdown: {
+        c->mark_peer_leaving();
+        std::lock_guard<std::mutex> lk(conns_mu_);
+        if (auto it = outbound_.find(c->peer().name); it != outbound_.end()) it->second->mark_peer_leaving();
+        return;
+      }
+      default:
+        return c->close(make_error(errc::protocol_error, "worker '", c->peer().name, "' sent a ",
+                                   wire::to_string(f.type), " frame on a connection it opened"));
+    }
+  }
+  switch (f.type) {
+    case kind::handshake_ok:
+    case kind::response:
+    case kind::error: return handle_response(c, std::move(f));
+    case kind::shutdown: c->mark_peer_leaving(); return;
+    default:
+      return c->close(make_error(errc::protocol_error, "worker '", c->peer().name, "' sent a ",
+                                 wire::to_string(f.type), " frame on a connection we opened"));
+  }
+}
+
+void agent_core::on_closed(const std::shared_ptr<connection>& c, const error& why) {
+  auto peer = c->peer().name;
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    inbound_.erase(c);
+    if (dynamic() && !peer.empty()) {
+      if (auto it = outbound_.find(peer); it != outbound_.end() && it->second == c) outbound_.erase(it);
+    }
+  }
+  // Only the loss of a connection we opened means the peer died: an inbound connection
+  // also closes when its peer merely forgets us (after we left).
+  if (stopping_.load() || leaving_.load() || peer.empty() || !dynamic() || !c->outbound() ||
+      why.code() != errc::connection_lost)
+    return;
+  // A member of a dynamic group that vanished without leaving: drop it here. The store
+  // entry is cleaned up by the next worker that joins.
+  std::unique_lock lk(members_mu_);
+  auto it = members_.find(peer);
+  if (it == members_.end() || peer == name_) return;
+  members_.erase(it);
+  std::vector<worker_device_info> infos;
+  for (auto& [n, m] : members_) infos.push_back(m.devices);
+  if (auto s = resolve_device_setup(name_, infos, group_kind::dynamic_group)) setup_ = std::move(*s);
+  lk.unlock();
+  TROUPE_LOG(log_level::warn, "rpc", "worker '", peer, "' vanished (", why.message(),
+             "); removed it from the group");
+}
+
+void agent_core::handle_handshake(const std::shared_ptr<connection>& c, wire::frame&& f) {
+  std::uint32_t protocol = 0;
+  std::string token, group;
+  worker_info who;
+  auto r = deserialize(f.message, nullptr, protocol, token, who, group);
+  error refusal;
+  if (!r) {
+    refusal = make_error(errc::protocol_error, "malformed handshake: ", r.error().message());
+  } else if (protocol != wire::version) {
+    refusal = make_error(errc::protocol_error, "protocol version ", protocol, " is not ", int(wire::version));
+  } else if (!same_secret(token, token_)) {
+    refusal = make_error(errc::unauthorized, "worker '", name_, "' refused a connection from ",
+                         c->remote_address(), " claiming to be '", who.name,
+                         "': wrong or missing job token; every worker of a job must use the same "
+                         "job_token (or the same store)");
+  } else if (who.name.empty()) {
+    refusal = make_error(errc::protocol_error, "handshake without a worker name");
+  }
+  if (!refusal.message().empty()) {
+    TROUPE_LOG(log_level::warn, "rpc", refusal.message());
+    reply_error(c, 0, refusal);
+    c->close(refusal);
+    return;
+  }
+  c->set_peer(who);
+  c->set_limits(opts_.limits);
+  wire::frame_builder ok_frame(wire::kind::handshake_ok, 0);
+  (void)serialize(ok_frame.message(), nullptr, self_);
+  if (ok_frame.finish()) (void)c->send(std::move(ok_frame));
+}
+
+void agent_core::reply_error(const std::shared_ptr<connection>& c, std::uint64_t id, error e) {
+  wire::frame_builder fb(wire::kind::error, id);
+  if (!serialize(fb.message(), nullptr, e) || !fb.finish()) return;
+  (void)c->send(std::move(fb));
+}
+
+void agent_core::handle_response(const std::shared_ptr<connection>& c, wire::frame&& f) {
+  if (f.type == wire::kind::error) {
+    error e;
+    if (auto r = deserialize(f.message, nullptr, e); !r)
+      e = make_error(errc::protocol_error, "worker '", c->peer().name, "' sent a malformed error: ",
+                     r.error().message());
+    c->complete(f.id, std::move(e));
+    return;
+  }
+  if (!needs_placement(f.tensors)) {
+    c->complete(f.id, std::move(f));
+    return;
+  }
+  // GPU tensors are placed on a worker thread: CUDA waits never run on an I/O thread.
+  auto task = [self = shared_from_this(), c, fr = std::move(f)]() mutable {
+    auto placed = place_incoming(fr.tensors, self->name_, self->device_count_);
+    auto id = fr.id;
+    if (!placed) c->complete(id, std::move(placed).error());
+    else c->complete(id, std::move(fr));
+  };
+  if (!pool_->post(std::move(task)))
+    c->complete(f.id, make_error(errc::shut_down, "worker '", name_, "' is shutting down"));
+}
+
+void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::frame&& f) {
+  std::string fn_name;
+  std::uint8_t flags = 0;
+  std::uint64_t rref_id = 0;
+  std::uint32_t timeout_ms = 0;
+  binary_deserializer d(f.message);
+  if (auto e = d(fn_name, flags, rref_id, timeout_ms)) {
+    reply_error(c, f.id, make_error(errc::protocol_error, "malformed request: ", e.err().message()));
+    return;
+  }
+  std::size_t args_offset = f.message.size() - d.remaining();
+  if (fn_name == ping_function) {
+    wire::frame_builder fb(wire::kind::response, f.id);
+    if (fb.finish()) (void)c->send(std::move(fb));
+    return;
+  }
+  auto fn = functions_->find(fn_name);
+  if (!fn) {
+    auto names = functions_->names();
+    std::string list;
+    for (auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    auto e = make_error(errc::not_found, "worker '", name_, "' has no function called '", fn_name,
+                        "' (it serves: ", list.empty() ? "nothing" : list,
+                        "); register it there before calling it")
+                 .with_worker(name_);
+    if (flags & request_as_remote) store_rref_value(rref_id, e);
+    reply_error(c, f.id, std::move(e));
+    return;
+  }
+  if (flags & request_as_remote) {
+    std::lock_guard<std::mutex> lk(rrefs_mu_);
+    rrefs_.try_emplace(rref_id);
+  }
+  call_info info{c->peer(), fn_name};
+  auto until = deadline::after(duration(timeout_ms));
+  if (fn->options.run_inline && !needs_placement(f.tensors)) {
+    run_request(c, std::move(fn), std::move(info), f.id, flags, rref_id, until, std::move(f), args_offset);
+    return;
+  }
+  auto id = f.id;
+  auto task = [self = shared_from_this(), c, fn = std::move(fn), info = std::move(info), id, flags,
+               rref_id, until, fr = std::move(f), args_offset]() mutable {
+    self->run_request(c, std::move(fn), std::move(info), id, flags, rref_id, until, std::move(fr),
+                      args_offset);
+  };
+  if (!pool_->post(std::move(task)))
+    reply_error(c, id, make_error(errc::shut_down, "worker '", name_, "' is shutting down").with_worker(name_));
+}
+
+void agent_core::run_request(const std::shared_ptr<connection>& c,
+                             std::shared_ptr<const function_table::entry> fn, call_info info,
+                             std::uint64_t id, std::uint8_t flags, std::uint64_t rref_id, deadline d,
+                             wire::frame&& f, std::size_t args_offset) {
+  const bool as_remote = flags & request_as_remote;
+  auto fail = [&](error e) {
+    e.with_worker(name_);
+    e.with_operation(strcat("rpc '", info.function, "'"));
+    if (as_remote) store_rref_value(rref_id, e);
+    reply_error(c, id, std::move(e));
+  };
+  if (d.expired())
+    return fail(make_error(errc::timeout, "the call to '", info.function, "' waited in worker '",
+                           name_, "''s queue past its deadline; the worker is overloaded"));
+  if (auto placed = place_incoming(f.tensors, name_, device_count_); !placed)
+    return fail(std::move(placed).error());
+  wire::frame_builder reply(wire::kind::response, id);
+  incoming_call ic{&info, std::span<const std::byte>(f.message).subspan(args_offset), &f.tensors,
+                   &reply.message(), &reply.tensors(), this};
+  expected<void> r;
+  try {
+    r = fn->fn(ic);
+  } catch (const exception& e) {
+    r = e.err();
+  } catch (const std::exception& e) {
+    r = make_error(errc::user_error, e.what());
+  } catch (...) {
+    r = make_error(errc::user_error, "the function threw a non-standard exception");
+  }
+  if (!r) return fail(std::move(r).error());
+  if (as_remote) {
+    wire::frame value;
+    value.type = wire::kind::response;
+    value.message.assign(reply.message().begin() + wire::header_size, reply.message().end());
+    value.tensors = std::move(reply.tensors());
+    store_rref_value(rref_id, std::move(value));
+    wire::frame_builder ack(wire::kind::response, id);
+    if (ack.finish()) (void)c->send(std::move(ack));
+    return;
+  }
+  device_map back;
+  bool have_back = false;
+  if (!reply.tensors().empty()) {
+    std::shared_lock lk(members_mu_);
+    if (auto it = setup_.reverse_maps.find(info.caller.name); it != setup_.reverse_maps.end()) {
+      back = it->second;
+      have_back = true;
+    }
+  }
+  if (auto p = prepare_outgoing(reply.tensors(), name_, info.caller.name, have_back ? &back : nullptr,
+                                route_kind::reply);
+      !p)
+    return fail(std::move(p).error());
+  if (auto fin = reply.finish(opts_.limits); !fin) return fail(std::move(fin).error());
+  (void)c->send(std::move(reply));
+}
+
+void agent_core::store_rref_value(std::uint64_t id, expected<wire::frame> value) {
+  std::vector<std::pair<std::shared_ptr<connection>, std::uint64_t>> waiters;
+  {
+    std::lock_guard<std::mutex> lk(rrefs_mu_);
+    auto& e = rrefs_[id];
+    e.ready = true;
+    e.value = value;
+    waiters.swap(e.waiters);
+    if (e.holders <= 0) rrefs_.erase(id);
+  }
+  for (auto& [c, req] : waiters) {
+    if (!value) {
+      reply_error(c, req, value.error());
+      continue;
+    }
+    wire::frame_builder fb(wire::kind::response, req);
+    fb.message().insert(fb.message().end(), value->message.begin(), value->message.end());
+    fb.tensors() = value->tensors;
+    if (auto p = prepare_outgoing(fb.tensors(), name_, c->peer().name, nullptr, route_kind::reply); !p) {
+      reply_error(c, req, std::move(p).error());
+      continue;
+    }
+    if (fb.finish(opts_.limits)) (void)c->send(std::move(fb));
+  }
+}
+
+void agent_core::handle_rref(const std::shared_ptr<connection>& c, wire::frame&& f) {
+  std::uint64_t id = 0;
+  std::int64_t delta = 0;
+  binary_deserializer d(f.message);
+  auto e = f.type == wire::kind::rref_add ? d(id, delta) : d(id);
+  if (e) return reply_error(c, f.id, make_error(errc::protocol_error, "malformed ", wire::to_string(f.type)));
+  auto missing = [&] {
+    return make_error(errc::not_found, "remote reference ", id, " is not held by worker '", name_,
+                      "': every holder released it already, or it was never created")
+        .with_worker(name_);
+  };
+  std::unique_lock lk(rrefs_mu_);
+  auto it = rrefs_.find(id);
+  switch (f.type) {
+    case wire::kind::rref_release:
+      if (it != rrefs_.end() && --it->second.holders <= 0 && it->second.ready) rrefs_.erase(it);
+      return;
+    case wire::kind::rref_add: {
+      if (it == rrefs_.end()) {
+        lk.unlock();
+        return reply_error(c, f.id, missing());
+      }
+      it->second.holders += delta;
+      lk.unlock();
+      wire::frame_builder fb(wire::kind::response, f.id);
+      if (fb.finish()) (void)c->send(std::move(fb));
+      return;
+    }
+    default: {  // rref_fetch
+      if (it == rrefs_.end()) {
+        lk.unlock();
+        return reply_error(c, f.id, missing());
+      }
+      if (!it->second.ready) {
+        it->second.waiters.emplace_back(c, f.id);
+        return;
+      }
+      auto value = *it->second.value;
+      lk.unlock();
+      if (!value) return reply_error(c, f.id, value.error());
+      wire::frame_builder fb(wire::kind::response, f.id);
+      fb.message().insert(fb.message().end(), value->message.begin(), value->message.end());
+      fb.tensors() = value->tensors;
+      if (auto p = prepare_outgoing(fb.tensors(), name_, c->peer().name, nullptr, route_kind::reply); !p)
+        return reply_error(c, f.id, std::move(p).error());
+      if (fb.finish(opts_.limits)) (void)c->send(std::move(fb));
+    }
+  }
+}
+
+std::size_t agent_core::owned_rrefs() const {
+  std::lock_guard<std::mutex> lk(rrefs_mu_);
+  return rrefs_.size();
+}
+
+}  // namespace troupe::rpc::detail

@@ -1,0 +1,283 @@
+// agent_core: forming the group (static and dynamic) and changing it (join, leave).
+#include <random>
+
+#include "core/log.hpp"
+#include "rpc/detail/agent_core.hpp"
+#include "store/membership_token.hpp"
+#include "store/rendezvous.hpp"
+
+namespace troupe::rpc::detail {
+
+namespace {
+
+constexpr std::uint8_t op_join = 1;
+constexpr std::uint8_t op_leave = 2;
+
+std::string random_token() {
+  std::random_device rd;
+  std::string out;
+  const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 32; ++i) out += hex[rd() % 16];
+  return out;
+}
+
+}  // namespace
+
+bytes encode_member(const member& m) {
+  bytes out;
+  (void)serialize(out, nullptr, m.info, m.host, m.port, encode(m.devices));
+  return out;
+}
+
+expected<member> decode_member(std::span<const std::byte> data) {
+  member m;
+  bytes dev;
+  TROUPE_TRY(deserialize(data, nullptr, m.info, m.host, m.port, dev));
+  auto d = decode_worker_device_info(dev);
+  if (!d) return std::move(d).error();
+  m.devices = std::move(*d);
+  return m;
+}
+
+member agent_core::my_record() const {
+  return member{self_, host_, port_,
+                worker_device_info{name_, device_count_, opts_.device_maps, opts_.devices}};
+}
+
+expected<void> agent_core::ensure_token(deadline d) {
+  if (!opts_.job_token.empty()) {
+    token_ = opts_.job_token;
+    return ok();
+  }
+  auto mine = to_bytes(random_token());
+  auto v = store_->compare_set(strcat(opts_.group, "/job_token"), std::nullopt, mine, d.remaining());
+  if (!v) return std::move(v).error();
+  token_ = troupe::to_string(std::span<const std::byte>(*v));
+  return ok();
+}
+
+expected<void> agent_core::apply_members(std::map<std::string, member> all) {
+  std::vector<worker_device_info> infos;
+  for (auto& [n, m] : all) infos.push_back(m.devices);
+  auto s = resolve_device_setup(name_, infos, dynamic() ? group_kind::dynamic_group : group_kind::static_group);
+  if (!s) return std::move(s).error();
+  std::unique_lock lk(members_mu_);
+  members_ = std::move(all);
+  setup_ = std::move(*s);
+  return ok();
+}
+
+expected<void> agent_core::warm_up(deadline d) {
+  std::vector<future<wire::frame>> pings;
+  for (const auto& w : workers()) {
+    auto fb = begin_request(ping_function, 0, 0, d.remaining());
+    pings.push_back(send_request(w, std::move(fb), d.remaining()));
+  }
+  auto all = when_all(std::move(pings)).get(d.remaining() + std::chrono::milliseconds(100));
+  if (!all) return std::move(all).error();
+  return ok();
+}
+
+expected<void> agent_core::init_static(deadline d) {
+  auto gathered = all_gather(*store_, strcat(opts_.group, "/static"), rank_, *world_size_,
+                             encode_member(my_record()), d.remaining());
+  if (!gathered) return std::move(gathered).error();
+  std::vector<worker_device_info> infos;
+  std::map<std::string, member> all;
+  for (std::size_t r = 0; r < gathered->size(); ++r) {
+    auto m = decode_member((*gathered)[r]);
+    if (!m) return std::move(m).error();
+    if (m->info.id != static_cast<int>(r))
+      return make_error(errc::protocol_error, "rank ", r, " published the record of id ", m->info.id);
+    infos.push_back(m->devices);
+    all.emplace(m->info.name, std::move(*m));
+  }
+  // The same check on the same records in the same order: every worker fails with the
+  // same first error, naming the culprit, before anything else starts.
+  auto checked = resolve_device_setup(name_, infos, group_kind::static_group);
+  if (!checked) return std::move(checked).error();
+  TROUPE_TRY(apply_members(std::move(all)));
+  TROUPE_TRY(warm_up(d));
+  return barrier(*store_, strcat(opts_.group, "/ready"), rank_, *world_size_, d.remaining());
+}
+
+expected<void> agent_core::announce(const member& who, std::uint8_t op, const std::vector<member>& to,
+                                    deadline d) {
+  std::vector<future<wire::frame>> acks;
+  auto rec = encode_member(who);
+  for (const auto& m : to) {
+    auto c = connection_to(m, d);
+    if (!c) return std::move(c).error();
+    wire::frame_builder fb(wire::kind::membership, next_call_.fetch_add(1));
+    (void)serialize(fb.message(), nullptr, op, rec);
+    TROUPE_TRY(fb.finish());
+    auto id = fb.id();
+    promise<wire::frame> p;
+    acks.push_back(p.get_future());
+    TROUPE_TRY((*c)->add_pending(id, std::move(p), d));
+    if (auto s = (*c)->send(std::move(fb)); !s) (*c)->complete(id, std::move(s).error());
+  }
+  auto all = when_all(std::move(acks)).get(d.remaining() + std::chrono::milliseconds(100));
+  if (!all) return std::move(all).error();
+  return ok();
+}
+
+expected<void> agent_core::init_dynamic(deadline d) {
+  membership_token_options mo;
+  mo.op_timeout = std::max(d.remaining(), duration(1));
+  auto guard = acquire_membership_token(*store_, strcat(opts_.group, "/membership"), name_, d.remaining(), mo);
+  if (!guard) return std::move(guard).error();
+  std::string members_key = strcat(opts_.group, "/members");
+  std::vector<std::string> names;
+  std::array<std::string, 1> keys{members_key};
+  auto present = store_->check(keys, d.remaining());
+  if (!present) return std::move(present).error();
+  if (*present) {
+    auto v = store_->get(members_key, d.remaining());
+    if (!v) return std::move(v).error();
+    TROUPE_TRY(deserialize(*v, nullptr, names));
+  }
+  std::vector<member> alive;
+  std::vector<std::string> dead;
+  for (const auto& n : names) {
+    auto rec = store_->get(strcat(opts_.group, "/worker/", n), d.remaining());
+    if (!rec) return std::move(rec).error();
+    auto m = decode_member(*rec);
+    if (!m) return std::move(m).error();
+    auto c = dial(*m, d);
+    if (!c) {
+      if (c.error().code() != errc::connection_lost) return std::move(c).error();
+      TROUPE_LOG(log_level::warn, "rpc", "worker '", n, "' is listed but unreachable (",
+                 c.error().message(), "); removing it from the group");
+      dead.push_back(n);
+      continue;
+    }
+    if (n == name_) {
+      (*c)->close(make_error(errc::shut_down, "name check done"));
+      return make_error(errc::already_exists, "a worker named '", name_,
+                        "' is already in the group; choose another name, or wait until it leaves");
+    }
+    {
+      std::lock_guard<std::mutex> lk(conns_mu_);
+      outbound_[n] = *c;
+    }
+    alive.push_back(std::move(*m));
+  }
+  auto id = store_->add(strcat(opts_.group, "/next_id"), 1, d.remaining());
+  if (!id) return std::move(id).error();
+  self_.id = static_cast<std::int32_t>(*id - 1);
+  auto me = my_record();
+  std::map<std::string, member> all;
+  std::vector<worker_device_info> infos;
+  for (const auto& m : alive) {
+    infos.push_back(m.devices);
+    all.emplace(m.info.name, m);
+  }
+  infos.push_back(me.devices);
+  all.emplace(name_, me);
+  auto checked = resolve_device_setup(name_, infos, group_kind::dynamic_group);
+  if (!checked) return std::move(checked).error();
+  if (auto told = announce(me, op_join, alive, d); !told) {
+    (void)announce(me, op_leave, alive, deadline::after(std::chrono::seconds(2)));
+    return std::move(told).error();
+  }
+  TROUPE_TRY(apply_members(std::move(all)));
+  for (const auto& n : dead) (void)store_->erase(strcat(opts_.group, "/worker/", n), d.remaining());
+  TROUPE_TRY(store_->set(strcat(opts_.group, "/worker/", name_), encode_member(me), d.remaining()));
+  std::vector<std::string> now;
+  for (const auto& m : alive) now.push_back(m.info.name);
+  now.push_back(name_);
+  bytes list;
+  (void)serialize(list, nullptr, now);
+  TROUPE_TRY(store_->set(members_key, list, d.remaining()));
+  TROUPE_TRY(guard->release());
+  return warm_up(d);
+}
+
+void agent_core::handle_membership(const std::shared_ptr<connection>& c, wire::frame&& f) {
+  std::uint8_t op = 0;
+  bytes rec;
+  auto id = f.id;
+  if (auto r = deserialize(f.message, nullptr, op, rec); !r) return reply_error(c, id, r.error());
+  auto m = decode_member(rec);
+  if (!m) return reply_error(c, id, m.error());
+  if (op != op_join && op != op_leave)
+    return reply_error(c, id, make_error(errc::protocol_error, "unknown membership operation ", int(op)));
+  std::map<std::string, member> all;
+  {
+    std::shared_lock lk(members_mu_);
+    all = members_;
+  }
+  std::shared_ptr<connection> stale;
+  if (op == op_join) {
+    all[m->info.name] = *m;
+  } else {
+    all.erase(m->info.name);
+  }
+  {
+    // A new worker under a reused name, or a leaver: forget the old connection.
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    if (auto it = outbound_.find(m->info.name); it != outbound_.end()) {
+      stale = it->second;
+      outbound_.erase(it);
+    }
+  }
+  if (stale) {
+    stale->mark_peer_leaving();
+    stale->close(make_error(errc::peer_left, "worker '", m->info.name, "' left the group").with_worker(m->info.name));
+  }
+  if (auto r = apply_members(std::move(all)); !r) return reply_error(c, id, r.error().with_worker(name_));
+  TROUPE_LOG(log_level::info, "rpc", "worker '", m->info.name, "' ", op == op_join ? "joined" : "left");
+  wire::frame_builder ack(wire::kind::response, id);
+  if (ack.finish()) (void)c->send(std::move(ack));
+  // Connect to a newcomer now, so that its death is noticed even before the first call.
+  if (op == op_join && m->info.name != name_) (void)connection_to(*m, deadline::after(std::chrono::seconds(5)));
+}
+
+expected<void> agent_core::leave(duration timeout) {
+  if (!dynamic())
+    return make_error(errc::unsupported, "leave() is for dynamic groups (initialized without a "
+                      "world size); a static group ends with shutdown()");
+  {
+    std::lock_guard<std::mutex> lk(lifecycle_mu_);
+    if (stopped_) return ok();
+  }
+  leaving_.store(true);
+  auto d = deadline::after(timeout);
+  TROUPE_LOG(log_level::info, "rpc", "worker '", name_, "' leaving");
+  expected<void> result = wait_outstanding(d);
+  TROUPE_LOG(log_level::info, "rpc", "worker '", name_, "' outstanding calls done");
+  membership_token_options mo;
+  mo.op_timeout = std::max(d.remaining(), duration(1));
+  auto guard = acquire_membership_token(*store_, strcat(opts_.group, "/membership"), name_, d.remaining(), mo);
+  if (guard) {
+    std::vector<member> others;
+    {
+      std::shared_lock lk(members_mu_);
+      for (auto& [n, m] : members_)
+        if (n != name_) others.push_back(m);
+    }
+    auto told = announce(my_record(), op_leave, others, d);
+    if (!told && result) result = std::move(told).error();
+    std::string members_key = strcat(opts_.group, "/members");
+    if (auto v = store_->get(members_key, d.remaining())) {
+      std::vector<std::string> names;
+      if (deserialize(*v, nullptr, names)) {
+        std::erase(names, name_);
+        bytes list;
+        (void)serialize(list, nullptr, names);
+        (void)store_->set(members_key, list, d.remaining());
+      }
+    }
+    (void)store_->erase(strcat(opts_.group, "/worker/", name_), d.remaining());
+    (void)guard->release();
+  } else if (result) {
+    result = std::move(guard).error();
+  }
+  send_shutdown_notices();
+  stop_local(make_error(errc::peer_left, "worker '", name_, "' left the group").with_worker(name_));
+  TROUPE_LOG(log_level::info, "rpc", "worker '", name_, "' left: ", result ? "ok" : result.error().to_string());
+  return result;
+}
+
+}  // namespace troupe::rpc::detail

@@ -1,0 +1,69 @@
+// Options of an RPC agent, and of each call.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.hpp"
+#include "core/time.hpp"
+#include "devicemap/device_map.hpp"
+#include "rpc/wire.hpp"
+
+namespace troupe {
+class store;
+}
+
+namespace troupe::rpc {
+
+class function_table;
+
+struct rpc_backend_options {
+  /// The timeout of a call that gives none.
+  duration rpc_timeout = std::chrono::seconds(60);
+  /// The store to meet through, as a URL for connect_store ("tcp://host:port",
+  /// "memory://name", "etcd://..."). Ignored when `store` is set.
+  std::string init_method;
+  /// A store object to use instead of opening `init_method`; it must outlive the agent.
+  std::shared_ptr<troupe::store> store;
+  /// Threads that run user functions.
+  std::size_t num_worker_threads = 4;
+  /// Threads that run the sockets (each connection is on one strand).
+  std::size_t num_io_threads = 1;
+  /// This worker's device maps, keyed by the target worker's name.
+  troupe::device_maps device_maps;
+  /// The devices this worker uses; empty: derived from the maps (see devicemap/derive.hpp).
+  std::vector<device> devices;
+  /// The number of CUDA devices to report; -1 asks the CUDA runtime (0 without one).
+  int device_count = -1;
+  /// Secret every connection must present. Empty: the first worker generates one and
+  /// shares it through the store, so only processes that can read the store may connect.
+  std::string job_token;
+  /// Interface the agent listens on; port 0 picks a free one.
+  std::string listen_host = "127.0.0.1";
+  std::uint16_t listen_port = 0;
+  /// Key prefix in the store, so several groups can share one store.
+  std::string group = "troupe/rpc";
+  /// Bound on init (store exchange, connections, barrier, warm-up).
+  duration init_timeout = std::chrono::seconds(60);
+  /// Bound on a graceful shutdown.
+  duration shutdown_timeout = std::chrono::seconds(30);
+  /// Idle worker threads and waiting rpc_sync callers spin this long before sleeping;
+  /// lowers latency at the cost of CPU. Zero disables it.
+  std::chrono::microseconds busy_poll{0};
+  /// Frame limits for authenticated peers.
+  wire::limits limits;
+  /// The functions this worker serves; a fresh table when null. More can be added later
+  /// through agent::functions().
+  std::shared_ptr<function_table> functions;
+};
+
+/// Options of one call.
+struct call_options {
+  /// Zero: the agent's rpc_timeout.
+  duration timeout = duration::zero();
+};
+
+}  // namespace troupe::rpc

@@ -1,0 +1,43 @@
+// Device routing of tensors that cross the wire: which device a tensor lands on at the
+// peer (device maps on the way out, reverse maps on the way back), and the host-side
+// preparation before the bytes are written.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "core/expected.hpp"
+#include "devicemap/device_map.hpp"
+#include "rpc/tensor.hpp"
+
+namespace troupe::rpc {
+
+/// Direction of a frame, which decides which map applies and what the error says.
+enum class route_kind {
+  /// Arguments of a call: this worker's device_maps[peer].
+  request,
+  /// A result going back to the caller: this worker's reverse map for the caller.
+  reply,
+};
+
+/// The device at worker `peer` that a tensor on `source` of worker `self` lands on.
+/// `map` may be null (no map for that peer). A mapped source goes where the map says; an
+/// unmapped CPU tensor stays on the CPU; an unmapped GPU tensor is refused with
+/// errc::invalid_argument saying which map entry to add.
+expected<device> route_device(device source, std::string_view self, std::string_view peer,
+                              const device_map* map, route_kind kind);
+
+/// Makes `ts` ready for the frame builder: each tensor gets its target device as label and
+/// its bytes in contiguous host memory (GPU tensors staged through pinned memory,
+/// strided CPU views packed; contiguous CPU tensors are used in place, no copy).
+expected<void> prepare_outgoing(std::vector<tensor>& ts, std::string_view self,
+                                std::string_view peer, const device_map* map, route_kind kind);
+
+/// True when some received tensor must be moved to a GPU before use.
+bool needs_placement(const std::vector<tensor>& ts) noexcept;
+
+/// Moves received tensors labelled with a GPU onto it. `device_count` is this worker's; a
+/// device it does not have is errc::invalid_argument naming the worker and the device.
+expected<void> place_incoming(std::vector<tensor>& ts, std::string_view self, int device_count);
+
+}  // namespace troupe::rpc
