@@ -1,0 +1,528 @@
+#include "actors/node.hpp"
+
+#include <caf/all.hpp>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "actors/detail/any_response.hpp"
+#include "actors/system.hpp"
+#include "core/log.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+using ask_atom = caf::atom_constant<caf::atom("tr_ask")>;
+using tell_atom = caf::atom_constant<caf::atom("tr_tell")>;
+using quit_atom = caf::atom_constant<caf::atom("tr_quit")>;
+
+// Makes proxy `a` exit with `reason` (which may be the normal one: an exit message with
+// a normal reason would be ignored, so the proxy quits on a message of its own).
+void exit_with(const caf::actor& a, caf::error reason) {
+  if (a) caf::anon_send(a, quit_atom::value, std::move(reason));
+}
+
+constexpr const char* fn_lookup = "actors.lookup";
+constexpr const char* fn_deliver = "actors.deliver";
+constexpr const char* fn_answer = "actors.answer";
+constexpr const char* fn_watch = "actors.watch";
+constexpr const char* fn_down = "actors.down";
+
+}  // namespace
+
+struct node::impl : std::enable_shared_from_this<node::impl> {
+  impl(caf::actor_system& s, std::shared_ptr<rpc::agent> a, std::shared_ptr<const message_types> t,
+       node_options o)
+      : sys(s), agent(std::move(a)), types(std::move(t)), opts(o) {}
+
+  caf::actor_system& sys;
+  std::shared_ptr<rpc::agent> agent;
+  std::shared_ptr<const message_types> types;
+  node_options opts;
+  worker_info me;
+  caf::actor relay;
+  caf::group events;
+
+  struct pending_ask {
+    caf::response_promise rp;
+    std::string worker;
+    deadline until;
+  };
+  struct proxy_entry {
+    caf::weak_actor_ptr proxy;
+    std::string worker;
+    std::string name;
+  };
+
+  std::mutex mu;
+  std::map<std::string, caf::actor> published;
+  std::unordered_map<std::uint64_t, pending_ask> asks;
+  std::unordered_map<std::uint64_t, proxy_entry> proxies;  // by watch id
+  std::atomic<std::uint64_t> next_id{1};
+  std::uint64_t listener_id = 0;
+  bool stopped = false;
+  std::condition_variable wake_sweeper;
+  std::thread sweeper;
+
+  rpc::call_options call_opts() const {
+    rpc::call_options o;
+    o.timeout = opts.request_timeout;
+    return o;
+  }
+
+  std::string path_of(const std::string& worker, const std::string& name) const {
+    return worker + "/" + name;
+  }
+
+  // ---- caller side ------------------------------------------------------------------
+
+  // A plain send from a local actor to worker/name.
+  void tell(const std::string& worker, const std::string& name, caf::message msg) {
+    bytes payload;
+    std::vector<rpc::tensor> tensors;
+    if (auto r = types->encode(msg, payload, &tensors); !r) {
+      TROUPE_LOG(log_level::warn, "actors", "dropping a message to ", path_of(worker, name), ": ",
+                 r.error());
+      return;
+    }
+    auto self = weak_from_this();
+    agent->rpc_async<void>(call_opts(), worker, fn_deliver, name, std::uint64_t{0}, payload, tensors)
+        .on_complete([self, worker, name](expected<void>&& r) {
+          if (r) return;
+          TROUPE_LOG(log_level::debug, "actors", "a message to ", worker, "/", name,
+                     " was not delivered: ", r.error());
+          if (auto n = self.lock()) n->on_call_failed(worker, r.error());
+        });
+  }
+
+  // A request from a local actor to worker/name; `rp` answers the requester.
+  void ask(const std::string& worker, const std::string& name, caf::message msg,
+           caf::response_promise rp) {
+    bytes payload;
+    std::vector<rpc::tensor> tensors;
+    if (auto r = types->encode(msg, payload, &tensors); !r) {
+      rp.deliver(to_caf_error(r.error().with_operation("request to " + path_of(worker, name))));
+      return;
+    }
+    const std::uint64_t id = next_id.fetch_add(1);
+    {
+      std::lock_guard lk(mu);
+      if (stopped) {
+        rp.deliver(to_caf_error(error(errc::shut_down, "the actor node of this worker has shut down")));
+        return;
+      }
+      auto timeout = opts.request_timeout > duration::zero() ? opts.request_timeout
+                                                             : agent->options().rpc_timeout;
+      asks.emplace(id, pending_ask{std::move(rp), worker, deadline::after(timeout)});
+    }
+    auto self = weak_from_this();
+    agent->rpc_async<void>(call_opts(), worker, fn_deliver, name, id, payload, tensors)
+        .on_complete([self, id, worker](expected<void>&& r) {
+          if (r) return;
+          auto n = self.lock();
+          if (!n) return;
+          n->finish_ask(id, std::move(r).error());
+          n->on_call_failed(worker, error(errc::internal, ""));
+        });
+  }
+
+  // Ends a pending request with an error (no-op when it already ended).
+  void finish_ask(std::uint64_t id, error e) {
+    std::optional<pending_ask> p;
+    {
+      std::lock_guard lk(mu);
+      auto it = asks.find(id);
+      if (it == asks.end()) return;
+      p = std::move(it->second);
+      asks.erase(it);
+    }
+    p->rp.deliver(to_caf_error(e));
+  }
+
+  // A call to `worker` failed: if the worker is gone, every proxy of it exits and every
+  // request pending there fails.
+  void on_call_failed(const std::string& worker, const error&) {
+    if (agent->worker(worker)) return;  // still a member: the failure was the call's own
+    worker_gone(worker, error(errc::peer_left, "worker '" + worker + "' is no longer in the group"));
+  }
+
+  void on_membership(const rpc::membership_event& e) {
+    const auto& w = e.worker;
+    switch (e.change) {
+      case rpc::membership_change::joined:
+        caf::anon_send(events, joined_atom::value, w.name, w.id);
+        break;
+      case rpc::membership_change::left:
+        worker_gone(w.name, error(errc::peer_left, "worker '" + w.name + "' left the group").with_worker(w.name));
+        caf::anon_send(events, left_atom::value, w.name, w.id);
+        break;
+      case rpc::membership_change::failed:
+        worker_gone(w.name, error(errc::connection_lost, "worker '" + w.name + "' failed: " +
+                                                              e.reason.message()).with_worker(w.name));
+        caf::anon_send(events, failed_atom::value, w.name, w.id);
+        break;
+    }
+  }
+
+  void worker_gone(const std::string& worker, const error& why) {
+    std::vector<pending_ask> failed;
+    std::vector<caf::weak_actor_ptr> dead;
+    {
+      std::lock_guard lk(mu);
+      for (auto it = asks.begin(); it != asks.end();) {
+        if (it->second.worker == worker) {
+          failed.push_back(std::move(it->second));
+          it = asks.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      for (auto it = proxies.begin(); it != proxies.end();) {
+        if (it->second.worker == worker) {
+          dead.push_back(it->second.proxy);
+          it = proxies.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& p : failed) p.rp.deliver(to_caf_error(why));
+    for (auto& w : dead)
+      exit_with(caf::actor_cast<caf::actor>(w), to_caf_error(why));
+  }
+
+  // ---- callee side ------------------------------------------------------------------
+
+  expected<caf::actor> find_published(const std::string& name) {
+    std::lock_guard lk(mu);
+    auto it = published.find(name);
+    if (it != published.end()) return it->second;
+    std::string names;
+    for (const auto& [n, a] : published) names += (names.empty() ? "" : ", ") + n;
+    return make_error(errc::not_found, "no actor named '", name, "' is published on worker '",
+                      me.name, "' (published there: ", names.empty() ? "none" : names, ")");
+  }
+
+  expected<void> on_deliver(const rpc::call_info& info, const std::string& target,
+                            std::uint64_t ask_id, const bytes& payload,
+                            std::vector<rpc::tensor>& tensors) {
+    auto a = find_published(target);
+    if (!a) return std::move(a).error();
+    auto msg = types->decode(payload, &tensors);
+    if (!msg) return std::move(msg).error().with_operation("message to " + path_of(me.name, target));
+    if (ask_id == 0)
+      caf::anon_send(relay, tell_atom::value, *a, std::move(*msg));
+    else
+      caf::anon_send(relay, ask_atom::value, *a, std::move(*msg), ask_id, info.caller.name);
+    return ok();
+  }
+
+  // The relay got `reply` for request `id` of `caller`: send it back.
+  void send_answer(const std::string& caller, std::uint64_t id, caf::message& reply) {
+    bytes payload;
+    std::vector<rpc::tensor> tensors;
+    error err;
+    bool is_ok = true;
+    if (reply.match_elements<caf::error>()) {
+      is_ok = false;
+      err = from_caf_error(reply.get_as<caf::error>(0));
+    } else if (auto r = types->encode(reply, payload, &tensors); !r) {
+      is_ok = false;
+      err = std::move(r).error().with_operation("reply");
+      payload.clear();
+      tensors.clear();
+    }
+    if (!is_ok) err.with_worker(me.name);
+    agent->rpc_async<void>(call_opts(), caller, fn_answer, id, is_ok, payload, tensors, err)
+        .on_complete([caller](expected<void>&& r) {
+          if (!r)
+            TROUPE_LOG(log_level::debug, "actors", "a reply to ", caller, " was lost: ", r.error());
+        });
+  }
+
+  void on_answer(std::uint64_t id, bool is_ok, const bytes& payload,
+                 std::vector<rpc::tensor>& tensors, const error& err) {
+    std::optional<pending_ask> p;
+    {
+      std::lock_guard lk(mu);
+      auto it = asks.find(id);
+      if (it == asks.end()) return;  // timed out or failed meanwhile
+      p = std::move(it->second);
+      asks.erase(it);
+    }
+    if (!is_ok) {
+      p->rp.deliver(to_caf_error(err));
+      return;
+    }
+    auto msg = types->decode(payload, &tensors);
+    if (!msg) {
+      p->rp.deliver(to_caf_error(msg.error()));
+      return;
+    }
+    p->rp.deliver(std::move(*msg));
+  }
+
+  expected<void> on_watch(const rpc::call_info& info, const std::string& target,
+                          std::uint64_t watch_id) {
+    auto a = find_published(target);
+    if (!a) return std::move(a).error();
+    auto self = weak_from_this();
+    std::string caller = info.caller.name;
+    caf::actor_cast<caf::abstract_actor*>(*a)->attach_functor([self, caller, watch_id](const caf::error& reason) {
+      auto n = self.lock();
+      if (!n) return;
+      bool normal = !reason || reason == caf::exit_reason::normal;
+      error why = normal ? error(errc::peer_left, "exited normally") : from_caf_error(reason);
+      n->agent->rpc_async<void>(caller, fn_down, watch_id, normal, why)
+          .on_complete([](expected<void>&&) {});
+    });
+    return ok();
+  }
+
+  void on_down(std::uint64_t watch_id, bool normal, const error& why) {
+    caf::weak_actor_ptr w;
+    std::string path;
+    {
+      std::lock_guard lk(mu);
+      auto it = proxies.find(watch_id);
+      if (it == proxies.end()) return;
+      w = it->second.proxy;
+      path = path_of(it->second.worker, it->second.name);
+      proxies.erase(it);
+    }
+    auto a = caf::actor_cast<caf::actor>(w);
+    if (!a) return;
+    if (normal)
+      exit_with(a, caf::exit_reason::normal);
+    else
+      exit_with(a, to_caf_error(error(why.code(), "remote actor " + path + " exited: " + why.message())));
+  }
+
+  // ---- lifecycle --------------------------------------------------------------------
+
+  void sweep_loop() {
+    std::unique_lock lk(mu);
+    while (!stopped) {
+      wake_sweeper.wait_for(lk, std::chrono::milliseconds(100));
+      std::vector<pending_ask> late;
+      for (auto it = asks.begin(); it != asks.end();) {
+        if (it->second.until.expired()) {
+          late.push_back(std::move(it->second));
+          it = asks.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (late.empty()) continue;
+      lk.unlock();
+      for (auto& p : late)
+        p.rp.deliver(to_caf_error(error(errc::timeout, "no reply from " + p.worker + " in time")));
+      lk.lock();
+    }
+  }
+
+  void stop() {
+    std::vector<pending_ask> failed;
+    std::vector<caf::weak_actor_ptr> dead;
+    agent->remove_membership_listener(listener_id);
+    {
+      std::lock_guard lk(mu);
+      if (stopped) return;
+      stopped = true;
+      for (auto& [id, p] : asks) failed.push_back(std::move(p));
+      asks.clear();
+      for (auto& [id, p] : proxies) dead.push_back(p.proxy);
+      proxies.clear();
+      published.clear();
+    }
+    wake_sweeper.notify_all();
+    if (sweeper.joinable()) sweeper.join();
+    auto why = error(errc::shut_down, "the actor node of worker '" + me.name + "' has shut down");
+    for (auto& p : failed) p.rp.deliver(to_caf_error(why));
+    for (auto& w : dead)
+      exit_with(caf::actor_cast<caf::actor>(w), to_caf_error(why));
+    caf::anon_send_exit(relay, caf::exit_reason::user_shutdown);
+  }
+};
+
+namespace {
+
+// The local stand-in of a remote actor: forwards every message it gets.
+caf::behavior proxy_actor(caf::event_based_actor* self, std::weak_ptr<node::impl> n,
+                          std::string worker, std::string name) {
+  self->set_default_handler(
+      [n, worker, name](caf::scheduled_actor* s, caf::message_view& x) -> caf::result<caf::message> {
+        const bool is_request = s->current_message_id().is_request();
+        auto node = n.lock();
+        if (!node) {
+          if (is_request)
+            return to_caf_error(error(errc::shut_down, "the actor node of this worker has shut down"));
+          return caf::delegated<caf::message>{};
+        }
+        caf::message msg = x.move_content_to_message();
+        if (is_request)
+          node->ask(worker, name, std::move(msg), s->make_response_promise());
+        else
+          node->tell(worker, name, std::move(msg));
+        return caf::delegated<caf::message>{};
+      });
+  return {[self](quit_atom, caf::error& reason) { self->quit(std::move(reason)); }};
+}
+
+// Delivers incoming remote messages in arrival order; forwards requests with itself as
+// the sender and sends each reply back to the remote requester.
+caf::behavior relay_actor(caf::event_based_actor* self, std::weak_ptr<node::impl> n) {
+  return {
+      [self](tell_atom, caf::actor& target, caf::message& msg) {
+        target->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(msg)),
+                        self->context());
+      },
+      [self, n](ask_atom, caf::actor& target, caf::message& msg, std::uint64_t id,
+                std::string& caller) {
+        auto mid = self->new_request_id(caf::message_priority::normal);
+        target->enqueue(caf::make_mailbox_element(self->ctrl(), mid, {}, std::move(msg)),
+                        self->context());
+        self->add_multiplexed_response_handler(
+            mid.response_id(), detail::on_any_response([n, id, caller](caf::message& reply) {
+              if (auto node = n.lock()) node->send_answer(caller, id, reply);
+            }));
+      },
+  };
+}
+
+}  // namespace
+
+expected<std::shared_ptr<node>> node::attach(caf::actor_system& sys,
+                                             std::shared_ptr<rpc::agent> agent,
+                                             std::shared_ptr<const message_types> types,
+                                             node_options options) {
+  if (!agent) return make_error(errc::invalid_argument, "node::attach needs an RPC agent");
+  if (!types) return make_error(errc::invalid_argument, "node::attach needs a message_types registry");
+  auto i = std::make_shared<impl>(sys, std::move(agent), std::move(types), options);
+  i->me = i->agent->self();
+  std::weak_ptr<impl> w = i;
+  i->relay = sys.spawn(relay_actor, w);
+  i->events = sys.groups().get_local("troupe/membership/" + i->me.name);
+
+  rpc::function_options inline_fn;
+  inline_fn.run_inline = true;  // short and non-blocking: keeps arrival order, saves hops
+  auto& fns = i->agent->functions();
+  TROUPE_TRY(fns.add(
+      fn_lookup,
+      [w](const std::string& name) -> expected<void> {
+        auto n = w.lock();
+        if (!n) return make_error(errc::shut_down, "the actor node has shut down");
+        auto a = n->find_published(name);
+        if (!a) return std::move(a).error();
+        return ok();
+      },
+      inline_fn));
+  TROUPE_TRY(fns.add(
+      fn_deliver,
+      [w](const rpc::call_info& info, const std::string& target, std::uint64_t ask_id,
+          const bytes& payload, std::vector<rpc::tensor> tensors) -> expected<void> {
+        auto n = w.lock();
+        if (!n) return make_error(errc::shut_down, "the actor node has shut down");
+        return n->on_deliver(info, target, ask_id, payload, tensors);
+      },
+      inline_fn));
+  TROUPE_TRY(fns.add(
+      fn_answer,
+      [w](std::uint64_t id, bool is_ok, const bytes& payload, std::vector<rpc::tensor> tensors,
+          const error& err) {
+        if (auto n = w.lock()) n->on_answer(id, is_ok, payload, tensors, err);
+      },
+      inline_fn));
+  TROUPE_TRY(fns.add(
+      fn_watch,
+      [w](const rpc::call_info& info, const std::string& target, std::uint64_t watch_id) -> expected<void> {
+        auto n = w.lock();
+        if (!n) return make_error(errc::shut_down, "the actor node has shut down");
+        return n->on_watch(info, target, watch_id);
+      },
+      inline_fn));
+  TROUPE_TRY(fns.add(
+      fn_down,
+      [w](std::uint64_t watch_id, bool normal, const error& why) {
+        if (auto n = w.lock()) n->on_down(watch_id, normal, why);
+      },
+      inline_fn));
+  i->listener_id = i->agent->add_membership_listener([w](const rpc::membership_event& e) {
+    if (auto n = w.lock()) n->on_membership(e);
+  });
+  i->sweeper = std::thread([raw = i.get()] { raw->sweep_loop(); });
+  return std::shared_ptr<node>(new node(std::move(i)));
+}
+
+node::node(std::shared_ptr<impl> i) : impl_(std::move(i)) {}
+
+node::~node() { shutdown(); }
+
+void node::shutdown() { impl_->stop(); }
+
+worker_info node::self() const { return impl_->me; }
+caf::actor_system& node::system() const noexcept { return impl_->sys; }
+rpc::agent& node::agent() const noexcept { return *impl_->agent; }
+caf::group node::membership_events() const { return impl_->events; }
+
+expected<void> node::publish(const caf::actor& a, const std::string& name) {
+  if (!a) return make_error(errc::invalid_argument, "cannot publish an invalid actor as '", name, "'");
+  if (name.empty() || name.find('/') != std::string::npos)
+    return make_error(errc::invalid_argument, "actor name '", name,
+                      "' must be non-empty and contain no '/' (it is addressed as worker/name)");
+  std::lock_guard lk(impl_->mu);
+  if (impl_->stopped) return make_error(errc::shut_down, "the actor node has shut down");
+  auto [it, inserted] = impl_->published.emplace(name, a);
+  if (!inserted)
+    return make_error(errc::already_exists, "an actor is already published as '", name,
+                      "' on worker '", impl_->me.name, "'; unpublish it first or pick another name");
+  return ok();
+}
+
+expected<void> node::unpublish(const std::string& name) {
+  std::lock_guard lk(impl_->mu);
+  if (impl_->published.erase(name) == 0)
+    return make_error(errc::not_found, "no actor is published as '", name, "' on worker '",
+                      impl_->me.name, "'");
+  return ok();
+}
+
+expected<caf::actor> node::remote_actor(std::string_view path, duration timeout) {
+  auto slash = path.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == path.size() ||
+      path.find('/', slash + 1) != std::string_view::npos)
+    return make_error(errc::invalid_argument, "actor path '", path,
+                      "' must be 'worker/actor' (for example 'trainer0/ps')");
+  std::string worker(path.substr(0, slash));
+  std::string name(path.substr(slash + 1));
+  auto who = impl_->agent->worker(worker);
+  if (!who) return std::move(who).error().with_operation(strcat("remote_actor '", path, "'"));
+  rpc::call_options o;
+  o.timeout = timeout > duration::zero() ? timeout : impl_->opts.lookup_timeout;
+  TROUPE_TRY(impl_->agent->rpc_sync<void>(o, worker, fn_lookup, name));
+
+  std::weak_ptr<impl> w = impl_;
+  auto proxy = impl_->sys.spawn(proxy_actor, w, worker, name);
+  const std::uint64_t watch_id = impl_->next_id.fetch_add(1);
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->proxies.emplace(watch_id,
+                           impl::proxy_entry{caf::actor_cast<caf::weak_actor_ptr>(proxy), worker, name});
+  }
+  // The owner tells us when the actor exits; until then the proxy lives.
+  auto watched = impl_->agent->rpc_sync<void>(o, worker, fn_watch, name, watch_id);
+  if (!watched) {
+    {
+      std::lock_guard lk(impl_->mu);
+      impl_->proxies.erase(watch_id);
+    }
+    caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
+    return std::move(watched).error();
+  }
+  return proxy;
+}
+
+}  // namespace troupe::actors
