@@ -525,4 +525,16 @@ expected<caf::actor> node::remote_actor(std::string_view path, duration timeout)
   return proxy;
 }
 
+expected<caf::actor> node::await_actor(std::string_view path, duration timeout) {
+  auto until = deadline::after(timeout);
+  auto pause = std::chrono::milliseconds(5);
+  for (;;) {
+    auto left = std::max(until.remaining(), duration(std::chrono::milliseconds(1)));
+    auto a = remote_actor(path, std::min(left, impl_->opts.lookup_timeout));
+    if (a || a.error().code() != errc::not_found || until.expired()) return a;
+    std::this_thread::sleep_for(std::min<duration>(pause, until.remaining()));
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  }
+}
+
 }  // namespace troupe::actors

@@ -86,6 +86,11 @@ class node : public std::enable_shared_from_this<node> {
   /// naming the worker or the actor (and what is published there).
   expected<caf::actor> remote_actor(std::string_view path, duration timeout = duration::zero());
 
+  /// remote_actor(), retried until the worker has joined and the actor is published there
+  /// (for start-up, when peers publish while others already look). Fails with the last
+  /// lookup's error once `timeout` has passed.
+  expected<caf::actor> await_actor(std::string_view path, duration timeout);
+
   /// A typed handle for `path` (CAF does not check the remote interface: the caller
   /// asserts it).
   template <class Handle>
@@ -99,8 +104,9 @@ class node : public std::enable_shared_from_this<node> {
   caf::group membership_events() const;
 
   /// Stops accepting remote messages, fails pending requests with shut_down and lets
-  /// every proxy exit. Idempotent; the destructor calls it. Call it before the agent
-  /// shuts down.
+  /// every proxy exit. Idempotent; the destructor calls it. To serve others until the
+  /// group ends, shut the agent down first (a static agent's shutdown waits for every
+  /// worker), then the node.
   void shutdown();
 
   struct impl;
