@@ -7,7 +7,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "actors/detail/any_response.hpp"
+#include "actors/detail/remote_proxy.hpp"
+#include "actors/detail/reply_sink.hpp"
 #include "actors/system.hpp"
 #include "core/log.hpp"
 
@@ -15,14 +16,18 @@ namespace troupe::actors {
 
 namespace {
 
-using ask_atom = caf::atom_constant<caf::atom("tr_ask")>;
-using tell_atom = caf::atom_constant<caf::atom("tr_tell")>;
-using quit_atom = caf::atom_constant<caf::atom("tr_quit")>;
+// Ends proxy `a` with `reason` (which may be the normal one).
+void kill_proxy(const caf::weak_actor_ptr& w, caf::error reason) {
+  auto p = caf::actor_cast<caf::strong_actor_ptr>(w);
+  if (!p) return;
+  static_cast<detail::remote_proxy*>(caf::actor_cast<caf::abstract_actor*>(p))
+      ->kill_proxy(nullptr, std::move(reason));
+}
 
-// Makes proxy `a` exit with `reason` (which may be the normal one: an exit message with
-// a normal reason would be ignored, so the proxy quits on a message of its own).
-void exit_with(const caf::actor& a, caf::error reason) {
-  if (a) caf::anon_send(a, quit_atom::value, std::move(reason));
+// Answers request `mid` of `sender` with `msg`.
+void respond(const caf::strong_actor_ptr& sender, caf::message_id mid, caf::message msg) {
+  if (sender)
+    sender->enqueue(caf::make_mailbox_element(nullptr, mid.response_id(), {}, std::move(msg)), nullptr);
 }
 
 constexpr const char* fn_lookup = "actors.lookup";
@@ -33,7 +38,7 @@ constexpr const char* fn_down = "actors.down";
 
 }  // namespace
 
-struct node::impl : std::enable_shared_from_this<node::impl> {
+struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl> {
   impl(caf::actor_system& s, std::shared_ptr<rpc::agent> a, std::shared_ptr<const message_types> t,
        node_options o)
       : sys(s), agent(std::move(a)), types(std::move(t)), opts(o) {}
@@ -43,13 +48,20 @@ struct node::impl : std::enable_shared_from_this<node::impl> {
   std::shared_ptr<const message_types> types;
   node_options opts;
   worker_info me;
-  caf::actor relay;
+  caf::strong_actor_ptr sink;  // the sender of requests from other workers
   caf::group events;
 
   struct pending_ask {
-    caf::response_promise rp;
+    caf::strong_actor_ptr sender;
+    caf::message_id mid;
     std::string worker;
     deadline until;
+    void answer(caf::message m) { respond(sender, mid, std::move(m)); }
+    void fail(const error& e) { answer(caf::make_message(to_caf_error(e))); }
+  };
+  struct incoming_ask {
+    std::string caller;
+    std::uint64_t id = 0;
   };
   struct proxy_entry {
     caf::weak_actor_ptr proxy;
@@ -61,6 +73,7 @@ struct node::impl : std::enable_shared_from_this<node::impl> {
   std::map<std::string, caf::actor> published;
   std::unordered_map<std::uint64_t, pending_ask> asks;
   std::unordered_map<std::uint64_t, proxy_entry> proxies;  // by watch id
+  std::unordered_map<std::uint64_t, incoming_ask> incoming;  // by our request id
   std::atomic<std::uint64_t> next_id{1};
   std::uint64_t listener_id = 0;
   bool stopped = false;
@@ -80,7 +93,7 @@ struct node::impl : std::enable_shared_from_this<node::impl> {
   // ---- caller side ------------------------------------------------------------------
 
   // A plain send from a local actor to worker/name.
-  void tell(const std::string& worker, const std::string& name, caf::message msg) {
+  void tell(const std::string& worker, const std::string& name, caf::message msg) override {
     bytes payload;
     std::vector<rpc::tensor> tensors;
     if (auto r = types->encode(msg, payload, &tensors); !r) {
@@ -100,23 +113,26 @@ struct node::impl : std::enable_shared_from_this<node::impl> {
 
   // A request from a local actor to worker/name; `rp` answers the requester.
   void ask(const std::string& worker, const std::string& name, caf::message msg,
-           caf::response_promise rp) {
+           caf::strong_actor_ptr sender, caf::message_id mid) override {
     bytes payload;
     std::vector<rpc::tensor> tensors;
+    pending_ask p{std::move(sender), mid, worker, deadline::after(duration::zero())};
     if (auto r = types->encode(msg, payload, &tensors); !r) {
-      rp.deliver(to_caf_error(r.error().with_operation("request to " + path_of(worker, name))));
+      p.fail(r.error().with_operation("request to " + path_of(worker, name)));
       return;
     }
     const std::uint64_t id = next_id.fetch_add(1);
     {
-      std::lock_guard lk(mu);
+      std::unique_lock lk(mu);
       if (stopped) {
-        rp.deliver(to_caf_error(error(errc::shut_down, "the actor node of this worker has shut down")));
+        lk.unlock();
+        p.fail(error(errc::shut_down, "the actor node of this worker has shut down"));
         return;
       }
       auto timeout = opts.request_timeout > duration::zero() ? opts.request_timeout
                                                              : agent->options().rpc_timeout;
-      asks.emplace(id, pending_ask{std::move(rp), worker, deadline::after(timeout)});
+      p.until = deadline::after(timeout);
+      asks.emplace(id, std::move(p));
     }
     auto self = weak_from_this();
     agent->rpc_async<void>(call_opts(), worker, fn_deliver, name, id, payload, tensors)
@@ -139,7 +155,7 @@ struct node::impl : std::enable_shared_from_this<node::impl> {
       p = std::move(it->second);
       asks.erase(it);
     }
-    p->rp.deliver(to_caf_error(e));
+    p->fail(e);
   }
 
   // A call to `worker` failed: if the worker is gone, every proxy of it exits and every
@@ -189,9 +205,8 @@ struct node::impl : std::enable_shared_from_this<node::impl> {
         }
       }
     }
-    for (auto& p : failed) p.rp.deliver(to_caf_error(why));
-    for (auto& w : dead)
-      exit_with(caf::actor_cast<caf::actor>(w), to_caf_error(why));
+    for (auto& p : failed) p.fail(why);
+    for (auto& w : dead) kill_proxy(w, to_caf_error(why));
   }
 
   // ---- callee side ------------------------------------------------------------------
@@ -213,14 +228,37 @@ struct node::impl : std::enable_shared_from_this<node::impl> {
     if (!a) return std::move(a).error();
     auto msg = types->decode(payload, &tensors);
     if (!msg) return std::move(msg).error().with_operation("message to " + path_of(me.name, target));
-    if (ask_id == 0)
-      caf::anon_send(relay, tell_atom::value, *a, std::move(*msg));
-    else
-      caf::anon_send(relay, ask_atom::value, *a, std::move(*msg), ask_id, info.caller.name);
+    // Straight into the target's mailbox, in arrival order. A request carries the reply
+    // sink as its sender and a request id of ours; the answer comes back through it.
+    if (ask_id == 0) {
+      (*a)->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(*msg)),
+                    nullptr);
+      return ok();
+    }
+    const std::uint64_t sid = next_id.fetch_add(1);
+    {
+      std::lock_guard lk(mu);
+      incoming.emplace(sid, incoming_ask{info.caller.name, ask_id});
+    }
+    (*a)->enqueue(caf::make_mailbox_element(sink, caf::make_message_id(sid), {}, std::move(*msg)),
+                  nullptr);
     return ok();
   }
 
-  // The relay got `reply` for request `id` of `caller`: send it back.
+  // The reply sink got the answer to our request `sid`.
+  void on_reply(std::uint64_t sid, caf::message& reply) {
+    incoming_ask in;
+    {
+      std::lock_guard lk(mu);
+      auto it = incoming.find(sid);
+      if (it == incoming.end()) return;
+      in = std::move(it->second);
+      incoming.erase(it);
+    }
+    send_answer(in.caller, in.id, reply);
+  }
+
+  // Sends `reply` for request `id` of `caller` back.
   void send_answer(const std::string& caller, std::uint64_t id, caf::message& reply) {
     bytes payload;
     std::vector<rpc::tensor> tensors;
@@ -253,16 +291,10 @@ struct node::impl : std::enable_shared_from_this<node::impl> {
       p = std::move(it->second);
       asks.erase(it);
     }
-    if (!is_ok) {
-      p->rp.deliver(to_caf_error(err));
-      return;
-    }
+    if (!is_ok) return p->fail(err);
     auto msg = types->decode(payload, &tensors);
-    if (!msg) {
-      p->rp.deliver(to_caf_error(msg.error()));
-      return;
-    }
-    p->rp.deliver(std::move(*msg));
+    if (!msg) return p->fail(msg.error());
+    p->answer(std::move(*msg));
   }
 
   expected<void> on_watch(const rpc::call_info& info, const std::string& target,
@@ -293,12 +325,10 @@ struct node::impl : std::enable_shared_from_this<node::impl> {
       path = path_of(it->second.worker, it->second.name);
       proxies.erase(it);
     }
-    auto a = caf::actor_cast<caf::actor>(w);
-    if (!a) return;
     if (normal)
-      exit_with(a, caf::exit_reason::normal);
+      kill_proxy(w, caf::exit_reason::normal);
     else
-      exit_with(a, to_caf_error(error(why.code(), "remote actor " + path + " exited: " + why.message())));
+      kill_proxy(w, to_caf_error(error(why.code(), "remote actor " + path + " exited: " + why.message())));
   }
 
   // ---- lifecycle --------------------------------------------------------------------
@@ -318,8 +348,7 @@ struct node::impl : std::enable_shared_from_this<node::impl> {
       }
       if (late.empty()) continue;
       lk.unlock();
-      for (auto& p : late)
-        p.rp.deliver(to_caf_error(error(errc::timeout, "no reply from " + p.worker + " in time")));
+      for (auto& p : late) p.fail(error(errc::timeout, "no reply from " + p.worker + " in time"));
       lk.lock();
     }
   }
@@ -337,63 +366,15 @@ struct node::impl : std::enable_shared_from_this<node::impl> {
       for (auto& [id, p] : proxies) dead.push_back(p.proxy);
       proxies.clear();
       published.clear();
+      incoming.clear();
     }
     wake_sweeper.notify_all();
     if (sweeper.joinable()) sweeper.join();
     auto why = error(errc::shut_down, "the actor node of worker '" + me.name + "' has shut down");
-    for (auto& p : failed) p.rp.deliver(to_caf_error(why));
-    for (auto& w : dead)
-      exit_with(caf::actor_cast<caf::actor>(w), to_caf_error(why));
-    caf::anon_send_exit(relay, caf::exit_reason::user_shutdown);
+    for (auto& p : failed) p.fail(why);
+    for (auto& w : dead) kill_proxy(w, to_caf_error(why));
   }
 };
-
-namespace {
-
-// The local stand-in of a remote actor: forwards every message it gets.
-caf::behavior proxy_actor(caf::event_based_actor* self, std::weak_ptr<node::impl> n,
-                          std::string worker, std::string name) {
-  self->set_default_handler(
-      [n, worker, name](caf::scheduled_actor* s, caf::message_view& x) -> caf::result<caf::message> {
-        const bool is_request = s->current_message_id().is_request();
-        auto node = n.lock();
-        if (!node) {
-          if (is_request)
-            return to_caf_error(error(errc::shut_down, "the actor node of this worker has shut down"));
-          return caf::delegated<caf::message>{};
-        }
-        caf::message msg = x.move_content_to_message();
-        if (is_request)
-          node->ask(worker, name, std::move(msg), s->make_response_promise());
-        else
-          node->tell(worker, name, std::move(msg));
-        return caf::delegated<caf::message>{};
-      });
-  return {[self](quit_atom, caf::error& reason) { self->quit(std::move(reason)); }};
-}
-
-// Delivers incoming remote messages in arrival order; forwards requests with itself as
-// the sender and sends each reply back to the remote requester.
-caf::behavior relay_actor(caf::event_based_actor* self, std::weak_ptr<node::impl> n) {
-  return {
-      [self](tell_atom, caf::actor& target, caf::message& msg) {
-        target->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(msg)),
-                        self->context());
-      },
-      [self, n](ask_atom, caf::actor& target, caf::message& msg, std::uint64_t id,
-                std::string& caller) {
-        auto mid = self->new_request_id(caf::message_priority::normal);
-        target->enqueue(caf::make_mailbox_element(self->ctrl(), mid, {}, std::move(msg)),
-                        self->context());
-        self->add_multiplexed_response_handler(
-            mid.response_id(), detail::on_any_response([n, id, caller](caf::message& reply) {
-              if (auto node = n.lock()) node->send_answer(caller, id, reply);
-            }));
-      },
-  };
-}
-
-}  // namespace
 
 expected<std::shared_ptr<node>> node::attach(caf::actor_system& sys,
                                              std::shared_ptr<rpc::agent> agent,
@@ -404,7 +385,9 @@ expected<std::shared_ptr<node>> node::attach(caf::actor_system& sys,
   auto i = std::make_shared<impl>(sys, std::move(agent), std::move(types), options);
   i->me = i->agent->self();
   std::weak_ptr<impl> w = i;
-  i->relay = sys.spawn(relay_actor, w);
+  i->sink = detail::make_reply_sink(sys, [w](std::uint64_t sid, caf::message& reply) {
+    if (auto n = w.lock()) n->on_reply(sid, reply);
+  });
   i->events = sys.groups().get_local("troupe/membership/" + i->me.name);
 
   rpc::function_options inline_fn;
@@ -505,7 +488,7 @@ expected<caf::actor> node::remote_actor(std::string_view path, duration timeout)
   TROUPE_TRY(impl_->agent->rpc_sync<void>(o, worker, fn_lookup, name));
 
   std::weak_ptr<impl> w = impl_;
-  auto proxy = impl_->sys.spawn(proxy_actor, w, worker, name);
+  auto proxy = detail::make_remote_proxy(impl_->sys, std::weak_ptr<detail::proxy_sink>(impl_), worker, name);
   const std::uint64_t watch_id = impl_->next_id.fetch_add(1);
   {
     std::lock_guard lk(impl_->mu);
@@ -519,7 +502,7 @@ expected<caf::actor> node::remote_actor(std::string_view path, duration timeout)
       std::lock_guard lk(impl_->mu);
       impl_->proxies.erase(watch_id);
     }
-    caf::anon_send_exit(proxy, caf::exit_reason::user_shutdown);
+    kill_proxy(caf::actor_cast<caf::weak_actor_ptr>(proxy), caf::exit_reason::user_shutdown);
     return std::move(watched).error();
   }
   return proxy;
