@@ -5,9 +5,9 @@
 //
 // Figures: request round trip p50/p99 (a request of `bench_message` answered with the same
 // message, one at a time) and one-way throughput (N messages sent without waiting, then one
-// request whose answer says how many arrived). Side by side with the middleman:
-//   /usr/bin/python3 bench/compare.py --runs 5 \
-//     --troupe "build/release/bench/actors_bench --json" \
+// request whose answer says how many arrived). Side by side with the middleman, alternating:
+//   /usr/bin/python3 bench/compare.py --runs 5
+//     --troupe "build/release/bench/actors_bench --json"
 //     --anchor "build/release/bench/caf_middleman_bench --json"
 // The process re-executes itself as the server ("--serve"); both meet through a TCP store
 // this process hosts, as a static RPC group of two.
