@@ -223,8 +223,8 @@ int main(int argc, char** argv) {
       double p50 = percentile(us, 0.50), p99 = percentile(us, 0.99);
       double rate = o.messages / secs;
       if (o.json) {
-        std::printf("{\"system\":\"caf-middleman\",\"scheduler\":\"%s\",\"payload\":%zu,"
-                    "\"rtt_p50_us\":%.2f,\"rtt_p99_us\":%.2f,\"oneway_msgs_per_s\":%.0f}\n",
+        std::printf("{\"impl\": \"caf-middleman-%s\", \"bench\": \"actors\", \"payload\": %zu, "
+                    "\"rtt_p50_us\": %.2f, \"rtt_p99_us\": %.2f, \"oneway_msgs_per_s\": %.1f}\n",
                     o.scheduler.c_str(), o.payload, p50, p99, rate);
       } else {
         std::printf("# caf_middleman_bench --scheduler %s --rounds %d --messages %d --payload %zu\n",

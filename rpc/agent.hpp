@@ -24,6 +24,7 @@
 #include "devicemap/derive.hpp"
 #include "rpc/detail/agent_core.hpp"
 #include "rpc/function_table.hpp"
+#include "rpc/membership_event.hpp"
 #include "rpc/options.hpp"
 #include "rpc/remote_ref.hpp"
 #include "rpc/serializer.hpp"
@@ -80,6 +81,13 @@ class agent {
   expected<void> leave();
   /// See the contract above. `timeout` zero: options.shutdown_timeout.
   expected<void> shutdown(duration timeout = duration::zero());
+
+  /// Calls `l` after every membership change this worker sees (rpc/membership_event.hpp);
+  /// returns an id for remove_membership_listener.
+  std::uint64_t add_membership_listener(membership_listener l) {
+    return core_->add_membership_listener(std::move(l));
+  }
+  void remove_membership_listener(std::uint64_t id) { core_->remove_membership_listener(id); }
 
   /// Remote references this worker owns right now (diagnostics, tests).
   std::size_t owned_remote_refs() const { return core_->owned_rrefs(); }

@@ -26,6 +26,7 @@
 #include "rpc/detail/connection.hpp"
 #include "rpc/detail/worker_pool.hpp"
 #include "rpc/function_table.hpp"
+#include "rpc/membership_event.hpp"
 #include "rpc/options.hpp"
 #include "rpc/worker_ref.hpp"
 #include "store/store.hpp"
@@ -83,6 +84,10 @@ class agent_core final : public connection_owner,
   /// Remote references this worker owns (for tests and diagnostics).
   std::size_t owned_rrefs() const;
 
+  /// Membership listeners (rpc/membership_event.hpp). add returns an id for remove.
+  std::uint64_t add_membership_listener(membership_listener l);
+  void remove_membership_listener(std::uint64_t id);
+
   /// Dynamic groups: leaves everywhere, then stops. Static groups: unsupported.
   expected<void> leave(duration timeout);
   /// Graceful stop (see agent::shutdown). Idempotent.
@@ -124,6 +129,13 @@ class agent_core final : public connection_owner,
   void handle_rref(const std::shared_ptr<connection>& c, wire::frame&& f);
   void reply_error(const std::shared_ptr<connection>& c, std::uint64_t id, error e);
   void store_rref_value(std::uint64_t id, expected<wire::frame> value);
+
+  // Tells every listener about `e`; never called with a lock held.
+  void notify_membership(const membership_event& e);
+
+  std::mutex listeners_mu_;
+  std::map<std::uint64_t, membership_listener> listeners_;
+  std::uint64_t next_listener_ = 1;
 
   const std::string name_;
   const int rank_;

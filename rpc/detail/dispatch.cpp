@@ -69,9 +69,14 @@ void agent_core::on_closed(const std::shared_ptr<connection>& c, const error& wh
   }
   // Only the loss of a connection we opened means the peer died: an inbound connection
   // also closes when its peer merely forgets us (after we left).
-  if (stopping_.load() || leaving_.load() || peer.empty() || !dynamic() || !c->outbound() ||
+  if (stopping_.load() || leaving_.load() || peer.empty() || !c->outbound() ||
       why.code() != errc::connection_lost)
     return;
+  if (!dynamic()) {
+    // A static group keeps its members; listeners still learn that this one is gone.
+    notify_membership({membership_change::failed, c->peer(), why});
+    return;
+  }
   // A member of a dynamic group that vanished without leaving: drop it here. The store
   // entry is cleaned up by the next worker that joins.
   std::unique_lock lk(members_mu_);
@@ -84,6 +89,7 @@ void agent_core::on_closed(const std::shared_ptr<connection>& c, const error& wh
   lk.unlock();
   TROUPE_LOG(log_level::warn, "rpc", "worker '", peer, "' vanished (", why.message(),
              "); removed it from the group");
+  notify_membership({membership_change::failed, c->peer(), why});
 }
 
 void agent_core::handle_handshake(const std::shared_ptr<connection>& c, wire::frame&& f) {

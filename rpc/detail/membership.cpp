@@ -228,6 +228,8 @@ void agent_core::handle_membership(const std::shared_ptr<connection>& c, wire::f
   }
   if (auto r = apply_members(std::move(all)); !r) return reply_error(c, id, r.error().with_worker(name_));
   TROUPE_LOG(log_level::info, "rpc", "worker '", m->info.name, "' ", op == op_join ? "joined" : "left");
+  if (m->info.name != name_)
+    notify_membership({op == op_join ? membership_change::joined : membership_change::left, m->info, {}});
   wire::frame_builder ack(wire::kind::response, id);
   if (ack.finish()) (void)c->send(std::move(ack));
   // Connect to a newcomer now, so that its death is noticed even before the first call.
@@ -278,6 +280,27 @@ expected<void> agent_core::leave(duration timeout) {
   stop_local(make_error(errc::peer_left, "worker '", name_, "' left the group").with_worker(name_));
   TROUPE_LOG(log_level::info, "rpc", "worker '", name_, "' left: ", result ? "ok" : result.error().to_string());
   return result;
+}
+
+std::uint64_t agent_core::add_membership_listener(membership_listener l) {
+  std::lock_guard<std::mutex> lk(listeners_mu_);
+  auto id = next_listener_++;
+  listeners_.emplace(id, std::move(l));
+  return id;
+}
+
+void agent_core::remove_membership_listener(std::uint64_t id) {
+  std::lock_guard<std::mutex> lk(listeners_mu_);
+  listeners_.erase(id);
+}
+
+void agent_core::notify_membership(const membership_event& e) {
+  std::vector<membership_listener> ls;
+  {
+    std::lock_guard<std::mutex> lk(listeners_mu_);
+    for (auto& [id, l] : listeners_) ls.push_back(l);
+  }
+  for (auto& l : ls) l(e);
 }
 
 }  // namespace troupe::rpc::detail

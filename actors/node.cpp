@@ -1,0 +1,523 @@
+#include "actors/node.hpp"
+
+#include <caf/all.hpp>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "actors/detail/remote_proxy.hpp"
+#include "actors/detail/reply_sink.hpp"
+#include "actors/system.hpp"
+#include "core/log.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+// Ends proxy `a` with `reason` (which may be the normal one).
+void kill_proxy(const caf::weak_actor_ptr& w, caf::error reason) {
+  auto p = caf::actor_cast<caf::strong_actor_ptr>(w);
+  if (!p) return;
+  static_cast<detail::remote_proxy*>(caf::actor_cast<caf::abstract_actor*>(p))
+      ->kill_proxy(nullptr, std::move(reason));
+}
+
+// Answers request `mid` of `sender` with `msg`.
+void respond(const caf::strong_actor_ptr& sender, caf::message_id mid, caf::message msg) {
+  if (sender)
+    sender->enqueue(caf::make_mailbox_element(nullptr, mid.response_id(), {}, std::move(msg)), nullptr);
+}
+
+constexpr const char* fn_lookup = "actors.lookup";
+constexpr const char* fn_deliver = "actors.deliver";
+constexpr const char* fn_answer = "actors.answer";
+constexpr const char* fn_watch = "actors.watch";
+constexpr const char* fn_down = "actors.down";
+
+}  // namespace
+
+struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl> {
+  impl(caf::actor_system& s, std::shared_ptr<rpc::agent> a, std::shared_ptr<const message_types> t,
+       node_options o)
+      : sys(s), agent(std::move(a)), types(std::move(t)), opts(o) {}
+
+  caf::actor_system& sys;
+  std::shared_ptr<rpc::agent> agent;
+  std::shared_ptr<const message_types> types;
+  node_options opts;
+  worker_info me;
+  caf::strong_actor_ptr sink;  // the sender of requests from other workers
+  caf::group events;
+
+  struct pending_ask {
+    caf::strong_actor_ptr sender;
+    caf::message_id mid;
+    std::string worker;
+    deadline until;
+    void answer(caf::message m) { respond(sender, mid, std::move(m)); }
+    void fail(const error& e) { answer(caf::make_message(to_caf_error(e))); }
+  };
+  struct incoming_ask {
+    std::string caller;
+    std::uint64_t id = 0;
+  };
+  struct proxy_entry {
+    caf::weak_actor_ptr proxy;
+    std::string worker;
+    std::string name;
+  };
+
+  std::mutex mu;
+  std::map<std::string, caf::actor> published;
+  std::unordered_map<std::uint64_t, pending_ask> asks;
+  std::unordered_map<std::uint64_t, proxy_entry> proxies;  // by watch id
+  std::unordered_map<std::uint64_t, incoming_ask> incoming;  // by our request id
+  std::atomic<std::uint64_t> next_id{1};
+  std::uint64_t listener_id = 0;
+  bool stopped = false;
+  std::condition_variable wake_sweeper;
+  std::thread sweeper;
+
+  rpc::call_options call_opts() const {
+    rpc::call_options o;
+    o.timeout = opts.request_timeout;
+    return o;
+  }
+
+  std::string path_of(const std::string& worker, const std::string& name) const {
+    return worker + "/" + name;
+  }
+
+  // ---- caller side ------------------------------------------------------------------
+
+  // A plain send from a local actor to worker/name.
+  void tell(const std::string& worker, const std::string& name, caf::message msg) override {
+    bytes payload;
+    std::vector<rpc::tensor> tensors;
+    if (auto r = types->encode(msg, payload, &tensors); !r) {
+      TROUPE_LOG(log_level::warn, "actors", "dropping a message to ", path_of(worker, name), ": ",
+                 r.error());
+      return;
+    }
+    auto self = weak_from_this();
+    agent->rpc_async<void>(call_opts(), worker, fn_deliver, name, std::uint64_t{0}, payload, tensors)
+        .on_complete([self, worker, name](expected<void>&& r) {
+          if (r) return;
+          TROUPE_LOG(log_level::debug, "actors", "a message to ", worker, "/", name,
+                     " was not delivered: ", r.error());
+          if (auto n = self.lock()) n->on_call_failed(worker, r.error());
+        });
+  }
+
+  // A request from a local actor to worker/name; `rp` answers the requester.
+  void ask(const std::string& worker, const std::string& name, caf::message msg,
+           caf::strong_actor_ptr sender, caf::message_id mid) override {
+    bytes payload;
+    std::vector<rpc::tensor> tensors;
+    pending_ask p{std::move(sender), mid, worker, deadline::after(duration::zero())};
+    if (auto r = types->encode(msg, payload, &tensors); !r) {
+      p.fail(r.error().with_operation("request to " + path_of(worker, name)));
+      return;
+    }
+    const std::uint64_t id = next_id.fetch_add(1);
+    {
+      std::unique_lock lk(mu);
+      if (stopped) {
+        lk.unlock();
+        p.fail(error(errc::shut_down, "the actor node of this worker has shut down"));
+        return;
+      }
+      auto timeout = opts.request_timeout > duration::zero() ? opts.request_timeout
+                                                             : agent->options().rpc_timeout;
+      p.until = deadline::after(timeout);
+      asks.emplace(id, std::move(p));
+    }
+    auto self = weak_from_this();
+    agent->rpc_async<void>(call_opts(), worker, fn_deliver, name, id, payload, tensors)
+        .on_complete([self, id, worker](expected<void>&& r) {
+          if (r) return;
+          auto n = self.lock();
+          if (!n) return;
+          n->finish_ask(id, std::move(r).error());
+          n->on_call_failed(worker, error(errc::internal, ""));
+        });
+  }
+
+  // Ends a pending request with an error (no-op when it already ended).
+  void finish_ask(std::uint64_t id, error e) {
+    std::optional<pending_ask> p;
+    {
+      std::lock_guard lk(mu);
+      auto it = asks.find(id);
+      if (it == asks.end()) return;
+      p = std::move(it->second);
+      asks.erase(it);
+    }
+    p->fail(e);
+  }
+
+  // A call to `worker` failed: if the worker is gone, every proxy of it exits and every
+  // request pending there fails.
+  void on_call_failed(const std::string& worker, const error&) {
+    if (agent->worker(worker)) return;  // still a member: the failure was the call's own
+    worker_gone(worker, error(errc::peer_left, "worker '" + worker + "' is no longer in the group"));
+  }
+
+  void on_membership(const rpc::membership_event& e) {
+    const auto& w = e.worker;
+    switch (e.change) {
+      case rpc::membership_change::joined:
+        caf::anon_send(events, joined_atom::value, w.name, w.id);
+        break;
+      case rpc::membership_change::left:
+        worker_gone(w.name, error(errc::peer_left, "worker '" + w.name + "' left the group").with_worker(w.name));
+        caf::anon_send(events, left_atom::value, w.name, w.id);
+        break;
+      case rpc::membership_change::failed:
+        worker_gone(w.name, error(errc::connection_lost, "worker '" + w.name + "' failed: " +
+                                                              e.reason.message()).with_worker(w.name));
+        caf::anon_send(events, failed_atom::value, w.name, w.id);
+        break;
+    }
+  }
+
+  void worker_gone(const std::string& worker, const error& why) {
+    std::vector<pending_ask> failed;
+    std::vector<caf::weak_actor_ptr> dead;
+    {
+      std::lock_guard lk(mu);
+      for (auto it = asks.begin(); it != asks.end();) {
+        if (it->second.worker == worker) {
+          failed.push_back(std::move(it->second));
+          it = asks.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      for (auto it = proxies.begin(); it != proxies.end();) {
+        if (it->second.worker == worker) {
+          dead.push_back(it->second.proxy);
+          it = proxies.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& p : failed) p.fail(why);
+    for (auto& w : dead) kill_proxy(w, to_caf_error(why));
+  }
+
+  // ---- callee side ------------------------------------------------------------------
+
+  expected<caf::actor> find_published(const std::string& name) {
+    std::lock_guard lk(mu);
+    auto it = published.find(name);
+    if (it != published.end()) return it->second;
+    std::string names;
+    for (const auto& [n, a] : published) names += (names.empty() ? "" : ", ") + n;
+    return make_error(errc::not_found, "no actor named '", name, "' is published on worker '",
+                      me.name, "' (published there: ", names.empty() ? "none" : names, ")");
+  }
+
+  expected<void> on_deliver(const rpc::call_info& info, const std::string& target,
+                            std::uint64_t ask_id, const bytes& payload,
+                            std::vector<rpc::tensor>& tensors) {
+    auto a = find_published(target);
+    if (!a) return std::move(a).error();
+    auto msg = types->decode(payload, &tensors);
+    if (!msg) return std::move(msg).error().with_operation("message to " + path_of(me.name, target));
+    // Straight into the target's mailbox, in arrival order. A request carries the reply
+    // sink as its sender and a request id of ours; the answer comes back through it.
+    if (ask_id == 0) {
+      (*a)->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(*msg)),
+                    nullptr);
+      return ok();
+    }
+    const std::uint64_t sid = next_id.fetch_add(1);
+    {
+      std::lock_guard lk(mu);
+      incoming.emplace(sid, incoming_ask{info.caller.name, ask_id});
+    }
+    (*a)->enqueue(caf::make_mailbox_element(sink, caf::make_message_id(sid), {}, std::move(*msg)),
+                  nullptr);
+    return ok();
+  }
+
+  // The reply sink got the answer to our request `sid`.
+  void on_reply(std::uint64_t sid, caf::message& reply) {
+    incoming_ask in;
+    {
+      std::lock_guard lk(mu);
+      auto it = incoming.find(sid);
+      if (it == incoming.end()) return;
+      in = std::move(it->second);
+      incoming.erase(it);
+    }
+    send_answer(in.caller, in.id, reply);
+  }
+
+  // Sends `reply` for request `id` of `caller` back.
+  void send_answer(const std::string& caller, std::uint64_t id, caf::message& reply) {
+    bytes payload;
+    std::vector<rpc::tensor> tensors;
+    error err;
+    bool is_ok = true;
+    if (reply.match_elements<caf::error>()) {
+      is_ok = false;
+      err = from_caf_error(reply.get_as<caf::error>(0));
+    } else if (auto r = types->encode(reply, payload, &tensors); !r) {
+      is_ok = false;
+      err = std::move(r).error().with_operation("reply");
+      payload.clear();
+      tensors.clear();
+    }
+    if (!is_ok) err.with_worker(me.name);
+    agent->rpc_async<void>(call_opts(), caller, fn_answer, id, is_ok, payload, tensors, err)
+        .on_complete([caller](expected<void>&& r) {
+          if (!r)
+            TROUPE_LOG(log_level::debug, "actors", "a reply to ", caller, " was lost: ", r.error());
+        });
+  }
+
+  void on_answer(std::uint64_t id, bool is_ok, const bytes& payload,
+                 std::vector<rpc::tensor>& tensors, const error& err) {
+    std::optional<pending_ask> p;
+    {
+      std::lock_guard lk(mu);
+      auto it = asks.find(id);
+      if (it == asks.end()) return;  // timed out or failed meanwhile
+      p = std::move(it->second);
+      asks.erase(it);
+    }
+    if (!is_ok) return p->fail(err);
+    auto msg = types->decode(payload, &tensors);
+    if (!msg) return p->fail(msg.error());
+    p->answer(std::move(*msg));
+  }
+
+  expected<void> on_watch(const rpc::call_info& info, const std::string& target,
+                          std::uint64_t watch_id) {
+    auto a = find_published(target);
+    if (!a) return std::move(a).error();
+    auto self = weak_from_this();
+    std::string caller = info.caller.name;
+    caf::actor_cast<caf::abstract_actor*>(*a)->attach_functor([self, caller, watch_id](const caf::error& reason) {
+      auto n = self.lock();
+      if (!n) return;
+      bool normal = !reason || reason == caf::exit_reason::normal;
+      error why = normal ? error(errc::peer_left, "exited normally") : from_caf_error(reason);
+      n->agent->rpc_async<void>(caller, fn_down, watch_id, normal, why)
+          .on_complete([](expected<void>&&) {});
+    });
+    return ok();
+  }
+
+  void on_down(std::uint64_t watch_id, bool normal, const error& why) {
+    caf::weak_actor_ptr w;
+    std::string path;
+    {
+      std::lock_guard lk(mu);
+      auto it = proxies.find(watch_id);
+      if (it == proxies.end()) return;
+      w = it->second.proxy;
+      path = path_of(it->second.worker, it->second.name);
+      proxies.erase(it);
+    }
+    if (normal)
+      kill_proxy(w, caf::exit_reason::normal);
+    else
+      kill_proxy(w, to_caf_error(error(why.code(), "remote actor " + path + " exited: " + why.message())));
+  }
+
+  // ---- lifecycle --------------------------------------------------------------------
+
+  void sweep_loop() {
+    std::unique_lock lk(mu);
+    while (!stopped) {
+      wake_sweeper.wait_for(lk, std::chrono::milliseconds(100));
+      std::vector<pending_ask> late;
+      for (auto it = asks.begin(); it != asks.end();) {
+        if (it->second.until.expired()) {
+          late.push_back(std::move(it->second));
+          it = asks.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (late.empty()) continue;
+      lk.unlock();
+      for (auto& p : late) p.fail(error(errc::timeout, "no reply from " + p.worker + " in time"));
+      lk.lock();
+    }
+  }
+
+  void stop() {
+    std::vector<pending_ask> failed;
+    std::vector<caf::weak_actor_ptr> dead;
+    agent->remove_membership_listener(listener_id);
+    {
+      std::lock_guard lk(mu);
+      if (stopped) return;
+      stopped = true;
+      for (auto& [id, p] : asks) failed.push_back(std::move(p));
+      asks.clear();
+      for (auto& [id, p] : proxies) dead.push_back(p.proxy);
+      proxies.clear();
+      published.clear();
+      incoming.clear();
+    }
+    wake_sweeper.notify_all();
+    if (sweeper.joinable()) sweeper.join();
+    auto why = error(errc::shut_down, "the actor node of worker '" + me.name + "' has shut down");
+    for (auto& p : failed) p.fail(why);
+    for (auto& w : dead) kill_proxy(w, to_caf_error(why));
+  }
+};
+
+expected<std::shared_ptr<node>> node::attach(caf::actor_system& sys,
+                                             std::shared_ptr<rpc::agent> agent,
+                                             std::shared_ptr<const message_types> types,
+                                             node_options options) {
+  if (!agent) return make_error(errc::invalid_argument, "node::attach needs an RPC agent");
+  if (!types) return make_error(errc::invalid_argument, "node::attach needs a message_types registry");
+  auto i = std::make_shared<impl>(sys, std::move(agent), std::move(types), options);
+  i->me = i->agent->self();
+  std::weak_ptr<impl> w = i;
+  i->sink = detail::make_reply_sink(sys, [w](std::uint64_t sid, caf::message& reply) {
+    if (auto n = w.lock()) n->on_reply(sid, reply);
+  });
+  i->events = sys.groups().get_local("troupe/membership/" + i->me.name);
+
+  rpc::function_options inline_fn;
+  inline_fn.run_inline = true;  // short and non-blocking: keeps arrival order, saves hops
+  auto& fns = i->agent->functions();
+  TROUPE_TRY(fns.add(
+      fn_lookup,
+      [w](const std::string& name) -> expected<void> {
+        auto n = w.lock();
+        if (!n) return make_error(errc::shut_down, "the actor node has shut down");
+        auto a = n->find_published(name);
+        if (!a) return std::move(a).error();
+        return ok();
+      },
+      inline_fn));
+  TROUPE_TRY(fns.add(
+      fn_deliver,
+      [w](const rpc::call_info& info, const std::string& target, std::uint64_t ask_id,
+          const bytes& payload, std::vector<rpc::tensor> tensors) -> expected<void> {
+        auto n = w.lock();
+        if (!n) return make_error(errc::shut_down, "the actor node has shut down");
+        return n->on_deliver(info, target, ask_id, payload, tensors);
+      },
+      inline_fn));
+  TROUPE_TRY(fns.add(
+      fn_answer,
+      [w](std::uint64_t id, bool is_ok, const bytes& payload, std::vector<rpc::tensor> tensors,
+          const error& err) {
+        if (auto n = w.lock()) n->on_answer(id, is_ok, payload, tensors, err);
+      },
+      inline_fn));
+  TROUPE_TRY(fns.add(
+      fn_watch,
+      [w](const rpc::call_info& info, const std::string& target, std::uint64_t watch_id) -> expected<void> {
+        auto n = w.lock();
+        if (!n) return make_error(errc::shut_down, "the actor node has shut down");
+        return n->on_watch(info, target, watch_id);
+      },
+      inline_fn));
+  TROUPE_TRY(fns.add(
+      fn_down,
+      [w](std::uint64_t watch_id, bool normal, const error& why) {
+        if (auto n = w.lock()) n->on_down(watch_id, normal, why);
+      },
+      inline_fn));
+  i->listener_id = i->agent->add_membership_listener([w](const rpc::membership_event& e) {
+    if (auto n = w.lock()) n->on_membership(e);
+  });
+  i->sweeper = std::thread([raw = i.get()] { raw->sweep_loop(); });
+  return std::shared_ptr<node>(new node(std::move(i)));
+}
+
+node::node(std::shared_ptr<impl> i) : impl_(std::move(i)) {}
+
+node::~node() { shutdown(); }
+
+void node::shutdown() { impl_->stop(); }
+
+worker_info node::self() const { return impl_->me; }
+caf::actor_system& node::system() const noexcept { return impl_->sys; }
+rpc::agent& node::agent() const noexcept { return *impl_->agent; }
+caf::group node::membership_events() const { return impl_->events; }
+
+expected<void> node::publish(const caf::actor& a, const std::string& name) {
+  if (!a) return make_error(errc::invalid_argument, "cannot publish an invalid actor as '", name, "'");
+  if (name.empty() || name.find('/') != std::string::npos)
+    return make_error(errc::invalid_argument, "actor name '", name,
+                      "' must be non-empty and contain no '/' (it is addressed as worker/name)");
+  std::lock_guard lk(impl_->mu);
+  if (impl_->stopped) return make_error(errc::shut_down, "the actor node has shut down");
+  auto [it, inserted] = impl_->published.emplace(name, a);
+  if (!inserted)
+    return make_error(errc::already_exists, "an actor is already published as '", name,
+                      "' on worker '", impl_->me.name, "'; unpublish it first or pick another name");
+  return ok();
+}
+
+expected<void> node::unpublish(const std::string& name) {
+  std::lock_guard lk(impl_->mu);
+  if (impl_->published.erase(name) == 0)
+    return make_error(errc::not_found, "no actor is published as '", name, "' on worker '",
+                      impl_->me.name, "'");
+  return ok();
+}
+
+expected<caf::actor> node::remote_actor(std::string_view path, duration timeout) {
+  auto slash = path.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == path.size() ||
+      path.find('/', slash + 1) != std::string_view::npos)
+    return make_error(errc::invalid_argument, "actor path '", path,
+                      "' must be 'worker/actor' (for example 'trainer0/ps')");
+  std::string worker(path.substr(0, slash));
+  std::string name(path.substr(slash + 1));
+  auto who = impl_->agent->worker(worker);
+  if (!who) return std::move(who).error().with_operation(strcat("remote_actor '", path, "'"));
+  rpc::call_options o;
+  o.timeout = timeout > duration::zero() ? timeout : impl_->opts.lookup_timeout;
+  TROUPE_TRY(impl_->agent->rpc_sync<void>(o, worker, fn_lookup, name));
+
+  std::weak_ptr<impl> w = impl_;
+  auto proxy = detail::make_remote_proxy(impl_->sys, std::weak_ptr<detail::proxy_sink>(impl_), worker, name);
+  const std::uint64_t watch_id = impl_->next_id.fetch_add(1);
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->proxies.emplace(watch_id,
+                           impl::proxy_entry{caf::actor_cast<caf::weak_actor_ptr>(proxy), worker, name});
+  }
+  // The owner tells us when the actor exits; until then the proxy lives.
+  auto watched = impl_->agent->rpc_sync<void>(o, worker, fn_watch, name, watch_id);
+  if (!watched) {
+    {
+      std::lock_guard lk(impl_->mu);
+      impl_->proxies.erase(watch_id);
+    }
+    kill_proxy(caf::actor_cast<caf::weak_actor_ptr>(proxy), caf::exit_reason::user_shutdown);
+    return std::move(watched).error();
+  }
+  return proxy;
+}
+
+expected<caf::actor> node::await_actor(std::string_view path, duration timeout) {
+  auto until = deadline::after(timeout);
+  auto pause = std::chrono::milliseconds(5);
+  for (;;) {
+    auto left = std::max(until.remaining(), duration(std::chrono::milliseconds(1)));
+    auto a = remote_actor(path, std::min(left, impl_->opts.lookup_timeout));
+    if (a || a.error().code() != errc::not_found || until.expired()) return a;
+    std::this_thread::sleep_for(std::min<duration>(pause, until.remaining()));
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace troupe::actors

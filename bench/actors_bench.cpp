@@ -1,0 +1,223 @@
+// Remote actors through troupe, measured exactly as bench/caf_middleman_bench.cpp measures
+// CAF's own middleman: two processes on 127.0.0.1, one message type, the sharing scheduler.
+//
+//   actors_bench [--rounds N] [--messages N] [--payload BYTES] [--json]
+//
+// Figures: request round trip p50/p99 (a request of `bench_message` answered with the same
+// message, one at a time) and one-way throughput (N messages sent without waiting, then one
+// request whose answer says how many arrived). Side by side with the middleman, alternating:
+//   /usr/bin/python3 bench/compare.py --runs 5
+//     --troupe "build/release/bench/actors_bench --json"
+//     --anchor "build/release/bench/caf_middleman_bench --json"
+// The process re-executes itself as the server ("--serve"); both meet through a TCP store
+// this process hosts, as a static RPC group of two.
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "actors/node.hpp"
+#include "actors/system.hpp"
+#include "rpc/backend_registry.hpp"
+#include "store/tcp_store_server.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace troupe;
+using namespace std::chrono_literals;
+
+struct bench_message {
+  uint64_t seq = 0;
+  std::string body;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, bench_message& x) {
+  return f(caf::meta::type_name("bench_message"), x.seq, x.body);
+}
+
+using count_atom = caf::atom_constant<caf::atom("count")>;
+
+struct options {
+  int rounds = 20000;
+  int messages = 200000;
+  size_t payload = 32;
+  bool json = false;
+  std::string serve;  // store URL when this process is the server
+};
+
+[[noreturn]] void usage(const std::string& what) {
+  std::fprintf(stderr,
+               "actors_bench: %s\nusage: actors_bench [--rounds N] [--messages N] [--payload BYTES] "
+               "[--json]\n",
+               what.c_str());
+  std::exit(2);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage("missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--rounds") {
+      o.rounds = std::atoi(value().c_str());
+    } else if (a == "--messages") {
+      o.messages = std::atoi(value().c_str());
+    } else if (a == "--payload") {
+      o.payload = static_cast<size_t>(std::atol(value().c_str()));
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "--serve") {
+      o.serve = value();
+    } else {
+      usage("unknown argument '" + a + "'");
+    }
+  }
+  if (o.rounds < 10 || o.messages < 10) usage("--rounds and --messages must be at least 10");
+  return o;
+}
+
+caf::behavior server_actor(caf::stateful_actor<uint64_t>* self) {
+  self->state = 0;
+  return {
+      [=](bench_message& m) {
+        ++self->state;
+        static_cast<void>(m);
+      },
+      [=](caf::ok_atom, bench_message& m) -> bench_message { return std::move(m); },
+      [=](count_atom) -> uint64_t { return self->state; },
+  };
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "actors_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o = parse(argc, argv);
+  const bool is_server = !o.serve.empty();
+  std::unique_ptr<tcp_store_server> store;
+  pid_t server_pid = -1;
+  std::string url = o.serve;
+  if (!is_server) {
+    auto s = tcp_store_server::start({});
+    if (!s) die(s.error().to_string());
+    store = std::move(*s);
+    url = store->url();
+    std::vector<std::string> args{"/proc/self/exe", "--serve", url};
+    std::vector<char*> cargs;
+    for (auto& a : args) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    if (posix_spawn(&server_pid, cargs[0], nullptr, nullptr, cargs.data(), environ) != 0)
+      die("could not start the server process");
+  }
+
+  caf::actor_system_config cfg;
+  actors::configure(cfg);
+  auto types = std::make_shared<actors::message_types>();
+  if (!actors::add_message_type<bench_message>(cfg, *types, "bench_message")) die("type registration");
+  caf::actor_system sys{cfg};
+
+  rpc::rpc_backend_options ro;
+  ro.init_method = url;
+  ro.device_count = 0;
+  ro.rpc_timeout = 60s;
+  auto a = rpc::init_rpc(is_server ? "server" : "client", is_server ? 1 : 0, 2, ro);
+  if (!a) die(a.error().to_string());
+  std::shared_ptr<rpc::agent> agent(std::move(*a));
+  auto n = actors::node::attach(sys, agent, types);
+  if (!n) die(n.error().to_string());
+
+  int rc = 0;
+  if (is_server) {
+    if (auto r = (*n)->publish(sys.spawn(server_actor), "server"); !r) die(r.error().to_string());
+  } else {
+    auto remote = (*n)->await_actor("server/server", 30s);
+    if (!remote) die(remote.error().to_string());
+    caf::scoped_actor self{sys};
+    bench_message msg{0, std::string(o.payload, 'x')};
+    using clock_type = std::chrono::steady_clock;
+    auto round_trip = [&]() -> bool {
+      bool ok = false;
+      self->request(*remote, std::chrono::seconds(10), caf::ok_atom::value, msg)
+          .receive([&](bench_message& reply) { ok = reply.seq == msg.seq; },
+                   [&](caf::error& e) { std::fprintf(stderr, "request failed: %s\n", sys.render(e).c_str()); });
+      ++msg.seq;
+      return ok;
+    };
+    for (int i = 0; i < 1000; ++i)
+      if (!round_trip()) die("warm-up failed");
+    std::vector<double> us;
+    us.reserve(static_cast<size_t>(o.rounds));
+    for (int i = 0; i < o.rounds && rc == 0; ++i) {
+      auto t0 = clock_type::now();
+      if (!round_trip()) rc = 1;
+      us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+    }
+    uint64_t before = 0, after = 0;
+    self->request(*remote, std::chrono::seconds(10), count_atom::value)
+        .receive([&](uint64_t c) { before = c; }, [&](caf::error&) { rc = 1; });
+    auto t0 = clock_type::now();
+    for (int i = 0; i < o.messages; ++i) {
+      msg.seq = static_cast<uint64_t>(i);
+      self->send(*remote, msg);
+    }
+    self->request(*remote, std::chrono::seconds(120), count_atom::value)
+        .receive([&](uint64_t c) { after = c; },
+                 [&](caf::error& e) {
+                   std::fprintf(stderr, "count failed: %s\n", sys.render(e).c_str());
+                   rc = 1;
+                 });
+    double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+    if (rc == 0 && after - before != static_cast<uint64_t>(o.messages)) {
+      std::fprintf(stderr, "server counted %llu of %d messages\n",
+                   static_cast<unsigned long long>(after - before), o.messages);
+      rc = 1;
+    }
+    if (rc == 0) {
+      double p50 = percentile(us, 0.50), p99 = percentile(us, 0.99), rate = o.messages / secs;
+      if (o.json)
+        std::printf("{\"impl\": \"troupe\", \"bench\": \"actors\", \"payload\": %zu, \"rtt_p50_us\": %.2f, "
+                    "\"rtt_p99_us\": %.2f, \"oneway_msgs_per_s\": %.1f}\n",
+                    o.payload, p50, p99, rate);
+      else
+        std::printf("# actors_bench --rounds %d --messages %d --payload %zu\n"
+                    "request round trip: p50 %.1f us, p99 %.1f us (%d rounds)\n"
+                    "one-way throughput: %.0f msgs/s (%d messages)\n",
+                    o.rounds, o.messages, o.payload, p50, p99, o.rounds, rate, o.messages);
+    }
+  }
+  // The static group ends together: the server serves until the client is done.
+  if (auto r = agent->shutdown(); !r) {
+    std::fprintf(stderr, "actors_bench: shutdown: %s\n", r.error().to_string().c_str());
+    rc = rc ? rc : 1;
+  }
+  (*n)->shutdown();
+  if (server_pid > 0) {
+    int st = 0;
+    ::waitpid(server_pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = rc ? rc : 1;
+  }
+  return rc;
+}

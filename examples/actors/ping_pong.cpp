@@ -1,0 +1,113 @@
+// ping_pong: two workers, one actor each side. Worker 1 publishes a "pong" actor; worker 0
+// looks it up by name and sends it requests, timing each round trip.
+//
+//   troupe-run --standalone --nproc-per-node 2 ping_pong [--rounds N]
+//
+// Each worker reads RANK, WORLD_SIZE and TROUPE_STORE_URL from the launcher, joins a
+// static RPC group of two, and attaches its CAF actor system to it.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/node.hpp"
+#include "actors/system.hpp"
+#include "rpc/backend_registry.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+
+namespace {
+
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+using pong_atom = caf::atom_constant<caf::atom("pong")>;
+
+caf::behavior pong(caf::event_based_actor*) {
+  return {[](ping_atom, std::int64_t n) { return caf::make_message(pong_atom::value, n); }};
+}
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 1000;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--rounds" && i + 1 < argc) {
+      rounds = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: ping_pong [--rounds N] (run under troupe-run with 2 workers)\n");
+      return 2;
+    }
+  }
+
+  caf::actor_system_config cfg;
+  actors::configure(cfg);
+  auto types = std::make_shared<actors::message_types>();  // atoms and integers are built in
+  caf::actor_system sys{cfg};
+
+  rpc::rpc_backend_options o;
+  o.device_count = 0;
+  o.group = "examples/ping_pong/" + env_or("TROUPE_STORE_PREFIX", "");
+  auto a = rpc::init_rpc_from_env(o);
+  if (!a) {
+    std::fprintf(stderr, "ping_pong: %s\n", a.error().to_string().c_str());
+    return 1;
+  }
+  std::shared_ptr<rpc::agent> agent(std::move(*a));
+  if (agent->workers().size() != 2) {
+    std::fprintf(stderr, "ping_pong needs exactly 2 workers (--nproc-per-node 2)\n");
+    return 2;
+  }
+  auto n = actors::node::attach(sys, agent, types);
+  if (!n) {
+    std::fprintf(stderr, "ping_pong: %s\n", n.error().to_string().c_str());
+    return 1;
+  }
+  int rc = 0;
+  if (agent->self().id == 1) {
+    if (auto r = (*n)->publish(sys.spawn(pong), "pong"); !r) {
+      std::fprintf(stderr, "ping_pong: %s\n", r.error().to_string().c_str());
+      rc = 1;
+    }
+  } else {
+    auto peer = (*n)->await_actor("worker1/pong", 30s);
+    if (!peer) {
+      std::fprintf(stderr, "ping_pong: %s\n", peer.error().to_string().c_str());
+      rc = 1;
+    } else {
+      caf::scoped_actor self{sys};
+      std::vector<double> us;
+      for (std::int64_t i = 0; i < rounds && rc == 0; ++i) {
+        auto t0 = std::chrono::steady_clock::now();
+        self->request(*peer, 10s, ping_atom::value, i)
+            .receive([&](pong_atom, std::int64_t back) { rc = back == i ? 0 : 1; },
+                     [&](caf::error& e) {
+                       std::fprintf(stderr, "ping_pong: %s\n", sys.render(e).c_str());
+                       rc = 1;
+                     });
+        us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      }
+      if (rc == 0) {
+        std::sort(us.begin(), us.end());
+        std::printf("ping_pong: %d round trips to worker1/pong, p50 %.1f us, p99 %.1f us\n", rounds,
+                    us[us.size() / 2], us[us.size() * 99 / 100]);
+      }
+    }
+  }
+  // A static group ends together: the agent's shutdown waits for every worker, so
+  // worker 1 keeps serving until worker 0 is done; then the node lets go of CAF.
+  if (auto r = agent->shutdown(); !r) {
+    std::fprintf(stderr, "ping_pong: shutdown: %s\n", r.error().to_string().c_str());
+    rc = rc ? rc : 1;
+  }
+  (*n)->shutdown();
+  return rc;
+}

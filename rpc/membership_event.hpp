@@ -1,0 +1,33 @@
+// Membership events: what an agent tells its listeners when the group changes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "core/error.hpp"
+#include "core/worker_info.hpp"
+
+namespace troupe::rpc {
+
+enum class membership_change : std::uint8_t {
+  /// A worker joined the (dynamic) group.
+  joined,
+  /// A worker left the group in an orderly way (leave() or shutdown()).
+  left,
+  /// A worker's connection broke without it leaving: it died or became unreachable.
+  /// In a dynamic group it is also removed from the membership.
+  failed,
+};
+
+struct membership_event {
+  membership_change change = membership_change::joined;
+  worker_info worker;
+  /// For `failed`: what broke (connection_lost naming the worker).
+  error reason;
+};
+
+/// Called on an agent thread after the membership has changed; must be short and must not
+/// block or call back into the agent synchronously.
+using membership_listener = std::function<void(const membership_event&)>;
+
+}  // namespace troupe::rpc
