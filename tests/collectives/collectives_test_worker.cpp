@@ -141,7 +141,8 @@ int timeout(std::shared_ptr<store> s, int rank, int size) {
   auto took = clock::now() - start;
   if (rank == 0) (void)s->set("timeout-seen", std::string_view("1"));
   if (r) return fail("the allreduce succeeded without rank 1");
-  if (took > 2500ms)
+  // The timeout plus room for a loaded machine (CI runs suites in parallel).
+  if (took > 4500ms)
     return fail(strcat("the allreduce failed after ",
                        std::chrono::duration_cast<std::chrono::milliseconds>(took).count(),
                        " ms, not within its 1500 ms timeout"));
