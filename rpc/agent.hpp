@@ -69,6 +69,17 @@ class agent {
   expected<R> rpc_sync(const worker_ref& to, std::string_view fn, const Args&... args) {
     return rpc_sync<R>(call_options{}, to, fn, args...);
   }
+  /// A one-way call: runs `fn` on `to` and sends nothing back (no response frame; the
+  /// function's result is dropped and its errors are logged on `to`). Calls to one worker
+  /// from one thread arrive in order. The future completes once the request is handed to
+  /// the connection, or fails when it cannot be sent (unknown worker, arguments not
+  /// serializable, connection lost).
+  template <class... Args>
+  future<void> notify(const call_options& o, const worker_ref& to, std::string_view fn, const Args&... args);
+  template <class... Args>
+  future<void> notify(const worker_ref& to, std::string_view fn, const Args&... args) {
+    return notify(call_options{}, to, fn, args...);
+  }
   /// Runs `fn` on `to` and keeps its result there; returns a reference to it at once.
   template <class T, class... Args>
   remote_ref<T> remote(const call_options& o, const worker_ref& to, std::string_view fn, const Args&... args);
@@ -100,6 +111,12 @@ class agent {
 };
 
 template <class... Args>
+future<void> agent::notify(const call_options& o, const worker_ref& to, std::string_view fn,
+                           const Args&... args) {
+  return start_call(o, to, fn, detail::request_no_reply, 0, args...).then([](wire::frame&&) {});
+}
+
+template <class... Args>
 future<wire::frame> agent::start_call(const call_options& o, const worker_ref& to, std::string_view fn,
                                       std::uint8_t flags, std::uint64_t rref_id, const Args&... args) {
   auto who = core_->find(to);
@@ -110,7 +127,7 @@ future<wire::frame> agent::start_call(const call_options& o, const worker_ref& t
   if (auto e = f(args...))
     return make_error_future<wire::frame>(
         make_error(errc::invalid_argument, "cannot serialize the arguments of '", fn, "': ", e.err().message()));
-  return core_->send_request(*who, std::move(fb), timeout);
+  return core_->send_request(*who, std::move(fb), timeout, !(flags & detail::request_no_reply));
 }
 
 namespace detail {

@@ -45,6 +45,8 @@ expected<member> decode_member(std::span<const std::byte> data);
 
 /// Flags of a request.
 inline constexpr std::uint8_t request_as_remote = 1;
+/// A one-way call (agent::notify): the callee sends no response, errors are logged there.
+inline constexpr std::uint8_t request_no_reply = 2;
 /// Built-in function answered by the agent itself (warm-up round).
 inline constexpr std::string_view ping_function = "troupe.ping";
 
@@ -73,8 +75,11 @@ class agent_core final : public connection_owner,
   /// A request frame with its header part written; append the arguments.
   wire::frame_builder begin_request(std::string_view fn, std::uint8_t flags, std::uint64_t rref_id,
                                     duration timeout);
-  /// Routes the tensors, finishes and sends; the future completes with the reply frame.
-  future<wire::frame> send_request(const worker_info& to, wire::frame_builder&& fb, duration timeout);
+  /// Routes the tensors, finishes and sends; the future completes with the reply frame, or
+  /// (expect_reply false, for one-way calls) with an empty frame once the request is handed
+  /// to the connection.
+  future<wire::frame> send_request(const worker_info& to, wire::frame_builder&& fb, duration timeout,
+                                   bool expect_reply = true);
   /// A fresh remote-reference id, unique in the group.
   std::uint64_t next_rref_id();
   /// Asks `owner` for the value of remote reference `id`.

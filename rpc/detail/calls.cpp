@@ -25,7 +25,7 @@ std::uint64_t agent_core::next_rref_id() {
 }
 
 future<wire::frame> agent_core::send_request(const worker_info& to, wire::frame_builder&& fb,
-                                             duration timeout) {
+                                             duration timeout, bool expect_reply) {
   auto context = [&](error e) {
     e.with_worker(to.name);
     return make_error_future<wire::frame>(std::move(e));
@@ -58,7 +58,11 @@ future<wire::frame> agent_core::send_request(const worker_info& to, wire::frame_
     std::lock_guard<std::mutex> lk(conns_mu_);
     if (auto it = outbound_.find(to.name); it != outbound_.end()) existing = it->second;
   }
-  auto finish_send = [d](const std::shared_ptr<connection>& c, wire::frame_builder&& b) {
+  auto finish_send = [d, expect_reply](const std::shared_ptr<connection>& c, wire::frame_builder&& b) {
+    if (!expect_reply) {
+      if (auto s = c->send(std::move(b)); !s) return make_error_future<wire::frame>(std::move(s).error());
+      return make_ready_future(wire::frame{});
+    }
     promise<wire::frame> p;
     auto fut = p.get_future();
     auto id = b.id();

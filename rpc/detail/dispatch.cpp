@@ -163,6 +163,7 @@ void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::fram
     reply_error(c, f.id, make_error(errc::protocol_error, "malformed request: ", e.err().message()));
     return;
   }
+  const bool no_reply = flags & request_no_reply;
   std::size_t args_offset = f.message.size() - d.remaining();
   if (fn_name == ping_function) {
     wire::frame_builder fb(wire::kind::response, f.id);
@@ -179,7 +180,10 @@ void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::fram
                         "); register it there before calling it")
                  .with_worker(name_);
     if (flags & request_as_remote) store_rref_value(rref_id, e);
-    reply_error(c, f.id, std::move(e));
+    if (no_reply)
+      TROUPE_LOG(log_level::warn, "rpc", "dropped a one-way call from '", c->peer().name, "': ", e.message());
+    else
+      reply_error(c, f.id, std::move(e));
     return;
   }
   if (flags & request_as_remote) {
@@ -207,10 +211,16 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
                              std::uint64_t id, std::uint8_t flags, std::uint64_t rref_id, deadline d,
                              wire::frame&& f, std::size_t args_offset) {
   const bool as_remote = flags & request_as_remote;
+  const bool no_reply = flags & request_no_reply;
   auto fail = [&](error e) {
     e.with_worker(name_);
     e.with_operation(strcat("rpc '", info.function, "'"));
     if (as_remote) store_rref_value(rref_id, e);
+    if (no_reply) {
+      TROUPE_LOG(log_level::debug, "rpc", "a one-way call from '", info.caller.name, "' failed: ",
+                 e.to_string());
+      return;
+    }
     reply_error(c, id, std::move(e));
   };
   if (d.expired())
@@ -232,6 +242,7 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
     r = make_error(errc::user_error, "the function threw a non-standard exception");
   }
   if (!r) return fail(std::move(r).error());
+  if (no_reply) return;
   if (as_remote) {
     wire::frame value;
     value.type = wire::kind::response;

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <mutex>
+
 #include "group_fixture.hpp"
 
 using namespace troupe;
@@ -175,5 +177,40 @@ TEST_CASE("a function registered to run inline answers from the I/O thread") {
   CHECK(dup.error().code() == errc::already_exists);
   auto g = make_group(2, std::make_shared<memory_store>(), [&](int, rpc_backend_options& o) { o.functions = fns; });
   CHECK(*g[0]->rpc_sync<int>("w1", "id", 7) == 7);
+  shutdown_all(g);
+}
+
+TEST_CASE("one-way calls run on the callee in the order sent and send nothing back") {
+  auto seen = std::make_shared<std::vector<int>>();
+  auto mu = std::make_shared<std::mutex>();
+  auto fns = std::make_shared<function_table>();
+  REQUIRE(fns->add(
+      "record",
+      [seen, mu](int x) {
+        std::lock_guard lk(*mu);
+        seen->push_back(x);
+      },
+      function_options{true}));
+  REQUIRE(fns->add("count", [seen, mu] {
+    std::lock_guard lk(*mu);
+    return static_cast<int>(seen->size());
+  }));
+  REQUIRE(fns->add("boom", [](int) -> int { throw std::runtime_error("one-way failure"); }));
+  auto g = make_group(2, std::make_shared<memory_store>(), [&](int, rpc_backend_options& o) { o.functions = fns; });
+  for (int i = 0; i < 500; ++i) REQUIRE(g[0]->notify("w1", "record", i).get(std::chrono::seconds(5)));
+  // A failing one-way call is logged on the callee; the caller learns nothing and goes on.
+  REQUIRE(g[0]->notify("w1", "boom", 1).get(std::chrono::seconds(5)));
+  // An ordinary call after them on the same connection sees every one of them done.
+  CHECK(*g[0]->rpc_sync<int>("w1", "count") == 500);
+  {
+    std::lock_guard lk(*mu);
+    bool in_order = true;
+    for (int i = 0; i < 500; ++i) in_order = in_order && (*seen)[static_cast<std::size_t>(i)] == i;
+    CHECK(in_order);
+  }
+  // Sending to an unknown worker fails at once.
+  auto bad = g[0]->notify("w9", "record", 1).get(std::chrono::seconds(5));
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().code() == errc::not_found);
   shutdown_all(g);
 }
