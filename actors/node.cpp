@@ -102,7 +102,7 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
       return;
     }
     auto self = weak_from_this();
-    agent->rpc_async<void>(call_opts(), worker, fn_deliver, name, std::uint64_t{0}, payload, tensors)
+    agent->notify(call_opts(), worker, fn_deliver, name, std::uint64_t{0}, payload, tensors)
         .on_complete([self, worker, name](expected<void>&& r) {
           if (r) return;
           TROUPE_LOG(log_level::debug, "actors", "a message to ", worker, "/", name,
@@ -134,8 +134,9 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
       p.until = deadline::after(timeout);
       asks.emplace(id, std::move(p));
     }
+    // One-way: the answer (or the callee's refusal) comes back as a call of its own.
     auto self = weak_from_this();
-    agent->rpc_async<void>(call_opts(), worker, fn_deliver, name, id, payload, tensors)
+    agent->notify(call_opts(), worker, fn_deliver, name, id, payload, tensors)
         .on_complete([self, id, worker](expected<void>&& r) {
           if (r) return;
           auto n = self.lock();
@@ -221,9 +222,20 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
                       me.name, "' (published there: ", names.empty() ? "none" : names, ")");
   }
 
-  expected<void> on_deliver(const rpc::call_info& info, const std::string& target,
-                            std::uint64_t ask_id, const bytes& payload,
-                            std::vector<rpc::tensor>& tensors) {
+  // Arrives as a one-way call: a request's refusal goes back through the answer path, a
+  // plain send's is logged here (there is nobody to tell).
+  void on_deliver(const rpc::call_info& info, const std::string& target, std::uint64_t ask_id,
+                  const bytes& payload, std::vector<rpc::tensor>& tensors) {
+    auto r = deliver(info, target, ask_id, payload, tensors);
+    if (r) return;
+    if (ask_id != 0) return send_error_answer(info.caller.name, ask_id, r.error());
+    TROUPE_LOG(log_level::warn, "actors", "dropped a message from ", info.caller.name, " to ",
+               path_of(me.name, target), ": ", r.error());
+  }
+
+  expected<void> deliver(const rpc::call_info& info, const std::string& target,
+                         std::uint64_t ask_id, const bytes& payload,
+                         std::vector<rpc::tensor>& tensors) {
     auto a = find_published(target);
     if (!a) return std::move(a).error();
     auto msg = types->decode(payload, &tensors);
@@ -258,6 +270,14 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     send_answer(in.caller, in.id, reply);
   }
 
+  void send_error_answer(const std::string& caller, std::uint64_t id, error err) {
+    err.with_worker(me.name);
+    agent->notify(call_opts(), caller, fn_answer, id, false, bytes{}, std::vector<rpc::tensor>{}, err)
+        .on_complete([caller](expected<void>&& r) {
+          if (!r) TROUPE_LOG(log_level::debug, "actors", "an error reply to ", caller, " was lost: ", r.error());
+        });
+  }
+
   // Sends `reply` for request `id` of `caller` back.
   void send_answer(const std::string& caller, std::uint64_t id, caf::message& reply) {
     bytes payload;
@@ -274,7 +294,7 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
       tensors.clear();
     }
     if (!is_ok) err.with_worker(me.name);
-    agent->rpc_async<void>(call_opts(), caller, fn_answer, id, is_ok, payload, tensors, err)
+    agent->notify(call_opts(), caller, fn_answer, id, is_ok, payload, tensors, err)
         .on_complete([caller](expected<void>&& r) {
           if (!r)
             TROUPE_LOG(log_level::debug, "actors", "a reply to ", caller, " was lost: ", r.error());
@@ -308,8 +328,7 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
       if (!n) return;
       bool normal = !reason || reason == caf::exit_reason::normal;
       error why = normal ? error(errc::peer_left, "exited normally") : from_caf_error(reason);
-      n->agent->rpc_async<void>(caller, fn_down, watch_id, normal, why)
-          .on_complete([](expected<void>&&) {});
+      n->agent->notify(caller, fn_down, watch_id, normal, why).on_complete([](expected<void>&&) {});
     });
     return ok();
   }
@@ -406,10 +425,8 @@ expected<std::shared_ptr<node>> node::attach(caf::actor_system& sys,
   TROUPE_TRY(fns.add(
       fn_deliver,
       [w](const rpc::call_info& info, const std::string& target, std::uint64_t ask_id,
-          const bytes& payload, std::vector<rpc::tensor> tensors) -> expected<void> {
-        auto n = w.lock();
-        if (!n) return make_error(errc::shut_down, "the actor node has shut down");
-        return n->on_deliver(info, target, ask_id, payload, tensors);
+          const bytes& payload, std::vector<rpc::tensor> tensors) {
+        if (auto n = w.lock()) n->on_deliver(info, target, ask_id, payload, tensors);
       },
       inline_fn));
   TROUPE_TRY(fns.add(
