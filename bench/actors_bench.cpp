@@ -20,7 +20,11 @@
 #include <string>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,6 +109,55 @@ caf::behavior server_actor(caf::stateful_actor<uint64_t>* self) {
 double percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+bool io_all(int fd, char* p, std::size_t n, bool out) {
+  while (n > 0) {
+    auto r = out ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+// The physical floor of a round trip here: a blocking 64-byte ping-pong between two
+// processes over loopback TCP (TCP_NODELAY). Returns the p50 in microseconds, or -1.
+double raw_tcp_p50(int rounds) {
+  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(ls, 1) != 0 ||
+      ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    return -1;
+  int one = 1;
+  pid_t child = ::fork();
+  if (child == 0) {
+    int c = ::accept(ls, nullptr, nullptr);
+    ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char buf[64];
+    while (io_all(c, buf, sizeof buf, false) && io_all(c, buf, sizeof buf, true)) {
+    }
+    _exit(0);
+  }
+  ::close(ls);
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
+  ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  char buf[64] = {};
+  std::vector<double> us;
+  for (int i = 0; i < rounds + 200; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (!io_all(s, buf, sizeof buf, true) || !io_all(s, buf, sizeof buf, false)) break;
+    if (i >= 200)
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  ::close(s);
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  return us.empty() ? -1 : percentile(us, 0.5);
 }
 
 [[noreturn]] void die(const std::string& what) {
@@ -197,15 +250,17 @@ int main(int argc, char** argv) {
     }
     if (rc == 0) {
       double p50 = percentile(us, 0.50), p99 = percentile(us, 0.99), rate = o.messages / secs;
+      double raw = raw_tcp_p50(std::min(o.rounds, 5000));
       if (o.json)
         std::printf("{\"impl\": \"troupe\", \"bench\": \"actors\", \"payload\": %zu, \"rtt_p50_us\": %.2f, "
-                    "\"rtt_p99_us\": %.2f, \"oneway_msgs_per_s\": %.1f}\n",
-                    o.payload, p50, p99, rate);
+                    "\"rtt_p99_us\": %.2f, \"oneway_msgs_per_s\": %.1f, \"raw_tcp_rtt_p50_us\": %.2f}\n",
+                    o.payload, p50, p99, rate, raw);
       else
         std::printf("# actors_bench --rounds %d --messages %d --payload %zu\n"
                     "request round trip: p50 %.1f us, p99 %.1f us (%d rounds)\n"
-                    "one-way throughput: %.0f msgs/s (%d messages)\n",
-                    o.rounds, o.messages, o.payload, p50, p99, o.rounds, rate, o.messages);
+                    "one-way throughput: %.0f msgs/s (%d messages)\n"
+                    "raw TCP ping-pong (the floor): p50 %.1f us\n",
+                    o.rounds, o.messages, o.payload, p50, p99, o.rounds, rate, o.messages, raw);
     }
   }
   // The static group ends together: the server serves until the client is done.
