@@ -2,12 +2,14 @@
 """The anchor for bench/collectives_bench: PyTorch's gloo process group on the same sizes,
 iteration counts and float32 tensors, one process per rank on 127.0.0.1.
 
-Prints one JSON object per measurement (rank 0), as collectives_bench --json does.
+Prints one JSON object per measurement (rank 0), as collectives_bench --json does, with
+cpu_us: rank 0's process CPU time (all threads, user + system) per operation.
 Usage: /usr/bin/python3 bench/collectives_torch_gloo.py --world 2 --min 4096 --max 67108864
 """
 import argparse
 import json
 import multiprocessing as mp
+import resource
 import socket
 import sys
 import time
@@ -57,14 +59,19 @@ def rank_main(rank, a, port):
                 run()
             dist.barrier()
             iters = iters_for(nbytes, a.iters)
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            cpu0 = ru.ru_utime + ru.ru_stime
             t = time.perf_counter()
             for _ in range(iters):
                 run()
             us = (time.perf_counter() - t) / iters * 1e6
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            cpu_us = (ru.ru_utime + ru.ru_stime - cpu0) / iters * 1e6
             if rank == 0:
                 algbw = nbytes / us / 1e3
                 print(json.dumps({"impl": "torch-gloo", "bench": op, "world": n, "bytes": nbytes,
-                                  "time_us": us, "busbw_GBps": algbw * bus_factor(op, n)}),
+                                  "time_us": us, "busbw_GBps": algbw * bus_factor(op, n),
+                                  "cpu_us": cpu_us}),
                       flush=True)
             nbytes *= 4
     dist.destroy_process_group()

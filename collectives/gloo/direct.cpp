@@ -13,9 +13,17 @@ namespace {
 
 using buffer_ptr = std::unique_ptr<gloo::transport::UnboundBuffer>;
 
-// Segments of the pipelined allreduce: large enough that the rendezvous per segment is
-// cheap against the copy, small enough that folding one overlaps receiving the next.
-constexpr std::size_t segment_bytes = 512 << 10;
+// Segments of the pipelined allreduce: at most 1 MiB (Gloo grows a connection's send
+// buffer to the largest message it sent, so smaller segments leave more of each write to
+// the event-loop thread), at least two per block so that folding one overlaps receiving
+// the next, and not below 64 KiB, where the rendezvous per segment starts to count.
+constexpr std::size_t max_segment_bytes = 1 << 20;
+constexpr std::size_t min_segment_bytes = 64 << 10;
+
+// Receive slots per peer in the reduce-scatter: segment k lands in slot k % depth, which
+// is posted again once segment k has been folded. Three keeps two segments arriving while
+// one is folded; the ring stays small enough (3 MiB per peer) to be reused from cache.
+constexpr std::size_t receive_depth = 3;
 
 std::chrono::milliseconds left(const op_ctx& op) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(op.deadline - clock::now());
@@ -84,26 +92,35 @@ void pipelined_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& f
   auto& ctx = op.context;
   const int n = ctx.size, me = ctx.rank;
   const std::size_t esize = element_size(t.type);
-  const std::size_t seg = std::max<std::size_t>(1, segment_bytes / esize);
   const auto mine = block(t.numel, n, me);
+  // The same on every rank (from block 0, the largest), as both ends cut a block alike.
+  const std::size_t half_block = (block(t.numel, n, 0).count * esize + 1) / 2;
+  const std::size_t seg = std::max<std::size_t>(
+      1, std::clamp(half_block, min_segment_bytes, max_segment_bytes) / esize);
   auto* data = static_cast<std::byte*>(t.data);
   const std::uint64_t rs_slot = op.slot, ag_slot = op.slot + 1;
 
   // Segment k of a block: [k * seg, min((k + 1) * seg, count)).
   auto segments = [&](std::size_t count) { return (count + seg - 1) / seg; };
   auto seg_len = [&](std::size_t count, std::size_t k) { return std::min(seg, count - k * seg); };
+  const std::size_t my_segments = segments(mine.count);
 
-  // Reduce-scatter receives: every peer's contribution to my block, into scratch.
-  const std::size_t my_bytes = mine.count * esize;
-  std::byte* base = s.get(my_bytes * static_cast<std::size_t>(n));
-  auto contribution = [&](int r) { return base + my_bytes * static_cast<std::size_t>(r); };
+  // Reduce-scatter receives: every peer's contribution to my block lands in a ring of
+  // `depth` segment slots per peer, which stays in cache between the socket copy and the
+  // fold (a scratch the size of the block would stream through memory twice more).
+  const std::size_t depth = std::max<std::size_t>(1, std::min(my_segments, receive_depth));
+  const std::size_t ring_bytes = depth * seg * esize;
+  std::byte* base = s.get(ring_bytes * static_cast<std::size_t>(n));
+  auto ring = [&](int r) { return base + ring_bytes * static_cast<std::size_t>(r); };
   std::vector<buffer_ptr> in(static_cast<std::size_t>(n));
+  auto post_rs_recv = [&](int r, std::size_t k) {
+    in[static_cast<std::size_t>(r)]->recv(r, rs_slot, (k % depth) * seg * esize,
+                                          seg_len(mine.count, k) * esize);
+  };
   for (int r = 0; r < n; ++r) {
     if (r == me || mine.count == 0) continue;
-    auto& b = in[static_cast<std::size_t>(r)];
-    b = ctx.createUnboundBuffer(contribution(r), my_bytes);
-    for (std::size_t k = 0; k < segments(mine.count); ++k)
-      b->recv(r, rs_slot, k * seg * esize, seg_len(mine.count, k) * esize);
+    in[static_cast<std::size_t>(r)] = ctx.createUnboundBuffer(ring(r), ring_bytes);
+    for (std::size_t k = 0; k < depth; ++k) post_rs_recv(r, k);
   }
   // Allgather receives: every peer's reduced block, straight into the tensor.
   auto out = ctx.createUnboundBuffer(t.data, t.nbytes());
@@ -125,14 +142,18 @@ void pipelined_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& f
       out->send(r, rs_slot, (theirs.offset + k * seg) * esize, seg_len(theirs.count, k) * esize);
       ++out_sends;
     }
-  // Fold each segment of my block as it completes, then pass it on at once.
-  for (std::size_t k = 0; k < segments(mine.count); ++k) {
+  // Fold each segment of my block as it completes, reuse its slots, then pass it on.
+  for (std::size_t k = 0; k < my_segments; ++k) {
     for (int r = 0; r < n; ++r)
       if (r != me) wait_recv(op, *in[static_cast<std::size_t>(r)]);
     const std::size_t off = k * seg * esize, len = seg_len(mine.count, k);
+    const std::size_t slot_off = (k % depth) * seg * esize;
     fold(
         fn, n, me, data + (mine.offset * esize) + off,
-        [&](int r) { return contribution(r) + off; }, len);
+        [&](int r) { return ring(r) + slot_off; }, len);
+    if (k + depth < my_segments)
+      for (int r = 0; r < n; ++r)
+        if (r != me) post_rs_recv(r, k + depth);
     for (int i = 1; i < n; ++i, ++out_sends)
       out->send((me + i) % n, ag_slot, mine.offset * esize + off, len * esize);
   }

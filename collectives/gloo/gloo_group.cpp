@@ -17,13 +17,17 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include <dirent.h>
+#include <sched.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
@@ -83,6 +87,42 @@ void ignore_sigpipe_once() {
   });
 }
 
+// The ids of this process's threads, sorted.
+std::vector<pid_t> thread_ids() {
+  std::vector<pid_t> out;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (auto* e = ::readdir(d))
+      if (e->d_name[0] != '.') out.push_back(static_cast<pid_t>(std::atoi(e->d_name)));
+    ::closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Gloo's TCP device runs one event-loop thread that polls its sockets level-triggered and
+// only try-locks a connection, spinning in epoll_wait while another thread holds the lock.
+// When that thread (our worker, inside a send or receive) is preempted by the loop
+// thread's own wake-up, the loop spins on the CPU the lock holder waits for, often until
+// the next scheduler tick (4 ms at HZ=250). SCHED_BATCH (same weight, no privilege
+// needed) keeps a waking loop thread from preempting the running thread; it runs as soon
+// as that thread blocks, which in these exchanges is at once. The threads started while
+// Gloo created the device (`before` -> `after`) are moved; a thread that another part of
+// the program started in that instant would be moved too, which only costs it wake-up
+// preemption. TROUPE_GLOO_LOOP_BATCH=0 leaves the policy alone.
+void batch_loop_threads(const std::vector<pid_t>& before, const std::vector<pid_t>& after) {
+  if (const char* v = std::getenv("TROUPE_GLOO_LOOP_BATCH"); v && std::string_view(v) == "0")
+    return;
+  std::vector<pid_t> started;
+  std::set_difference(after.begin(), after.end(), before.begin(), before.end(),
+                      std::back_inserter(started));
+  for (pid_t tid : started) {
+    sched_param p{};
+    if (::sched_setscheduler(tid, SCHED_BATCH, &p) != 0)
+      TROUPE_LOG(log_level::debug, "collectives",
+                 "could not move gloo's event-loop thread ", tid, " to SCHED_BATCH");
+  }
+}
+
 class gloo_group final : public process_group {
  public:
   explicit gloo_group(const group_spec& spec)
@@ -97,7 +137,9 @@ class gloo_group final : public process_group {
       gloo::transport::tcp::attr attr;
       const char* host = std::getenv("TROUPE_GLOO_HOST");
       attr.hostname = host && *host ? host : "127.0.0.1";
+      auto before = thread_ids();
       device_ = gloo::transport::tcp::CreateDevice(attr);
+      batch_loop_threads(before, thread_ids());
       auto ctx = std::make_shared<gloo::rendezvous::Context>(rank(), size());
       ctx->setTimeout(spec().timeout);
       auto connect_store = std::make_shared<prefix_store>(store_, "connect");
