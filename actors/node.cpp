@@ -7,6 +7,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "actors/detail/inline_unit.hpp"
 #include "actors/detail/remote_proxy.hpp"
 #include "actors/detail/reply_sink.hpp"
 #include "actors/system.hpp"
@@ -242,18 +243,23 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     if (!msg) return std::move(msg).error().with_operation("message to " + path_of(me.name, target));
     // Straight into the target's mailbox, in arrival order. A request carries the reply
     // sink as its sender and a request id of ours; the answer comes back through it.
+    // Plain sends go to CAF's scheduler, so that a stream of them is handled while this
+    // thread reads the next ones. A request runs its target right here when that wakes
+    // it (detail/inline_unit.hpp): one thread switch less on the way to the answer.
+    // Either way the target takes them in mailbox order.
     if (ask_id == 0) {
       (*a)->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(*msg)),
                     nullptr);
       return ok();
     }
+    auto& unit = detail::inline_unit::of(sys);
+    auto* dest = caf::actor_cast<caf::abstract_actor*>(*a);
     const std::uint64_t sid = next_id.fetch_add(1);
     {
       std::lock_guard lk(mu);
       incoming.emplace(sid, incoming_ask{info.caller.name, ask_id});
     }
-    (*a)->enqueue(caf::make_mailbox_element(sink, caf::make_message_id(sid), {}, std::move(*msg)),
-                  nullptr);
+    unit.deliver(*dest, caf::make_mailbox_element(sink, caf::make_message_id(sid), {}, std::move(*msg)));
     return ok();
   }
 

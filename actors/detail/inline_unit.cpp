@@ -1,0 +1,53 @@
+#include "actors/detail/inline_unit.hpp"
+
+#include <caf/resumable.hpp>
+#include <caf/scheduler/abstract_coordinator.hpp>
+#include <memory>
+#include <utility>
+
+namespace troupe::actors::detail {
+
+void inline_unit::exec_later(caf::resumable* job) {
+  if (accepting_ && woken_ == nullptr) {
+    woken_ = job;  // the target of deliver(): run below, on this thread
+    return;
+  }
+  system().scheduler().enqueue(job);
+}
+
+void inline_unit::deliver(caf::abstract_actor& target, caf::mailbox_element_ptr what) {
+  if (depth_ > 0) {  // a delivery from inside a handler running here: no nesting
+    target.enqueue(std::move(what), nullptr);
+    return;
+  }
+  accepting_ = true;
+  target.enqueue(std::move(what), this);
+  accepting_ = false;
+  caf::resumable* job = std::exchange(woken_, nullptr);
+  if (job == nullptr) return;  // the target was already scheduled or running elsewhere
+  ++depth_;
+  auto result = job->resume(this, max_throughput);
+  --depth_;
+  switch (result) {
+    case caf::resumable::resume_later:
+      system().scheduler().enqueue(job);  // keeps the reference, as CAF's workers do
+      break;
+    case caf::resumable::done:
+    case caf::resumable::awaiting_message:
+    case caf::resumable::shutdown_execution_unit:
+      intrusive_ptr_release(job);
+      break;
+  }
+}
+
+inline_unit& inline_unit::of(caf::actor_system& sys) {
+  thread_local caf::actor_system* owner = nullptr;
+  thread_local std::unique_ptr<inline_unit> unit;
+  if (owner != &sys || !unit) {
+    unit = std::make_unique<inline_unit>(sys);
+    owner = &sys;
+  }
+  return *unit;
+}
+
+}  // namespace troupe::actors::detail
