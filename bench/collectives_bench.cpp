@@ -9,9 +9,7 @@
 // The program starts N copies of itself as ranks on 127.0.0.1 around a TCP store on port 0;
 // rank 0 prints the table. CPU tensors only (float32). The JSON lines also carry cpu_us,
 // rank 0's process CPU time (all threads, user + system) per operation.
-#include <spawn.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -22,9 +20,7 @@
 
 #include "collectives/group.hpp"
 #include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
-
-extern char** environ;
+#include "rank_processes.hpp"
 
 namespace {
 
@@ -177,28 +173,5 @@ int main(int argc, char** argv) {
     }
   }
   if (a.rank >= 0) return run_rank(a);
-  auto server = tcp_store_server::start({});
-  if (!server) {
-    std::cerr << server.error() << "\n";
-    return 1;
-  }
-  std::vector<pid_t> pids;
-  for (int r = 0; r < a.world; ++r) {
-    std::vector<std::string> args_s{argv[0], "--rank", std::to_string(r), "--store",
-                                    (*server)->url()};
-    for (int i = 1; i < argc; ++i) args_s.push_back(argv[i]);
-    std::vector<char*> cargs;
-    for (auto& s : args_s) cargs.push_back(s.data());
-    cargs.push_back(nullptr);
-    pid_t pid = -1;
-    if (posix_spawn(&pid, argv[0], nullptr, nullptr, cargs.data(), environ) != 0) return 1;
-    pids.push_back(pid);
-  }
-  int rc = 0;
-  for (pid_t p : pids) {
-    int st = 0;
-    ::waitpid(p, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
-  }
-  return rc;
+  return troupe::bench::run_self_as_ranks(argc, argv, a.world);
 }

@@ -12,8 +12,6 @@
 // Without a GPU it says so and exits with status 0 after printing nothing but the reason.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,9 +25,7 @@
 
 #include "collectives/group.hpp"
 #include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
-
-extern char** environ;
+#include "rank_processes.hpp"
 
 namespace {
 
@@ -236,28 +232,5 @@ int main(int argc, char** argv) {
               << "this machine has " << devices << "\n";
     return 2;
   }
-  auto server = tcp_store_server::start({});
-  if (!server) {
-    std::cerr << server.error() << "\n";
-    return 1;
-  }
-  std::vector<pid_t> pids;
-  for (int r = 0; r < a.world; ++r) {
-    std::vector<std::string> args_s{argv[0], "--rank", std::to_string(r), "--store",
-                                    (*server)->url()};
-    for (int i = 1; i < argc; ++i) args_s.push_back(argv[i]);
-    std::vector<char*> cargs;
-    for (auto& s : args_s) cargs.push_back(s.data());
-    cargs.push_back(nullptr);
-    pid_t pid = -1;
-    if (posix_spawn(&pid, argv[0], nullptr, nullptr, cargs.data(), environ) != 0) return 1;
-    pids.push_back(pid);
-  }
-  int rc = 0;
-  for (pid_t p : pids) {
-    int st = 0;
-    ::waitpid(p, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
-  }
-  return rc;
+  return troupe::bench::run_self_as_ranks(argc, argv, a.world);
 }
