@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "actor_bench_common.hpp"
 #include "actors/node.hpp"
 #include "actors/system.hpp"
 #include "rpc/backend_registry.hpp"
@@ -40,17 +41,9 @@ namespace {
 using namespace troupe;
 using namespace std::chrono_literals;
 
-struct bench_message {
-  uint64_t seq = 0;
-  std::string body;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, bench_message& x) {
-  return f(caf::meta::type_name("bench_message"), x.seq, x.body);
-}
-
-using count_atom = caf::atom_constant<caf::atom("count")>;
+using troupe::bench::bench_message;
+using troupe::bench::percentile;
+using troupe::bench::server_actor;
 
 struct options {
   int rounds = 20000;
@@ -92,23 +85,6 @@ options parse(int argc, char** argv) {
   }
   if (o.rounds < 10 || o.messages < 10) usage("--rounds and --messages must be at least 10");
   return o;
-}
-
-caf::behavior server_actor(caf::stateful_actor<uint64_t>* self) {
-  self->state = 0;
-  return {
-      [=](bench_message& m) {
-        ++self->state;
-        static_cast<void>(m);
-      },
-      [=](caf::ok_atom, bench_message& m) -> bench_message { return std::move(m); },
-      [=](count_atom) -> uint64_t { return self->state; },
-  };
-}
-
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
 }
 
 bool io_all(int fd, char* p, std::size_t n, bool out) {
@@ -208,48 +184,10 @@ int main(int argc, char** argv) {
   } else {
     auto remote = (*n)->await_actor("server/server", 30s);
     if (!remote) die(remote.error().to_string());
-    caf::scoped_actor self{sys};
-    bench_message msg{0, std::string(o.payload, 'x')};
-    using clock_type = std::chrono::steady_clock;
-    auto round_trip = [&]() -> bool {
-      bool ok = false;
-      self->request(*remote, std::chrono::seconds(10), caf::ok_atom::value, msg)
-          .receive([&](bench_message& reply) { ok = reply.seq == msg.seq; },
-                   [&](caf::error& e) { std::fprintf(stderr, "request failed: %s\n", sys.render(e).c_str()); });
-      ++msg.seq;
-      return ok;
-    };
-    for (int i = 0; i < 1000; ++i)
-      if (!round_trip()) die("warm-up failed");
-    std::vector<double> us;
-    us.reserve(static_cast<size_t>(o.rounds));
-    for (int i = 0; i < o.rounds && rc == 0; ++i) {
-      auto t0 = clock_type::now();
-      if (!round_trip()) rc = 1;
-      us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
-    }
-    uint64_t before = 0, after = 0;
-    self->request(*remote, std::chrono::seconds(10), count_atom::value)
-        .receive([&](uint64_t c) { before = c; }, [&](caf::error&) { rc = 1; });
-    auto t0 = clock_type::now();
-    for (int i = 0; i < o.messages; ++i) {
-      msg.seq = static_cast<uint64_t>(i);
-      self->send(*remote, msg);
-    }
-    self->request(*remote, std::chrono::seconds(120), count_atom::value)
-        .receive([&](uint64_t c) { after = c; },
-                 [&](caf::error& e) {
-                   std::fprintf(stderr, "count failed: %s\n", sys.render(e).c_str());
-                   rc = 1;
-                 });
-    double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
-    if (rc == 0 && after - before != static_cast<uint64_t>(o.messages)) {
-      std::fprintf(stderr, "server counted %llu of %d messages\n",
-                   static_cast<unsigned long long>(after - before), o.messages);
-      rc = 1;
-    }
+    auto figures = troupe::bench::measure(sys, *remote, o.rounds, o.messages, o.payload);
+    if (!figures) rc = 1;
     if (rc == 0) {
-      double p50 = percentile(us, 0.50), p99 = percentile(us, 0.99), rate = o.messages / secs;
+      double p50 = figures->rtt_p50_us, p99 = figures->rtt_p99_us, rate = figures->oneway_msgs_per_s;
       double raw = raw_tcp_p50(std::min(o.rounds, 5000));
       if (o.json)
         std::printf("{\"impl\": \"troupe\", \"bench\": \"actors\", \"payload\": %zu, \"rtt_p50_us\": %.2f, "

@@ -12,6 +12,8 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "actor_bench_common.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,17 +30,8 @@
 
 namespace {
 
-struct bench_message {
-  uint64_t seq = 0;
-  std::string body;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, bench_message& x) {
-  return f(caf::meta::type_name("bench_message"), x.seq, x.body);
-}
-
-using count_atom = caf::atom_constant<caf::atom("count")>;
+using troupe::bench::bench_message;
+using troupe::bench::server_actor;
 
 struct options {
   std::string scheduler = "sharing";
@@ -95,15 +88,6 @@ void configure(caf::actor_system_config& cfg, const options& o) {
   cfg.set("logger.verbosity", caf::atom("quiet"));
 }
 
-caf::behavior server_actor(caf::stateful_actor<uint64_t>* self) {
-  self->state = 0;
-  return {
-      [=](bench_message& m) { ++self->state; static_cast<void>(m); },
-      [=](caf::ok_atom, bench_message& m) -> bench_message { return std::move(m); },
-      [=](count_atom) -> uint64_t { return self->state; },
-  };
-}
-
 int serve(const options& o) {
   caf::actor_system_config cfg;
   configure(cfg, o);
@@ -122,11 +106,6 @@ int serve(const options& o) {
   }
   caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   return 0;
-}
-
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
 }
 
 }  // namespace
@@ -176,52 +155,10 @@ int main(int argc, char** argv) {
       ::kill(pid, SIGKILL);
       return 1;
     }
-    caf::scoped_actor self{sys};
-    bench_message msg{0, std::string(o.payload, 'x')};
-    using clock = std::chrono::steady_clock;
-
-    auto round_trip = [&]() -> bool {
-      bool ok = false;
-      self->request(*remote, std::chrono::seconds(10), caf::ok_atom::value, msg)
-          .receive([&](bench_message& reply) { ok = reply.seq == msg.seq; },
-                   [&](caf::error& e) { std::fprintf(stderr, "request failed: %s\n", sys.render(e).c_str()); });
-      ++msg.seq;
-      return ok;
-    };
-    for (int i = 0; i < 1000; ++i)  // warm-up
-      if (!round_trip()) return 1;
-    std::vector<double> us;
-    us.reserve(static_cast<size_t>(o.rounds));
-    for (int i = 0; i < o.rounds; ++i) {
-      auto t0 = clock::now();
-      if (!round_trip()) {
-        rc = 1;
-        break;
-      }
-      us.push_back(std::chrono::duration<double, std::micro>(clock::now() - t0).count());
-    }
-
-    // One-way throughput: blast, then ask for the count (same sender, so it comes last).
-    uint64_t before = 0;
-    self->request(*remote, std::chrono::seconds(10), count_atom::value)
-        .receive([&](uint64_t n) { before = n; }, [&](caf::error&) { rc = 1; });
-    auto t0 = clock::now();
-    for (int i = 0; i < o.messages; ++i) {
-      msg.seq = static_cast<uint64_t>(i);
-      self->send(*remote, msg);
-    }
-    uint64_t after = 0;
-    self->request(*remote, std::chrono::seconds(60), count_atom::value)
-        .receive([&](uint64_t n) { after = n; }, [&](caf::error&) { rc = 1; });
-    double secs = std::chrono::duration<double>(clock::now() - t0).count();
-    if (after - before != static_cast<uint64_t>(o.messages)) {
-      std::fprintf(stderr, "server counted %llu of %d messages\n",
-                   static_cast<unsigned long long>(after - before), o.messages);
-      rc = 1;
-    }
+    auto figures = troupe::bench::measure(sys, *remote, o.rounds, o.messages, o.payload);
+    if (!figures) rc = 1;
     if (rc == 0) {
-      double p50 = percentile(us, 0.50), p99 = percentile(us, 0.99);
-      double rate = o.messages / secs;
+      double p50 = figures->rtt_p50_us, p99 = figures->rtt_p99_us, rate = figures->oneway_msgs_per_s;
       if (o.json) {
         std::printf("{\"impl\": \"caf-middleman-%s\", \"bench\": \"actors\", \"payload\": %zu, "
                     "\"rtt_p50_us\": %.2f, \"rtt_p99_us\": %.2f, \"oneway_msgs_per_s\": %.1f}\n",
