@@ -37,7 +37,7 @@ struct tcp_store_server_options {
   /// never reads cannot make the server buffer without bound. 16 MiB by default.
   std::size_t max_queued_output = std::size_t{16} << 20;
   /// Event loops (one thread each) that the connections are spread over; 0 picks one per
-  /// two hardware threads, at least 1 and at most 4. At most 64.
+  /// hardware thread, at most 4. At most 64.
   std::size_t io_threads = 0;
   /// How long the destructor waits for connections to close.
   duration shutdown_timeout = std::chrono::seconds(5);

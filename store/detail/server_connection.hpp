@@ -42,8 +42,10 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   boost::asio::io_context& loop() noexcept { return loop_; }
 
  private:
+  std::size_t prepare_read();
   void read_now();
   void wait_readable();
+  void on_read(boost::system::error_code ec, std::size_t got, std::size_t room);
   bool process();
   void resume_reading();
   bool over_limit() const { return queued_ > core_->options.max_queued_output; }

@@ -38,8 +38,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{64}, std::size_t{1} << 31));
   app.add_option("--io-threads", options.io_threads,
-                 "Event loops serving the connections; 0: one per two hardware threads, at "
-                 "most 4")
+                 "Event loops serving the connections; 0: one per hardware thread, at most 4")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{0}, std::size_t{64}));
   CLI11_PARSE(app, argc, argv);
