@@ -1,6 +1,9 @@
 #include "store/detail/server_connection.hpp"
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <optional>
 
@@ -24,6 +27,11 @@ void server_connection::start() {
     self->socket_.non_blocking(true, ec);
     if (ec) return self->close(strcat("cannot make the socket non-blocking: ", ec.message()), false);
     self->socket_.set_option(tcp::no_delay(true), ec);
+    {
+      std::lock_guard lk(self->out_mu_);
+      self->fd_ = self->socket_.native_handle();
+      self->open_ = true;
+    }
     self->timer_.expires_after(self->core_->options.hello_timeout);
     self->timer_.async_wait([self](boost::system::error_code e) {
       if (!e && !self->authenticated_)
@@ -107,7 +115,7 @@ bool server_connection::process() {
     parsing_ = true;
     bool held_back = parse_frames();
     parsing_ = false;
-    if (!closed_ && !writing_ && out_head_ < outbox_.size()) flush();
+    if (!closed_ && !writing_) flush();
     if (closed_ || closing_) return false;
     if (over_limit()) {
       read_paused_ = true;
@@ -126,7 +134,8 @@ void server_connection::resume_reading() {
 }
 
 void server_connection::account(std::ptrdiff_t delta) {
-  queued_ = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(queued_) + delta);
+  queued_.store(static_cast<std::size_t>(static_cast<std::ptrdiff_t>(queued_.load()) + delta),
+                std::memory_order_relaxed);
   if (delta >= 0)
     core_->queued_output.fetch_add(static_cast<std::size_t>(delta), std::memory_order_relaxed);
   else
@@ -339,39 +348,61 @@ void server_connection::handle(wire::request q) {
   deliver(ready);
 }
 
-// The notifications a write produced. Those for connections on this loop are sent right
-// away, before the writer's own reply (which waits for the end of its batch); the others
-// go to their loops, one handler per loop.
+// The notifications a write produced, sent at once from this thread: those for
+// connections on this loop before the writer's own reply (which waits for the end of its
+// batch), those for other loops' connections through send_from_elsewhere(), with no
+// thread switch unless their sockets are busy.
 void server_connection::deliver(std::vector<wake_reply>& ready) {
-  if (ready.empty()) return;
-  std::vector<std::pair<asio::io_context*, std::vector<wake_reply>>> elsewhere;
   for (auto& d : ready) {
-    if (&d.conn->loop() == &loop_) {
+    if (&d.conn->loop() == &loop_)
       d.conn->send(std::move(d.frame));
-      continue;
-    }
-    auto it = std::find_if(elsewhere.begin(), elsewhere.end(),
-                           [&](const auto& e) { return e.first == &d.conn->loop(); });
-    if (it == elsewhere.end()) it = elsewhere.insert(elsewhere.end(), {&d.conn->loop(), {}});
-    it->second.push_back(std::move(d));
+    else
+      d.conn->send_from_elsewhere(std::move(d.frame));
   }
-  for (auto& [loop, replies] : elsewhere)
-    asio::post(*loop, [replies = std::move(replies)]() mutable {
-      for (auto& d : replies) d.conn->send(std::move(d.frame));
-    });
+}
+
+void server_connection::send_from_elsewhere(bytes frame) {
+  {
+    std::lock_guard lk(out_mu_);
+    if (!open_) return;
+    if (!writing_ && out_head_ == outbox_.size()) {
+      // Nothing of ours in flight: the frame may go straight onto the socket.
+      ssize_t n = 0;
+      do {
+        n = ::send(fd_, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      } while (n < 0 && errno == EINTR);
+      if (n == static_cast<ssize_t>(frame.size())) return;
+      // The rest (or, on an error, all of it) goes to the owner loop's flush(), which
+      // waits for room or closes the connection with the error.
+      if (n > 0) out_offset_ = static_cast<std::size_t>(n);
+      account(static_cast<std::ptrdiff_t>(frame.size() - out_offset_));
+    } else {
+      account(static_cast<std::ptrdiff_t>(frame.size()));
+    }
+    outbox_.push_back(std::move(frame));
+  }
+  asio::post(loop_, [self = shared_from_this()] {
+    if (!self->closed_ && !self->writing_ && !self->parsing_) self->flush();
+  });
 }
 
 void server_connection::send(bytes frame) {
   if (closed_) return;
-  account(static_cast<std::ptrdiff_t>(frame.size()));
-  outbox_.push_back(std::move(frame));
+  {
+    std::lock_guard lk(out_mu_);
+    account(static_cast<std::ptrdiff_t>(frame.size()));
+    outbox_.push_back(std::move(frame));
+  }
   if (!writing_ && !parsing_) flush();
 }
 
 // Sends as much of the outbox as the socket takes now, with gathered writes; waits for
-// writability for the rest.
+// writability for the rest. On the loop; holds out_mu_ only around the outbox and the
+// write itself.
 void server_connection::flush() {
-  while (!closed_ && out_head_ < outbox_.size()) {
+  std::unique_lock lk(out_mu_);
+  if (writing_ || !open_) return;
+  while (out_head_ < outbox_.size()) {
     out_buffers_.clear();
     for (std::size_t i = out_head_; i < outbox_.size() && out_buffers_.size() < 64; ++i) {
       std::size_t skip = i == out_head_ ? out_offset_ : 0;
@@ -381,10 +412,16 @@ void server_connection::flush() {
     std::size_t n = socket_.write_some(out_buffers_, ec);
     if (ec == asio::error::interrupted) continue;
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      writing_ = true;
+      lk.unlock();
       wait_writable();
+      lk.lock();
       break;
     }
-    if (ec) return close(ec.message(), false);
+    if (ec) {
+      lk.unlock();
+      return close(ec.message(), false);
+    }
     account(-static_cast<std::ptrdiff_t>(n));
     while (n > 0) {
       std::size_t left = outbox_[out_head_].size() - out_offset_;
@@ -398,21 +435,24 @@ void server_connection::flush() {
       out_offset_ = 0;
     }
   }
-  if (closed_) return;
-  if (out_head_ == outbox_.size()) {
+  bool drained = out_head_ == outbox_.size();
+  if (drained) {
     outbox_.clear();
     out_head_ = 0;
-    if (closing_) return close("refused at hello", false);
   }
+  lk.unlock();
+  if (drained && closing_) return close("refused at hello", false);
   if (read_paused_ && !over_limit() && !parsing_)
     asio::post(loop_, [self = shared_from_this()] { self->resume_reading(); });
 }
 
 void server_connection::wait_writable() {
-  writing_ = true;
   socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](boost::system::error_code ec) {
     if (self->closed_) return;
-    self->writing_ = false;
+    {
+      std::lock_guard lk(self->out_mu_);
+      self->writing_ = false;
+    }
     if (ec) return self->close(ec.message(), false);
     self->flush();
   });
@@ -429,7 +469,7 @@ void server_connection::close(const std::string& reason, bool warn) {
   // Closing while handling the frames of one read: the replies to the frames before the
   // offending one go out as far as the socket takes them without blocking, as they would
   // have had each frame been read and answered on its own.
-  if (parsing_ && !writing_ && out_head_ < outbox_.size()) {
+  if (parsing_ && !writing_) {
     parsing_ = false;  // let flush() run; this frame's handling ends here
     flush();
     if (closed_) return;
@@ -437,11 +477,14 @@ void server_connection::close(const std::string& reason, bool warn) {
   closed_ = true;
   boost::system::error_code ec;
   timer_.cancel();
+  std::lock_guard lk(out_mu_);
+  open_ = false;
+  fd_ = -1;
   socket_.shutdown(tcp::socket::shutdown_both, ec);
   socket_.close(ec);
   outbox_.clear();
   out_head_ = out_offset_ = 0;
-  account(-static_cast<std::ptrdiff_t>(queued_));
+  account(-static_cast<std::ptrdiff_t>(queued_.load()));
   core_->forget_connection(this);
 }
 

@@ -1,18 +1,19 @@
 // server_connection: one client connection of tcp_store_server. It lives on one event
-// loop (an io_context run by exactly one thread), so its state needs no strand or lock;
-// other threads reach it only by posting to that loop.
+// loop (an io_context run by exactly one thread): its input side needs no strand or lock.
+// Its output side (outbox, socket writes) is behind out_mu_, so that another loop's
+// thread can write a notification straight onto the socket (send_from_elsewhere).
 //
-// I/O is non-blocking and driven by the connection itself: it reads until a short read
-// (or EAGAIN) and only then waits for readability, and it writes replies at once with one
-// gathered send, waiting for writability only when the socket is full. With Asio's
-// edge-triggered epoll this is safe because a loop has a single thread: nothing can
-// harvest a readiness edge between our last read and the wait we register after it.
+// The replies to the frames of one read leave with one gathered non-blocking send, at
+// once; the connection waits for writability only when the socket is full. Reads go
+// through Asio's async_read_some (a recv first, then the edge-triggered epoll wait).
 #pragma once
 
 #include <utility>  // before Asio, for g++ 12
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   void start();
   /// On the loop: queues a reply and, unless replies are being batched, sends it.
   void send(bytes frame);
+  /// Any other thread: sends a reply right away when nothing of this connection's is
+  /// being written, else queues it for the connection's loop.
+  void send_from_elsewhere(bytes frame);
   /// On the loop: closes the socket and forgets the connection. Warn-level reasons are
   /// the peer's fault.
   void close(const std::string& reason, bool warn);
@@ -48,7 +52,9 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   void on_read(boost::system::error_code ec, std::size_t got, std::size_t room);
   bool process();
   void resume_reading();
-  bool over_limit() const { return queued_ > core_->options.max_queued_output; }
+  bool over_limit() const {
+    return queued_.load(std::memory_order_relaxed) > core_->options.max_queued_output;
+  }
   void account(std::ptrdiff_t delta);
   std::size_t frame_length() const;
   bool parse_frames();
@@ -71,13 +77,18 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   bytes in_;  // received bytes; [in_begin_, in_end_) not yet parsed
   std::size_t in_begin_ = 0;
   std::size_t in_end_ = 0;
-  std::vector<bytes> outbox_;  // replies not yet (fully) sent, from out_head_ on
+  // The output side, shared with other loops' threads that send notifications: guarded
+  // by out_mu_ (writing_ and queued_ are written under it; the loop reads them freely).
+  std::mutex out_mu_;
+  int fd_ = -1;       // the socket, while open_
+  bool open_ = false;
+  std::vector<bytes> outbox_;   // replies not yet (fully) sent, from out_head_ on
   std::size_t out_head_ = 0;    // first frame of outbox_ not fully sent
   std::size_t out_offset_ = 0;  // bytes of outbox_[out_head_] already sent
   std::vector<boost::asio::const_buffer> out_buffers_;
-  std::size_t queued_ = 0;      // unsent bytes in outbox_
+  std::atomic<std::size_t> queued_{0};  // unsent bytes in outbox_
+  bool writing_ = false;                // waiting for the socket to take more
   bool read_paused_ = false;    // too many unsent replies: not reading until they drain
-  bool writing_ = false;        // waiting for the socket to take more
   bool parsing_ = false;        // replies queue until the frames of one read are handled
   bool authenticated_ = false;
   bool closing_ = false;        // refuse the peer once the outbox is flushed
