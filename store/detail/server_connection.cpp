@@ -477,14 +477,16 @@ void server_connection::close(const std::string& reason, bool warn) {
   closed_ = true;
   boost::system::error_code ec;
   timer_.cancel();
-  std::lock_guard lk(out_mu_);
-  open_ = false;
-  fd_ = -1;
-  socket_.shutdown(tcp::socket::shutdown_both, ec);
-  socket_.close(ec);
-  outbox_.clear();
-  out_head_ = out_offset_ = 0;
-  account(-static_cast<std::ptrdiff_t>(queued_.load()));
+  {
+    std::lock_guard lk(out_mu_);  // no other loop writes to the socket from here on
+    open_ = false;
+    fd_ = -1;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    outbox_.clear();
+    out_head_ = out_offset_ = 0;
+    account(-static_cast<std::ptrdiff_t>(queued_.load()));
+  }
   core_->forget_connection(this);
 }
 
