@@ -372,13 +372,15 @@ struct tcp_store::impl {
     bytes frame = std::move(fb).finish();
     if (frame.size() - wire::length_size > options.max_frame_size) {
       forget(id);
-      return make_error(errc::invalid_argument, op, " of ", what(), " on ", name, ": the request is ",
-                        frame.size(), " bytes, over the frame limit of ", options.max_frame_size,
+      return make_error(errc::invalid_argument, op, " of ", what(), " on ", name,
+                        ": the request is ", frame.size(), " bytes, over the frame limit of ",
+                        options.max_frame_size,
                         "; raise max_frame_size on server and clients or store less");
     }
     if (auto w = write_frame(frame, until); !w) {
       forget(id);
-      if (w.error().code() == errc::timeout) return detail::store_timeout(name, op, what(), timeout);
+      if (w.error().code() == errc::timeout)
+        return detail::store_timeout(name, op, what(), timeout);
       return std::move(w).error().with_operation(strcat("store.", op));
     }
     std::unique_lock lk(mu);

@@ -53,7 +53,7 @@ struct event_loop {
 
 struct tcp_store_server::impl {
   std::vector<std::unique_ptr<event_loop>> loops;  // declared before what lives on them
-  std::optional<tcp::acceptor> acceptor;            // on loops[0]
+  std::optional<tcp::acceptor> acceptor;           // on loops[0]
   std::shared_ptr<server_core> core = std::make_shared<server_core>();
   std::string host;
   std::uint16_t port = 0;
@@ -65,20 +65,21 @@ struct tcp_store_server::impl {
   void accept() {
     auto& loop = *loops[next_loop];
     next_loop = (next_loop + 1) % loops.size();
-    acceptor->async_accept(loop.io, [this, &loop](boost::system::error_code ec, tcp::socket socket) {
-      if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
-      if (ec) {
-        TROUPE_LOG(log_level::warn, "store", core->name, ": accept failed: ", ec.message());
-      } else {
-        auto c = std::make_shared<server_connection>(loop.io, std::move(socket), core);
-        {
-          std::lock_guard lk(core->mu);
-          core->connections.emplace(c.get(), c);
-        }
-        c->start();
-      }
-      accept();
-    });
+    acceptor->async_accept(
+        loop.io, [this, &loop](boost::system::error_code ec, tcp::socket socket) {
+          if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
+          if (ec) {
+            TROUPE_LOG(log_level::warn, "store", core->name, ": accept failed: ", ec.message());
+          } else {
+            auto c = std::make_shared<server_connection>(loop.io, std::move(socket), core);
+            {
+              std::lock_guard lk(core->mu);
+              core->connections.emplace(c.get(), c);
+            }
+            c->start();
+          }
+          accept();
+        });
   }
 };
 
@@ -94,8 +95,9 @@ expected<std::unique_ptr<tcp_store_server>> tcp_store_server::start(
     return make_error(errc::invalid_argument, "tcp store server: max_frame_size ",
                       options.max_frame_size, " is too small; use at least 64 bytes");
   if (options.io_threads > 64)
-    return make_error(errc::invalid_argument, "tcp store server: io_threads ", options.io_threads,
-                      " is more than 64; use 0 for the default (one per hardware thread, at most 4)");
+    return make_error(
+        errc::invalid_argument, "tcp store server: io_threads ", options.io_threads,
+        " is more than 64; use 0 for the default (one per hardware thread, at most 4)");
   std::size_t threads = options.io_threads;
   // One loop per hardware thread, at most 4: on a 2-core machine shared with 8-32 client
   // processes, 2 loops served 5-10% more requests than 1 (bench/RESULTS.md).
@@ -187,7 +189,8 @@ void tcp_store_server::shutdown(duration timeout) {
   bool in_time = true;
   for (auto& l : i.loops) {
     auto done = l->exited.get_future();
-    if (in_time && done.wait_until(until.time_point()) != std::future_status::ready) in_time = false;
+    if (in_time && done.wait_until(until.time_point()) != std::future_status::ready)
+      in_time = false;
   }
   if (!in_time) {
     TROUPE_LOG(log_level::warn, "store", i.core->name, ": connections did not close within ",

@@ -25,7 +25,8 @@ void server_connection::start() {
   asio::post(loop_, [self = shared_from_this()] {
     boost::system::error_code ec;
     self->socket_.non_blocking(true, ec);
-    if (ec) return self->close(strcat("cannot make the socket non-blocking: ", ec.message()), false);
+    if (ec)
+      return self->close(strcat("cannot make the socket non-blocking: ", ec.message()), false);
     self->socket_.set_option(tcp::no_delay(true), ec);
     {
       std::lock_guard lk(self->out_mu_);
@@ -81,12 +82,12 @@ void server_connection::read_now() {
 // the descriptor with epoll_ctl each time.
 void server_connection::wait_readable() {
   std::size_t room = prepare_read();
-  socket_.async_read_some(asio::buffer(in_.data() + in_end_, room),
-                          [self = shared_from_this(), room](boost::system::error_code ec,
-                                                            std::size_t got) {
-                            if (self->closed_) return;
-                            self->on_read(ec, got, room);
-                          });
+  socket_.async_read_some(
+      asio::buffer(in_.data() + in_end_, room),
+      [self = shared_from_this(), room](boost::system::error_code ec, std::size_t got) {
+        if (self->closed_) return;
+        self->on_read(ec, got, room);
+      });
 }
 
 // Answers what a read brought; reads on after a short read, or (a full buffer) after the
@@ -191,8 +192,9 @@ void server_connection::on_hello(std::span<const std::byte> body) {
                              "; use the same troupe version on both sides"));
   if (!secrets_match(h->secret))
     return refuse(make_error(errc::unauthorized, core_->name,
-                             h->secret.empty() ? " requires a shared secret and the client sent none"
-                                               : " refused the client's shared secret"));
+                             h->secret.empty()
+                                 ? " requires a shared secret and the client sent none"
+                                 : " refused the client's shared secret"));
   authenticated_ = true;
   timer_.cancel();
   send(wire::encode_hello_ok(core_->name));
@@ -447,15 +449,16 @@ void server_connection::flush() {
 }
 
 void server_connection::wait_writable() {
-  socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](boost::system::error_code ec) {
-    if (self->closed_) return;
-    {
-      std::lock_guard lk(self->out_mu_);
-      self->writing_ = false;
-    }
-    if (ec) return self->close(ec.message(), false);
-    self->flush();
-  });
+  socket_.async_wait(tcp::socket::wait_write,
+                     [self = shared_from_this()](boost::system::error_code ec) {
+                       if (self->closed_) return;
+                       {
+                         std::lock_guard lk(self->out_mu_);
+                         self->writing_ = false;
+                       }
+                       if (ec) return self->close(ec.message(), false);
+                       self->flush();
+                     });
 }
 
 void server_connection::close(const std::string& reason, bool warn) {

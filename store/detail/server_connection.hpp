@@ -80,7 +80,7 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   // The output side, shared with other loops' threads that send notifications: guarded
   // by out_mu_ (writing_ and queued_ are written under it; the loop reads them freely).
   std::mutex out_mu_;
-  int fd_ = -1;       // the socket, while open_
+  int fd_ = -1;  // the socket, while open_
   bool open_ = false;
   std::vector<bytes> outbox_;   // replies not yet (fully) sent, from out_head_ on
   std::size_t out_head_ = 0;    // first frame of outbox_ not fully sent
@@ -88,10 +88,10 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   std::vector<boost::asio::const_buffer> out_buffers_;
   std::atomic<std::size_t> queued_{0};  // unsent bytes in outbox_
   bool writing_ = false;                // waiting for the socket to take more
-  bool read_paused_ = false;    // too many unsent replies: not reading until they drain
-  bool parsing_ = false;        // replies queue until the frames of one read are handled
+  bool read_paused_ = false;            // too many unsent replies: not reading until they drain
+  bool parsing_ = false;                // replies queue until the frames of one read are handled
   bool authenticated_ = false;
-  bool closing_ = false;        // refuse the peer once the outbox is flushed
+  bool closing_ = false;  // refuse the peer once the outbox is flushed
   bool closed_ = false;
 };
 

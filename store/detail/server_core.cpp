@@ -29,8 +29,9 @@ void server_core::wake(const std::string& key, std::vector<wake_reply>& out) {
     if (!conn) continue;
     if (w->is_get) {
       const bytes* v = table.find(w->keys.front());
-      out.push_back({std::move(conn), wire::encode_reply_ok(w->id, v->size() + 4,
-                                                            [&](byte_writer& wr) { wr.blob(*v); })});
+      out.push_back(
+          {std::move(conn),
+           wire::encode_reply_ok(w->id, v->size() + 4, [&](byte_writer& wr) { wr.blob(*v); })});
     } else {
       out.push_back({std::move(conn), wire::encode_reply_ok(w->id, 0, [](byte_writer&) {})});
     }

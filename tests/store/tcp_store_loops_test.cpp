@@ -100,8 +100,8 @@ TEST_CASE("shutting down a server with several loops fails the blocked clients o
   auto server = start_with_loops(4);
   std::vector<std::unique_ptr<tcp_store>> clients;
   for (int i = 0; i < 6; ++i) clients.push_back(connect_to(*server));
-  std::vector<troupe::expected<troupe::bytes>> got(
-      clients.size(), troupe::make_error(errc::internal, "not run"));
+  std::vector<troupe::expected<troupe::bytes>> got(clients.size(),
+                                                   troupe::make_error(errc::internal, "not run"));
   std::vector<std::thread> threads;
   auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < clients.size(); ++i)
