@@ -7,7 +7,7 @@
 //         with its monotonic clock (CLOCK_MONOTONIC, as Python's time.monotonic_ns) in the
 //         value; each waiter records now - t_set. p50/p99 in microseconds.
 //
-// Usage: store_bench [--clients 1,8,32] [--seconds 2] [--rounds 200]
+// Usage: store_bench [--clients 1,8,32] [--seconds 2] [--rounds 200] [--io-threads N]
 // Clients are this binary re-executed with --role; they meet through the store itself.
 #include <spawn.h>
 #include <sys/wait.h>
@@ -40,6 +40,7 @@ struct args {
   int port = 0;
   int index = 0;
   int n = 0;
+  int io_threads = 0;  // the server's; 0: its default
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -67,6 +68,7 @@ args parse(int argc, char** argv) {
     else if (k == "--port") a.port = std::stoi(next());
     else if (k == "--index") a.index = std::stoi(next());
     else if (k == "--n") a.n = std::stoi(next());
+    else if (k == "--io-threads") a.io_threads = std::stoi(next());
     else if (k == "--clients") {
       a.clients.clear();
       std::string v = next();
@@ -183,6 +185,7 @@ double percentile(std::vector<double> v, double q) {
 
 int run_main(args a) {
   tcp_store_server_options so;
+  so.io_threads = static_cast<std::size_t>(a.io_threads);
   auto server = check(tcp_store_server::start(so), "start server");
   a.port = server->port();
   auto s = client(a.port);

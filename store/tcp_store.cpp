@@ -353,10 +353,11 @@ struct tcp_store::impl {
 
   // ---- calls (any thread) ----
 
-  // Sends one request and waits for its reply payload (after the status byte).
-  template <class Fill>
-  expected<bytes> call(wire::kind k, Fill&& fill, duration timeout, std::string_view op,
-                       const std::string& what, bool waits) {
+  // Sends one request and waits for its reply payload (after the status byte). `what()`
+  // names the request's keys for error messages; it runs only when there is an error.
+  template <class Fill, class What>
+  expected<bytes> call(wire::kind k, std::size_t payload_hint, Fill&& fill, duration timeout,
+                       std::string_view op, What&& what, bool waits) {
     auto until = deadline::after(timeout);
     slot mine;
     std::uint64_t id = 0;
@@ -366,18 +367,20 @@ struct tcp_store::impl {
       id = next_id++;
       waiting.emplace(id, &mine);
     }
-    wire::frame_builder fb(k, id);
+    wire::frame_builder fb(k, id, payload_hint);
     fill(fb.writer());
     bytes frame = std::move(fb).finish();
     if (frame.size() - wire::length_size > options.max_frame_size) {
       forget(id);
-      return make_error(errc::invalid_argument, op, " of ", what, " on ", name, ": the request is ",
-                        frame.size(), " bytes, over the frame limit of ", options.max_frame_size,
+      return make_error(errc::invalid_argument, op, " of ", what(), " on ", name,
+                        ": the request is ", frame.size(), " bytes, over the frame limit of ",
+                        options.max_frame_size,
                         "; raise max_frame_size on server and clients or store less");
     }
     if (auto w = write_frame(frame, until); !w) {
       forget(id);
-      if (w.error().code() == errc::timeout) return detail::store_timeout(name, op, what, timeout);
+      if (w.error().code() == errc::timeout)
+        return detail::store_timeout(name, op, what(), timeout);
       return std::move(w).error().with_operation(strcat("store.", op));
     }
     std::unique_lock lk(mu);
@@ -402,7 +405,7 @@ struct tcp_store::impl {
         c.writer().u64(id);
         (void)write_frame(std::move(c).finish(), deadline::after(std::chrono::seconds(1)));
       }
-      return detail::store_timeout(name, op, what, timeout);
+      return detail::store_timeout(name, op, what(), timeout);
     }
     lk.unlock();
     byte_reader rd(mine.reply);
@@ -484,12 +487,12 @@ expected<void> tcp_store::set(std::string_view key, std::span<const std::byte> v
                               duration timeout) {
   TROUPE_TRY(detail::check_key(key));
   auto r = impl_->call(
-      wire::kind::set,
+      wire::kind::set, key.size() + value.size() + 8,
       [&](byte_writer& w) {
         w.str(key);
         w.blob(value);
       },
-      timeout, "set", strcat("key '", key, "'"), false);
+      timeout, "set", [&] { return strcat("key '", key, "'"); }, false);
   if (!r) return std::move(r).error();
   return ok();
 }
@@ -497,8 +500,8 @@ expected<void> tcp_store::set(std::string_view key, std::span<const std::byte> v
 expected<bytes> tcp_store::get(std::string_view key, duration timeout) {
   TROUPE_TRY(detail::check_key(key));
   auto r = impl_->call(
-      wire::kind::get, [&](byte_writer& w) { w.str(key); }, timeout, "get",
-      strcat("key '", key, "'"), true);
+      wire::kind::get, key.size() + 4, [&](byte_writer& w) { w.str(key); }, timeout, "get",
+      [&] { return strcat("key '", key, "'"); }, true);
   if (!r) return std::move(r).error();
   byte_reader rd(*r);
   return rd.blob("value");
@@ -507,12 +510,12 @@ expected<bytes> tcp_store::get(std::string_view key, duration timeout) {
 expected<bool> tcp_store::check(std::span<const std::string> keys, duration timeout) {
   for (const auto& k : keys) TROUPE_TRY(detail::check_key(k));
   auto r = impl_->call(
-      wire::kind::check,
+      wire::kind::check, 0,
       [&](byte_writer& w) {
         w.u32(static_cast<std::uint32_t>(keys.size()));
         for (const auto& k : keys) w.str(k);
       },
-      timeout, "check", "keys " + detail::quote_keys(keys), false);
+      timeout, "check", [&] { return "keys " + detail::quote_keys(keys); }, false);
   auto v = read_reply<std::uint8_t>(std::move(r), "check result", &byte_reader::u8);
   if (!v) return std::move(v).error();
   return *v != 0;
@@ -521,12 +524,12 @@ expected<bool> tcp_store::check(std::span<const std::string> keys, duration time
 expected<std::int64_t> tcp_store::add(std::string_view key, std::int64_t delta, duration timeout) {
   TROUPE_TRY(detail::check_key(key));
   auto r = impl_->call(
-      wire::kind::add,
+      wire::kind::add, key.size() + 12,
       [&](byte_writer& w) {
         w.str(key);
         w.i64(delta);
       },
-      timeout, "add", strcat("key '", key, "'"), false);
+      timeout, "add", [&] { return strcat("key '", key, "'"); }, false);
   return read_reply<std::int64_t>(std::move(r), "add result", &byte_reader::i64);
 }
 
@@ -536,13 +539,14 @@ expected<bytes> tcp_store::compare_set(std::string_view key,
   TROUPE_TRY(detail::check_key(key));
   auto r = impl_->call(
       wire::kind::compare_set,
+      key.size() + desired.size() + (expected_value ? expected_value->size() : 0) + 16,
       [&](byte_writer& w) {
         w.str(key);
         w.u8(expected_value ? 1 : 0);
         if (expected_value) w.blob(*expected_value);
         w.blob(desired);
       },
-      timeout, "compare_set", strcat("key '", key, "'"), false);
+      timeout, "compare_set", [&] { return strcat("key '", key, "'"); }, false);
   if (!r) return std::move(r).error();
   byte_reader rd(*r);
   return rd.blob("compare_set result");
@@ -551,8 +555,8 @@ expected<bytes> tcp_store::compare_set(std::string_view key,
 expected<bool> tcp_store::erase(std::string_view key, duration timeout) {
   TROUPE_TRY(detail::check_key(key));
   auto r = impl_->call(
-      wire::kind::erase, [&](byte_writer& w) { w.str(key); }, timeout, "erase",
-      strcat("key '", key, "'"), false);
+      wire::kind::erase, key.size() + 4, [&](byte_writer& w) { w.str(key); }, timeout, "erase",
+      [&] { return strcat("key '", key, "'"); }, false);
   auto v = read_reply<std::uint8_t>(std::move(r), "erase result", &byte_reader::u8);
   if (!v) return std::move(v).error();
   return *v != 0;
@@ -562,12 +566,12 @@ expected<void> tcp_store::wait(std::span<const std::string> keys, duration timeo
   for (const auto& k : keys) TROUPE_TRY(detail::check_key(k));
   if (keys.empty()) return ok();
   auto r = impl_->call(
-      wire::kind::wait,
+      wire::kind::wait, 0,
       [&](byte_writer& w) {
         w.u32(static_cast<std::uint32_t>(keys.size()));
         for (const auto& k : keys) w.str(k);
       },
-      timeout, "wait", "keys " + detail::quote_keys(keys), true);
+      timeout, "wait", [&] { return "keys " + detail::quote_keys(keys); }, true);
   if (!r) {
     // Name only the keys still missing, when the store can still tell.
     if (r.error().code() == errc::timeout) {
@@ -593,8 +597,8 @@ expected<std::int64_t> tcp_store::num_keys(duration timeout) {
 
 expected<std::int64_t> tcp_store::num_keys_with_prefix(std::string_view prefix, duration timeout) {
   auto r = impl_->call(
-      wire::kind::num_keys, [&](byte_writer& w) { w.str(prefix); }, timeout, "num_keys",
-      "the key count", false);
+      wire::kind::num_keys, prefix.size() + 4, [&](byte_writer& w) { w.str(prefix); }, timeout,
+      "num_keys", [] { return std::string("the key count"); }, false);
   return read_reply<std::int64_t>(std::move(r), "key count", &byte_reader::i64);
 }
 

@@ -1,5 +1,5 @@
 // tcp_store_server: the embedded TCP store server. Any process can host one; it runs its
-// own I/O thread and serves many tcp_store clients (docs/store-protocol.md).
+// own I/O threads (io_threads) and serves many tcp_store clients (docs/store-protocol.md).
 //
 // - Binds where told: 127.0.0.1 unless `host` says otherwise. Binding every interface
 //   takes an explicit "0.0.0.0" or "::".
@@ -36,13 +36,16 @@ struct tcp_store_server_options {
   /// stops reading that connection's requests until they drain: a client that sends but
   /// never reads cannot make the server buffer without bound. 16 MiB by default.
   std::size_t max_queued_output = std::size_t{16} << 20;
+  /// Event loops (one thread each) that the connections are spread over; 0 picks one per
+  /// hardware thread, at most 4. At most 64.
+  std::size_t io_threads = 0;
   /// How long the destructor waits for connections to close.
   duration shutdown_timeout = std::chrono::seconds(5);
 };
 
 class tcp_store_server {
  public:
-  /// Binds, listens and starts the I/O thread. Fails with invalid_argument for a bad host
+  /// Binds, listens and starts the I/O threads. Fails with invalid_argument for a bad host
   /// and unavailable when the address cannot be bound (the message says why).
   static expected<std::unique_ptr<tcp_store_server>> start(tcp_store_server_options options);
 
@@ -57,7 +60,7 @@ class tcp_store_server {
   std::string url() const;
 
   /// Closes the listener and every connection (their clients see connection_lost), then
-  /// stops the I/O thread. Waits at most `timeout` for an orderly close, then forces it.
+  /// stops the I/O threads. Waits at most `timeout` for an orderly close, then forces it.
   /// Later calls return at once.
   void shutdown(duration timeout);
 

@@ -1,5 +1,7 @@
 #include "store/detail/wire.hpp"
 
+#include <algorithm>
+
 namespace troupe::detail::wire {
 
 namespace {
@@ -27,7 +29,9 @@ expected<std::vector<std::string>> read_keys(byte_reader& r) {
 
 }  // namespace
 
-frame_builder::frame_builder(kind k, std::uint64_t request_id) : w_(buf_) {
+frame_builder::frame_builder(kind k, std::uint64_t request_id, std::size_t payload_hint)
+    : w_(buf_) {
+  buf_.reserve(length_size + min_body + std::max<std::size_t>(payload_hint, 32));
   w_.u32(0);  // patched by finish()
   w_.u8(static_cast<std::uint8_t>(k));
   w_.u64(request_id);

@@ -43,7 +43,9 @@ inline constexpr std::uint8_t status_ok = 0;
 /// Builds one frame: length, kind, request id, then the payload written through writer().
 class frame_builder {
  public:
-  frame_builder(kind k, std::uint64_t request_id);
+  /// `payload_hint`: the payload's expected size, reserved up front so that building a
+  /// frame costs one allocation.
+  frame_builder(kind k, std::uint64_t request_id, std::size_t payload_hint = 0);
   byte_writer& writer() noexcept { return w_; }
   /// The finished frame, length prefix included.
   bytes finish() &&;
@@ -82,10 +84,11 @@ bytes encode_hello_ok(std::string_view server);
 /// Decodes a request body (any kind from set to cancel); protocol_error says what is wrong.
 expected<request> decode_request(std::span<const std::byte> body);
 
-/// A reply frame carrying success and a payload written by `fill(byte_writer&)`.
+/// A reply frame carrying success and a payload written by `fill(byte_writer&)`, about
+/// `payload_hint` bytes long.
 template <class Fill>
-bytes encode_reply_ok(std::uint64_t id, Fill&& fill) {
-  frame_builder f(kind::reply, id);
+bytes encode_reply_ok(std::uint64_t id, std::size_t payload_hint, Fill&& fill) {
+  frame_builder f(kind::reply, id, payload_hint + 1);
   f.writer().u8(status_ok);
   fill(f.writer());
   return std::move(f).finish();

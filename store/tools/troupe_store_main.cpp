@@ -37,6 +37,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-frame-size", max_frame_bytes, "Largest frame accepted, in bytes")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{64}, std::size_t{1} << 31));
+  app.add_option("--io-threads", options.io_threads,
+                 "Event loops serving the connections; 0: one per hardware thread, at most 4")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{0}, std::size_t{64}));
   CLI11_PARSE(app, argc, argv);
   options.max_frame_size = max_frame_bytes;
 
