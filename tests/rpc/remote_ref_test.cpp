@@ -102,7 +102,9 @@ TEST_CASE("a reference passed on twice is fetched by every holder and freed afte
     REQUIRE_MESSAGE(both, (both ? "" : both.error().to_string()));
     CHECK(*both == 84);
     CHECK(owner.owned_remote_refs() == 1);
-    CHECK(*ref.to_here() == 42);
+    auto v = ref.to_here();
+    REQUIRE(v);
+    CHECK(*v == 42);
   }
   // w0 dropped its copy; w2 and w3 still hold theirs.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -114,7 +116,9 @@ TEST_CASE("a reference passed on twice is fetched by every holder and freed afte
     // The last holder can still fetch it, and copy it on to the owner and back.
     std::lock_guard lk(s->mu);
     REQUIRE(s->kept[3].size() == 1);
-    CHECK(*s->kept[3][0].to_here() == 42);
+    auto v = s->kept[3][0].to_here();
+    REQUIRE_MESSAGE(v, (v ? "" : v.error().to_string()));
+    CHECK(*v == 42);
   }
   REQUIRE(g[0]->rpc_sync<void>("w3", "drop"));
   CHECK(owned_becomes(owner, 0));
@@ -128,14 +132,18 @@ TEST_CASE("a reference returned as a result belongs to the caller") {
     auto ref = g[0]->rpc_sync<remote_ref<int>>("w2", "make_ref", std::string("w1"), 7);
     REQUIRE_MESSAGE(ref, (ref ? "" : ref.error().to_string()));
     CHECK(ref->owner().name == "w1");
-    CHECK(*ref->to_here() == 7);
+    auto seven = ref->to_here();
+    REQUIRE(seven);
+    CHECK(*seven == 7);
     // w2 dropped its copy when the function returned; the caller's share keeps the value.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     CHECK(g[1]->owned_remote_refs() == 1);
     auto async_ref = g[0]->rpc_async<remote_ref<int>>("w2", "make_ref", std::string("w0"), 9)
                          .get(std::chrono::seconds(5));
     REQUIRE(async_ref);
-    CHECK(*async_ref->to_here() == 9);  // owned by the receiver itself
+    auto nine = async_ref->to_here();  // owned by the receiver itself
+    REQUIRE(nine);
+    CHECK(*nine == 9);
     CHECK(g[0]->owned_remote_refs() == 1);
   }
   CHECK(owned_becomes(*g[1], 0));
