@@ -15,12 +15,18 @@ expected<void> agent::shutdown(duration timeout) {
 namespace detail {
 
 rref_holder::rref_holder(std::shared_ptr<agent_core> core, worker_info owner, std::uint64_t id,
-                         future<wire::frame> created, bool counted)
-    : core_(core), owner_(std::move(owner)), id_(id), created_(std::move(created)), counted_(counted) {}
+                         future<wire::frame> created, bool counted, std::uint64_t fork)
+    : core_(core), owner_(std::move(owner)), id_(id), created_(std::move(created)), counted_(counted),
+      fork_(fork) {}
 
 rref_holder::~rref_holder() {
   if (!counted_) return;
-  if (auto c = core_.lock()) c->release_rref(owner_, id_);
+  if (auto c = core_.lock()) c->release_rref(owner_, id_, fork_);
+}
+
+std::shared_ptr<rref_context> rref_holder::context() const {
+  auto c = core_.lock();
+  return std::shared_ptr<rref_context>(c, c.get());
 }
 
 expected<void> rref_holder::wait_created(duration timeout) {

@@ -123,21 +123,25 @@ future<wire::frame> agent::start_call(const call_options& o, const worker_ref& t
   if (!who) return make_error_future<wire::frame>(std::move(who).error().with_operation(strcat("rpc '", fn, "'")));
   auto timeout = core_->timeout_of(o);
   auto fb = core_->begin_request(fn, flags, rref_id, timeout);
-  binary_serializer f(fb.message(), &fb.tensors(), core_.get());
+  // Remote references among the arguments become shares of the callee; their owners are
+  // told (commit) before the request leaves, while this process still holds its own.
+  detail::message_refs refs(*core_, who->name);
+  binary_serializer f(fb.message(), &fb.tensors(), &refs);
   if (auto e = f(args...))
     return make_error_future<wire::frame>(
         make_error(errc::invalid_argument, "cannot serialize the arguments of '", fn, "': ", e.err().message()));
+  refs.commit();
   return core_->send_request(*who, std::move(fb), timeout, !(flags & detail::request_no_reply));
 }
 
 namespace detail {
 template <class R>
-expected<R> decode_result(wire::frame&& f) {
+expected<R> decode_result(wire::frame&& f, inspect_context* ctx) {
   if constexpr (std::is_void_v<R>) {
     return ok();
   } else {
     R r{};
-    TROUPE_TRY(deserialize(f.message, &f.tensors, r));
+    TROUPE_TRY(deserialize_with(ctx, f.message, &f.tensors, r));
     return r;
   }
 }
@@ -145,7 +149,11 @@ expected<R> decode_result(wire::frame&& f) {
 
 template <class R, class... Args>
 future<R> agent::rpc_async(const call_options& o, const worker_ref& to, std::string_view fn, const Args&... args) {
-  return start_call(o, to, fn, 0, 0, args...).then([](wire::frame&& f) { return detail::decode_result<R>(std::move(f)); });
+  std::weak_ptr<detail::agent_core> weak = core_;
+  return start_call(o, to, fn, 0, 0, args...).then([weak](wire::frame&& f) {
+    auto core = weak.lock();
+    return detail::decode_result<R>(std::move(f), core.get());
+  });
 }
 
 template <class R, class... Args>
@@ -160,7 +168,7 @@ expected<R> agent::rpc_sync(const call_options& o, const worker_ref& to, std::st
   // The deadline sweeper fails the call at its timeout; the extra second only guards it.
   auto f = raw.get(timeout + std::chrono::seconds(1));
   if (!f) return std::move(f).error();
-  return detail::decode_result<R>(std::move(*f));
+  return detail::decode_result<R>(std::move(*f), core_.get());
 }
 
 template <class T, class... Args>

@@ -347,6 +347,18 @@ expected<void> serialize(bytes& out, std::vector<tensor>* tensors, const Ts&... 
   return ok();
 }
 
+/// Reads `xs` from `in`, which must hold exactly them; `ctx` (may be null) is what the
+/// inspectors reach through context(), the agent for remote references.
+template <class... Ts>
+expected<void> deserialize_with(inspect_context* ctx, std::span<const std::byte> in,
+                                std::vector<tensor>* tensors, Ts&... xs) {
+  binary_deserializer f(in, tensors, ctx);
+  if (auto r = f(xs...)) return r.err();
+  if (f.remaining() != 0)
+    return make_error(errc::protocol_error, f.remaining(), " bytes left over after the last value");
+  return ok();
+}
+
 /// Reads `xs` from `in`, which must hold exactly them.
 template <class... Ts>
 expected<void> deserialize(std::span<const std::byte> in, std::vector<tensor>* tensors, Ts&... xs) {

@@ -28,6 +28,7 @@
 #include "rpc/function_table.hpp"
 #include "rpc/membership_event.hpp"
 #include "rpc/options.hpp"
+#include "rpc/remote_ref.hpp"
 #include "rpc/worker_ref.hpp"
 #include "store/store.hpp"
 
@@ -51,7 +52,7 @@ inline constexpr std::uint8_t request_no_reply = 2;
 inline constexpr std::string_view ping_function = "troupe.ping";
 
 class agent_core final : public connection_owner,
-                         public inspect_context,
+                         public rref_context,
                          public std::enable_shared_from_this<agent_core> {
  public:
   /// Starts an agent and joins it to its group (static when world_size is given, else
@@ -84,10 +85,21 @@ class agent_core final : public connection_owner,
   std::uint64_t next_rref_id();
   /// Asks `owner` for the value of remote reference `id`.
   future<wire::frame> fetch_rref(const worker_info& owner, std::uint64_t id, duration timeout);
-  /// Drops one holder of `id` at `owner` (fire and forget).
-  void release_rref(const worker_info& owner, std::uint64_t id);
+  /// Drops share `fork` of `id` at `owner` (fire and forget).
+  void release_rref(const worker_info& owner, std::uint64_t id, std::uint64_t fork);
+  /// Tells `owner` that share `fork` of `id` now belongs to worker `holder` (fire and
+  /// forget; on the same connection as this process's own release, so it arrives first).
+  void add_rref_share(const worker_info& owner, std::uint64_t id, std::uint64_t fork,
+                      const std::string& holder);
   /// Remote references this worker owns (for tests and diagnostics).
   std::size_t owned_rrefs() const;
+  /// True when this worker has a connection to `w` (adds and releases go on it).
+  bool connected_to(const std::string& w) const;
+
+  // rref_context: decoding only (replies, fetched values); sending needs a message_refs.
+  expected<std::uint64_t> fork_rref(const std::shared_ptr<rref_holder>& h) override;
+  expected<std::shared_ptr<rref_holder>> adopt_rref(const worker_info& owner, std::uint64_t id,
+                                                    std::uint64_t fork) override;
 
   /// Membership listeners (rpc/membership_event.hpp). add returns an id for remove.
   std::uint64_t add_membership_listener(membership_listener l);
@@ -134,6 +146,8 @@ class agent_core final : public connection_owner,
   void handle_rref(const std::shared_ptr<connection>& c, wire::frame&& f);
   void reply_error(const std::shared_ptr<connection>& c, std::uint64_t id, error e);
   void store_rref_value(std::uint64_t id, expected<wire::frame> value);
+  // Frees the shares held by `worker` (it died or left); never called with a lock held.
+  void drop_rref_shares_of(const std::string& worker);
 
   // Tells every listener about `e`; never called with a lock held.
   void notify_membership(const membership_event& e);
@@ -175,15 +189,17 @@ class agent_core final : public connection_owner,
   std::set<std::shared_ptr<connection>> inbound_;
   std::mutex dial_mu_;
 
-  // Remote references owned here.
+  // Remote references owned here. An entry lives while it has shares (fork -> holding
+  // worker); a release that overtook its fork's add is remembered in early_releases_.
   struct rref_entry {
     bool ready = false;
     std::optional<expected<wire::frame>> value;
-    std::int64_t holders = 1;
+    std::map<std::uint64_t, std::string> shares;
     std::vector<std::pair<std::shared_ptr<connection>, std::uint64_t>> waiters;
   };
   mutable std::mutex rrefs_mu_;
   std::map<std::uint64_t, rref_entry> rrefs_;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> early_releases_;
 
   std::atomic<std::uint64_t> next_call_{1};
   std::atomic<std::uint64_t> next_rref_{1};
@@ -192,6 +208,29 @@ class agent_core final : public connection_owner,
   std::mutex lifecycle_mu_;
   bool stopped_ = false;
   std::optional<error> stop_result_;
+};
+
+/// The remote references of one outgoing message (request or reply) and their receiver.
+/// Serializing a reference forks a share for the receiver; commit() tells each owner
+/// (rref_add) and must run before the message is sent. The holders stay alive here until
+/// then, so the sender's own share outlives the announcement. Not committed (the message
+/// was not sent): nothing is announced. An empty receiver refuses to fork (a value kept
+/// as a remote value has no single receiver).
+class message_refs final : public rref_context {
+ public:
+  message_refs(agent_core& core, std::string receiver) : core_(core), receiver_(std::move(receiver)) {}
+  expected<std::uint64_t> fork_rref(const std::shared_ptr<rref_holder>& h) override;
+  expected<std::shared_ptr<rref_holder>> adopt_rref(const worker_info& owner, std::uint64_t id,
+                                                    std::uint64_t fork) override {
+    return core_.adopt_rref(owner, id, fork);
+  }
+  /// Announces every fork to its owner. Idempotent.
+  void commit();
+
+ private:
+  agent_core& core_;
+  std::string receiver_;
+  std::vector<std::pair<std::shared_ptr<rref_holder>, std::uint64_t>> forks_;
 };
 
 }  // namespace troupe::rpc::detail

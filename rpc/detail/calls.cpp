@@ -1,4 +1,5 @@
 // agent_core: the calling side (requests, remote-reference operations).
+#include "core/log.hpp"
 #include "rpc/detail/agent_core.hpp"
 #include "rpc/routing.hpp"
 
@@ -116,7 +117,7 @@ future<wire::frame> agent_core::fetch_rref(const worker_info& owner, std::uint64
   return fut;
 }
 
-void agent_core::release_rref(const worker_info& owner, std::uint64_t id) {
+void agent_core::release_rref(const worker_info& owner, std::uint64_t id, std::uint64_t fork) {
   std::shared_ptr<connection> c;
   {
     std::lock_guard<std::mutex> lk(conns_mu_);
@@ -124,8 +125,67 @@ void agent_core::release_rref(const worker_info& owner, std::uint64_t id) {
   }
   if (!c || stopping_.load()) return;  // the owner is gone: so is the value
   wire::frame_builder fb(wire::kind::rref_release, 0);
-  (void)serialize(fb.message(), nullptr, id);
+  (void)serialize(fb.message(), nullptr, id, fork);
   if (fb.finish()) (void)c->send(std::move(fb));
+}
+
+void agent_core::add_rref_share(const worker_info& owner, std::uint64_t id, std::uint64_t fork,
+                                const std::string& holder) {
+  std::shared_ptr<connection> c;
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    if (auto it = outbound_.find(owner.name); it != outbound_.end()) c = it->second;
+  }
+  if (!c || stopping_.load()) {
+    // The receiver will learn it from to_here (the owner is not connected).
+    TROUPE_LOG(log_level::debug, "rpc", "remote reference ", id, " sent to '", holder, "' but its owner '",
+               owner.name, "' is not connected");
+    return;
+  }
+  wire::frame_builder fb(wire::kind::rref_add, 0);
+  (void)serialize(fb.message(), nullptr, id, fork, holder);
+  if (fb.finish()) (void)c->send(std::move(fb));
+}
+
+bool agent_core::connected_to(const std::string& w) const {
+  std::lock_guard<std::mutex> lk(conns_mu_);
+  return outbound_.count(w) > 0;
+}
+
+expected<std::uint64_t> agent_core::fork_rref(const std::shared_ptr<rref_holder>&) {
+  return make_error(errc::unsupported, "worker '", name_, "' cannot send a remote_ref here: only RPC "
+                    "arguments and results carry remote references");
+}
+
+expected<std::shared_ptr<rref_holder>> agent_core::adopt_rref(const worker_info& owner, std::uint64_t id,
+                                                              std::uint64_t fork) {
+  if (owner.name.empty() || fork == 0)
+    return make_error(errc::protocol_error, "a received remote reference names no owner or no fork");
+  return std::make_shared<rref_holder>(shared_from_this(), owner, id, make_ready_future(wire::frame{}), true,
+                                       fork);
+}
+
+expected<std::uint64_t> message_refs::fork_rref(const std::shared_ptr<rref_holder>& h) {
+  if (receiver_.empty())
+    return make_error(errc::unsupported, "a remote_ref cannot be kept inside a remote value (agent::remote): "
+                      "it has no single receiver; return it from rpc_sync/rpc_async instead");
+  if (!h->counted())
+    return make_error(errc::invalid_argument, "remote reference ", h->id(),
+                      " cannot be sent: the call that should have created it was never sent "
+                      "(call to_here on it for the reason)");
+  if (!core_.connected_to(h->owner().name))
+    return make_error(errc::unavailable, "remote reference ", h->id(), " cannot be sent: its owner '",
+                      h->owner().name, "' is not connected to this worker (it left or died, or has "
+                      "just joined); fetch the value with to_here and send that instead")
+        .with_worker(h->owner().name);
+  auto fork = core_.next_rref_id();
+  forks_.emplace_back(h, fork);
+  return fork;
+}
+
+void message_refs::commit() {
+  for (auto& [h, fork] : forks_) core_.add_rref_share(h->owner(), h->id(), fork, receiver_);
+  forks_.clear();
 }
 
 }  // namespace troupe::rpc::detail

@@ -72,6 +72,8 @@ void agent_core::on_closed(const std::shared_ptr<connection>& c, const error& wh
   if (stopping_.load() || leaving_.load() || peer.empty() || !c->outbound() ||
       why.code() != errc::connection_lost)
     return;
+  // Whatever the dead worker held of our remote references is released.
+  drop_rref_shares_of(peer);
   if (!dynamic()) {
     // A static group keeps its members; listeners still learn that this one is gone.
     notify_membership({membership_change::failed, c->peer(), why});
@@ -170,6 +172,12 @@ void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::fram
     if (fb.finish()) (void)c->send(std::move(fb));
     return;
   }
+  if (flags & request_as_remote) {
+    // The entry exists from now on, with the creator's share (fork 0); an add that
+    // overtook this request may have made it already.
+    std::lock_guard<std::mutex> lk(rrefs_mu_);
+    rrefs_[rref_id].shares.emplace(0, c->peer().name);
+  }
   auto fn = functions_->find(fn_name);
   if (!fn) {
     auto names = functions_->names();
@@ -185,10 +193,6 @@ void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::fram
     else
       reply_error(c, f.id, std::move(e));
     return;
-  }
-  if (flags & request_as_remote) {
-    std::lock_guard<std::mutex> lk(rrefs_mu_);
-    rrefs_.try_emplace(rref_id);
   }
   call_info info{c->peer(), fn_name};
   auto until = deadline::after(duration(timeout_ms));
@@ -229,8 +233,11 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
   if (auto placed = place_incoming(f.tensors, name_, device_count_); !placed)
     return fail(std::move(placed).error());
   wire::frame_builder reply(wire::kind::response, id);
+  // References received among the arguments become this worker's shares; references in
+  // the result become the caller's (announced just before the reply is sent).
+  message_refs refs(*this, as_remote ? std::string() : info.caller.name);
   incoming_call ic{&info, std::span<const std::byte>(f.message).subspan(args_offset), &f.tensors,
-                   &reply.message(), &reply.tensors(), this};
+                   &reply.message(), &reply.tensors(), &refs};
   expected<void> r;
   try {
     r = fn->fn(ic);
@@ -267,6 +274,7 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
       !p)
     return fail(std::move(p).error());
   if (auto fin = reply.finish(opts_.limits); !fin) return fail(std::move(fin).error());
+  refs.commit();
   (void)c->send(std::move(reply));
 }
 
@@ -274,11 +282,12 @@ void agent_core::store_rref_value(std::uint64_t id, expected<wire::frame> value)
   std::vector<std::pair<std::shared_ptr<connection>, std::uint64_t>> waiters;
   {
     std::lock_guard<std::mutex> lk(rrefs_mu_);
-    auto& e = rrefs_[id];
+    auto it = rrefs_.find(id);
+    if (it == rrefs_.end()) return;  // every holder released it while the function ran
+    auto& e = it->second;
     e.ready = true;
     e.value = value;
     waiters.swap(e.waiters);
-    if (e.holders <= 0) rrefs_.erase(id);
   }
   for (auto& [c, req] : waiters) {
     if (!value) {
@@ -298,10 +307,21 @@ void agent_core::store_rref_value(std::uint64_t id, expected<wire::frame> value)
 
 void agent_core::handle_rref(const std::shared_ptr<connection>& c, wire::frame&& f) {
   std::uint64_t id = 0;
-  std::int64_t delta = 0;
+  std::uint64_t fork = 0;
+  std::string holder;
   binary_deserializer d(f.message);
-  auto e = f.type == wire::kind::rref_add ? d(id, delta) : d(id);
-  if (e) return reply_error(c, f.id, make_error(errc::protocol_error, "malformed ", wire::to_string(f.type)));
+  inspect_error e;
+  switch (f.type) {
+    case wire::kind::rref_add: e = d(id, fork, holder); break;
+    case wire::kind::rref_release: e = d(id, fork); break;
+    default: e = d(id);
+  }
+  if (e || d.remaining() != 0) {
+    if (f.type == wire::kind::rref_fetch)
+      return reply_error(c, f.id, make_error(errc::protocol_error, "malformed ", wire::to_string(f.type)));
+    return c->close(make_error(errc::protocol_error, "worker '", c->peer().name, "' sent a malformed ",
+                               wire::to_string(f.type)));
+  }
   auto missing = [&] {
     return make_error(errc::not_found, "remote reference ", id, " is not held by worker '", name_,
                       "': every holder released it already, or it was never created")
@@ -311,19 +331,17 @@ void agent_core::handle_rref(const std::shared_ptr<connection>& c, wire::frame&&
   auto it = rrefs_.find(id);
   switch (f.type) {
     case wire::kind::rref_release:
-      if (it != rrefs_.end() && --it->second.holders <= 0 && it->second.ready) rrefs_.erase(it);
+      // A release may overtake the add of its fork (they travel on different connections):
+      // remember it, and the add cancels it.
+      if (it == rrefs_.end() || it->second.shares.erase(fork) == 0) early_releases_.emplace(id, fork);
+      if (it != rrefs_.end() && it->second.shares.empty()) rrefs_.erase(it);
       return;
-    case wire::kind::rref_add: {
-      if (it == rrefs_.end()) {
-        lk.unlock();
-        return reply_error(c, f.id, missing());
-      }
-      it->second.holders += delta;
-      lk.unlock();
-      wire::frame_builder fb(wire::kind::response, f.id);
-      if (fb.finish()) (void)c->send(std::move(fb));
+    case wire::kind::rref_add:
+      if (early_releases_.erase({id, fork}) > 0) return;
+      // Normally the entry exists (the sender's own share keeps it); an add that overtook
+      // the creating request makes it, not ready yet.
+      rrefs_[id].shares.emplace(fork, std::move(holder));
       return;
-    }
     default: {  // rref_fetch
       if (it == rrefs_.end()) {
         lk.unlock();
@@ -344,6 +362,26 @@ void agent_core::handle_rref(const std::shared_ptr<connection>& c, wire::frame&&
       if (fb.finish(opts_.limits)) (void)c->send(std::move(fb));
     }
   }
+}
+
+void agent_core::drop_rref_shares_of(const std::string& worker) {
+  std::size_t dropped = 0, freed = 0;
+  {
+    std::lock_guard<std::mutex> lk(rrefs_mu_);
+    for (auto it = rrefs_.begin(); it != rrefs_.end();) {
+      auto& shares = it->second.shares;
+      dropped += std::erase_if(shares, [&](const auto& s) { return s.second == worker; });
+      if (shares.empty()) {
+        it = rrefs_.erase(it);
+        ++freed;
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (dropped > 0)
+    TROUPE_LOG(log_level::info, "rpc", "dropped ", dropped, " remote-reference shares held by '", worker,
+               "' (gone); freed ", freed, " values");
 }
 
 std::size_t agent_core::owned_rrefs() const {

@@ -228,6 +228,7 @@ void agent_core::handle_membership(const std::shared_ptr<connection>& c, wire::f
   }
   if (auto r = apply_members(std::move(all)); !r) return reply_error(c, id, r.error().with_worker(name_));
   TROUPE_LOG(log_level::info, "rpc", "worker '", m->info.name, "' ", op == op_join ? "joined" : "left");
+  if (op == op_leave && m->info.name != name_) drop_rref_shares_of(m->info.name);
   if (m->info.name != name_)
     notify_membership({op == op_join ? membership_change::joined : membership_change::left, m->info, {}});
   wire::frame_builder ack(wire::kind::response, id);

@@ -179,3 +179,27 @@ TEST_CASE("a worker killed with SIGKILL fails every pending call to it promptly,
   CHECK_FALSE(s);
   CHECK(clock::now() - t0 < std::chrono::seconds(3));
 }
+
+TEST_CASE("the owner releases the share of a holder killed with SIGKILL") {
+  auto store = start_store();
+  auto url = store->url();
+  pid_t child = spawn("serve_static", url, "w1", 1, "2");
+  auto o = driver_options(url);
+  o.shutdown_timeout = std::chrono::milliseconds(500);
+  auto driver = init_rpc("w0", 0, 2, o);
+  REQUIRE_MESSAGE(driver, (driver ? "" : driver.error().to_string()));
+  auto& d = **driver;
+  {
+    // The driver owns the value and hands a share to the child, which keeps it.
+    auto ref = d.remote<int>("w0", "add", 30, 12);
+    auto got = d.rpc_sync<int>("w1", "keep_ref", ref);
+    REQUIRE_MESSAGE(got, (got ? "" : got.error().to_string()));
+    CHECK(*got == 42);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(d.owned_remote_refs() == 1);
+  ::kill(child, SIGKILL);
+  CHECK(eventually([&] { return d.owned_remote_refs() == 0; }, std::chrono::seconds(5)));
+  wait_children({child}, std::chrono::seconds(5));
+  (void)d.shutdown();
+}

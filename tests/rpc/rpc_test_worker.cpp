@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "rpc/backend_registry.hpp"
@@ -22,6 +23,9 @@ using namespace troupe::rpc;
 namespace {
 
 std::atomic<agent*> the_agent{nullptr};
+// References this worker was given and keeps until it exits (or is killed).
+std::mutex kept_mu;
+std::vector<remote_ref<int>>* kept = new std::vector<remote_ref<int>>();
 std::atomic<bool> leave_requested{false};
 
 // Calls can arrive while init is still finishing (the group knows a joiner before its
@@ -50,6 +54,13 @@ std::shared_ptr<function_table> make_functions() {
     std::vector<std::string> names;
     for (auto& w : wait_agent().workers()) names.push_back(w.name);
     return names;
+  });
+  (void)t->add("keep_ref", [](remote_ref<int> r) -> expected<int> {
+    {
+      std::lock_guard<std::mutex> lk(kept_mu);
+      kept->push_back(r);
+    }
+    return r.to_here(std::chrono::seconds(10));
   });
   (void)t->add("leave_soon", [] {
     leave_requested = true;
