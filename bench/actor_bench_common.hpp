@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,56 @@ inline caf::behavior server_actor(caf::stateful_actor<uint64_t>* self) {
       [=](caf::ok_atom, bench_message& m) -> bench_message { return std::move(m); },
       [=](count_atom) -> uint64_t { return self->state; },
   };
+}
+
+/// The command line both programs take. `serve` is set in the server process each starts
+/// (a store URL for troupe, "stdout" for the middleman, which reports its port there).
+struct bench_options {
+  std::string scheduler = "sharing";
+  int rounds = 20000;
+  int messages = 200000;
+  size_t payload = 32;
+  bool json = false;
+  std::string serve;
+};
+
+/// Parses the options of `program`; --scheduler only when `with_scheduler`. Exits with
+/// status 2 and the usage on a bad argument.
+inline bench_options parse_options(int argc, char** argv, const std::string& program,
+                                   bool with_scheduler) {
+  auto usage = [&](const std::string& what) {
+    std::fprintf(stderr, "%s: %s\nusage: %s%s [--rounds N] [--messages N] [--payload BYTES] [--json]\n",
+                 program.c_str(), what.c_str(), program.c_str(),
+                 with_scheduler ? " [--scheduler sharing|stealing]" : "");
+    std::exit(2);
+  };
+  bench_options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage("missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--scheduler" && with_scheduler) {
+      o.scheduler = value();
+      if (o.scheduler != "sharing" && o.scheduler != "stealing")
+        usage("--scheduler must be 'sharing' or 'stealing', got '" + o.scheduler + "'");
+    } else if (a == "--rounds") {
+      o.rounds = std::atoi(value().c_str());
+    } else if (a == "--messages") {
+      o.messages = std::atoi(value().c_str());
+    } else if (a == "--payload") {
+      o.payload = static_cast<size_t>(std::atol(value().c_str()));
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "--serve") {
+      o.serve = value();
+    } else {
+      usage("unknown argument '" + a + "'");
+    }
+  }
+  if (o.rounds < 10 || o.messages < 10) usage("--rounds and --messages must be at least 10");
+  return o;
 }
 
 inline double percentile(std::vector<double> v, double p) {

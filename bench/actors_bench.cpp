@@ -45,47 +45,7 @@ using troupe::bench::bench_message;
 using troupe::bench::percentile;
 using troupe::bench::server_actor;
 
-struct options {
-  int rounds = 20000;
-  int messages = 200000;
-  size_t payload = 32;
-  bool json = false;
-  std::string serve;  // store URL when this process is the server
-};
-
-[[noreturn]] void usage(const std::string& what) {
-  std::fprintf(stderr,
-               "actors_bench: %s\nusage: actors_bench [--rounds N] [--messages N] [--payload BYTES] "
-               "[--json]\n",
-               what.c_str());
-  std::exit(2);
-}
-
-options parse(int argc, char** argv) {
-  options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage("missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--rounds") {
-      o.rounds = std::atoi(value().c_str());
-    } else if (a == "--messages") {
-      o.messages = std::atoi(value().c_str());
-    } else if (a == "--payload") {
-      o.payload = static_cast<size_t>(std::atol(value().c_str()));
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (a == "--serve") {
-      o.serve = value();
-    } else {
-      usage("unknown argument '" + a + "'");
-    }
-  }
-  if (o.rounds < 10 || o.messages < 10) usage("--rounds and --messages must be at least 10");
-  return o;
-}
+using options = troupe::bench::bench_options;
 
 bool io_all(int fd, char* p, std::size_t n, bool out) {
   while (n > 0) {
@@ -144,7 +104,7 @@ double raw_tcp_p50(int rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  options o = parse(argc, argv);
+  options o = troupe::bench::parse_options(argc, argv, "actors_bench", false);
   const bool is_server = !o.serve.empty();
   std::unique_ptr<tcp_store_server> store;
   pid_t server_pid = -1;

@@ -33,52 +33,7 @@ namespace {
 using troupe::bench::bench_message;
 using troupe::bench::server_actor;
 
-struct options {
-  std::string scheduler = "sharing";
-  int rounds = 20000;
-  int messages = 200000;
-  size_t payload = 32;
-  bool json = false;
-  bool serve = false;
-};
-
-[[noreturn]] void usage(const std::string& what) {
-  std::fprintf(stderr,
-               "caf_middleman_bench: %s\nusage: caf_middleman_bench [--scheduler sharing|stealing] "
-               "[--rounds N] [--messages N] [--payload BYTES] [--json]\n",
-               what.c_str());
-  std::exit(2);
-}
-
-options parse(int argc, char** argv) {
-  options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage("missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--scheduler") {
-      o.scheduler = value();
-      if (o.scheduler != "sharing" && o.scheduler != "stealing")
-        usage("--scheduler must be 'sharing' or 'stealing', got '" + o.scheduler + "'");
-    } else if (a == "--rounds") {
-      o.rounds = std::atoi(value().c_str());
-    } else if (a == "--messages") {
-      o.messages = std::atoi(value().c_str());
-    } else if (a == "--payload") {
-      o.payload = static_cast<size_t>(std::atol(value().c_str()));
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (a == "--serve") {
-      o.serve = true;
-    } else {
-      usage("unknown argument '" + a + "'");
-    }
-  }
-  if (o.rounds < 10 || o.messages < 10) usage("--rounds and --messages must be at least 10");
-  return o;
-}
+using options = troupe::bench::bench_options;
 
 void configure(caf::actor_system_config& cfg, const options& o) {
   cfg.load<caf::io::middleman>();
@@ -111,8 +66,8 @@ int serve(const options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  options o = parse(argc, argv);
-  if (o.serve) return serve(o);
+  options o = troupe::bench::parse_options(argc, argv, "caf_middleman_bench", true);
+  if (!o.serve.empty()) return serve(o);
 
   // Start the server: ourselves with --serve, stdin and stdout through pipes.
   int to_child[2], from_child[2];
@@ -127,7 +82,7 @@ int main(int argc, char** argv) {
     ::close(to_child[1]);
     ::close(from_child[0]);
     std::string self = "/proc/self/exe";
-    std::vector<std::string> args = {argv[0], "--serve", "--scheduler", o.scheduler};
+    std::vector<std::string> args = {argv[0], "--serve", "stdout", "--scheduler", o.scheduler};
     std::vector<char*> cargs;
     for (auto& s : args) cargs.push_back(s.data());
     cargs.push_back(nullptr);
