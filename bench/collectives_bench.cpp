@@ -14,7 +14,6 @@
 
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,30 +27,8 @@ using namespace std::chrono_literals;
 using namespace troupe;
 using namespace troupe::collectives;
 
-struct args {
-  int world = 2;
-  int rank = -1;
-  std::string store;
-  std::string backend = "gloo";
-  std::vector<std::string> ops{"allreduce", "broadcast", "allgather"};
-  std::size_t min_bytes = 4 << 10;
-  std::size_t max_bytes = 64 << 20;
-  int iters = 0;      // 0: chosen by size
-  bool json = false;  // one JSON object per line (for bench/compare.py) instead of a table
-};
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
-  return out;
-}
-
-double bus_factor(const std::string& op, int n) {
-  if (op == "allreduce") return 2.0 * (n - 1) / n;
-  if (op == "allgather") return static_cast<double>(n - 1) / n;
-  return 1.0;
-}
+using args = troupe::bench::rank_bench_args;
+using troupe::bench::bus_factor;
 
 // CPU time (user + system) of every thread of this process so far, in microseconds: the
 // transport's threads included, a figure that the machine's load disturbs less than time.
@@ -139,39 +116,10 @@ int run_rank(const args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    if (k == "--json") {
-      a.json = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::cerr << "missing value after " << k << "\n";
-      return 2;
-    }
-    std::string v = argv[++i];
-    if (k == "--world")
-      a.world = std::stoi(v);
-    else if (k == "--rank")
-      a.rank = std::stoi(v);
-    else if (k == "--store")
-      a.store = v;
-    else if (k == "--backend")
-      a.backend = v;
-    else if (k == "--ops")
-      a.ops = split_list(v);
-    else if (k == "--min")
-      a.min_bytes = std::stoul(v);
-    else if (k == "--max")
-      a.max_bytes = std::stoul(v);
-    else if (k == "--iters")
-      a.iters = std::stoi(v);
-    else {
-      std::cerr << "unknown option " << k << "\n";
-      return 2;
-    }
-  }
+  args defaults;
+  auto parsed = troupe::bench::parse_rank_bench_args(argc, argv, defaults, true);
+  if (!parsed) return 2;
+  const args& a = *parsed;
   if (a.rank >= 0) return run_rank(a);
   return troupe::bench::run_self_as_ranks(argc, argv, a.world);
 }

@@ -19,7 +19,6 @@
 #include <cstring>
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -34,29 +33,8 @@ using namespace troupe;
 using namespace troupe::collectives;
 using clock_type = std::chrono::steady_clock;
 
-struct args {
-  int world = 1;
-  int rank = -1;
-  std::string store;
-  std::vector<std::string> ops{"allreduce", "broadcast", "allgather"};
-  std::size_t min_bytes = 8;
-  std::size_t max_bytes = 256u << 20;
-  int iters = 0;
-  bool json = false;
-};
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
-  return out;
-}
-
-double bus_factor(const std::string& op, int n) {
-  if (op == "allreduce") return 2.0 * (n - 1) / n;
-  if (op == "allgather") return static_cast<double>(n - 1) / n;
-  return 1.0;
-}
+using args = troupe::bench::rank_bench_args;
+using troupe::bench::bus_factor;
 
 [[noreturn]] void die(int rank, const std::string& what) {
   std::cerr << "nccl_bench rank " << rank << ": " << what << "\n";
@@ -189,37 +167,14 @@ int run_rank(const args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    if (k == "--json") {
-      a.json = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::cerr << "missing value after " << k << "\n";
-      return 2;
-    }
-    std::string v = argv[++i];
-    if (k == "--world")
-      a.world = std::stoi(v);
-    else if (k == "--rank")
-      a.rank = std::stoi(v);
-    else if (k == "--store")
-      a.store = v;
-    else if (k == "--ops")
-      a.ops = split_list(v);
-    else if (k == "--min")
-      a.min_bytes = std::stoul(v);
-    else if (k == "--max")
-      a.max_bytes = std::stoul(v);
-    else if (k == "--iters")
-      a.iters = std::stoi(v);
-    else {
-      std::cerr << "unknown option " << k << "\n";
-      return 2;
-    }
-  }
+  args defaults;
+  defaults.world = 1;
+  defaults.backend = "nccl";
+  defaults.min_bytes = 8;
+  defaults.max_bytes = 256u << 20;
+  auto parsed = troupe::bench::parse_rank_bench_args(argc, argv, defaults, false);
+  if (!parsed) return 2;
+  const args& a = *parsed;
   if (a.rank >= 0) return run_rank(a);
 
   int devices = 0;

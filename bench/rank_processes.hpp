@@ -1,6 +1,7 @@
-// For benchmarks that run one process per rank: host a TCP store on a free port, start
-// `world` copies of this program with "--rank r --store <url>" plus its own arguments, and
-// wait for all of them. The copies recognize --rank and run as that rank.
+// For the collective benchmarks, which run one process per rank: their common command
+// line, the nccl-tests bus-bandwidth factor, and run_self_as_ranks, which hosts a TCP store
+// on a free port, starts `world` copies of this program with "--rank r --store <url>" plus
+// its own arguments, and waits for all of them. The copies recognize --rank and run as it.
 #pragma once
 
 #include <signal.h>
@@ -9,6 +10,8 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +20,77 @@
 extern char** environ;
 
 namespace troupe::bench {
+
+/// --world N --rank R --store URL --backend NAME --ops a,b --min BYTES --max BYTES
+/// --iters N --json; the defaults are whatever `a` holds on entry.
+struct rank_bench_args {
+  int world = 2;
+  int rank = -1;  // -1: the launching process
+  std::string store;
+  std::string backend = "gloo";
+  std::vector<std::string> ops{"allreduce", "broadcast", "allgather"};
+  std::size_t min_bytes = 4 << 10;
+  std::size_t max_bytes = 64 << 20;
+  int iters = 0;      // 0: chosen by size
+  bool json = false;  // one JSON object per line (for bench/compare.py) instead of a table
+};
+
+/// Parses into `a`; nullopt after printing why (--backend only when `with_backend`).
+inline std::optional<rank_bench_args> parse_rank_bench_args(int argc, char** argv, rank_bench_args a,
+                                                            bool with_backend) {
+  auto split_list = [](const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream in(s);
+    for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+    return out;
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    if (k == "--json") {
+      a.json = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::cerr << "missing value after " << k << "\n";
+      return std::nullopt;
+    }
+    std::string v = argv[++i];
+    try {
+      if (k == "--world")
+        a.world = std::stoi(v);
+      else if (k == "--rank")
+        a.rank = std::stoi(v);
+      else if (k == "--store")
+        a.store = v;
+      else if (k == "--backend" && with_backend)
+        a.backend = v;
+      else if (k == "--ops")
+        a.ops = split_list(v);
+      else if (k == "--min")
+        a.min_bytes = std::stoul(v);
+      else if (k == "--max")
+        a.max_bytes = std::stoul(v);
+      else if (k == "--iters")
+        a.iters = std::stoi(v);
+      else {
+        std::cerr << "unknown option " << k << "\n";
+        return std::nullopt;
+      }
+    } catch (const std::exception&) {
+      std::cerr << k << " takes a number, got '" << v << "'\n";
+      return std::nullopt;
+    }
+  }
+  return a;
+}
+
+/// nccl-tests' correction from algorithm to bus bandwidth: 2(n-1)/n for allreduce,
+/// (n-1)/n for allgather, 1 for broadcast.
+inline double bus_factor(const std::string& op, int n) {
+  if (op == "allreduce") return 2.0 * (n - 1) / n;
+  if (op == "allgather") return static_cast<double>(n - 1) / n;
+  return 1.0;
+}
 
 /// Returns 0 when every rank exited with status 0, else 1.
 inline int run_self_as_ranks(int argc, char** argv, int world) {
