@@ -10,22 +10,25 @@ namespace troupe::collectives {
 namespace {
 
 // Loads and stores through float for the 16-bit types; plain values otherwise.
+template <class T>
+struct plain_elem {
+  using raw = T;
+  using calc = T;
+  static calc load(raw v) { return v; }
+  static raw store(calc v) { return v; }
+};
 template <dtype D>
 struct elem;
 template <>
-struct elem<dtype::float32> {
-  using raw = float;
-  using calc = float;
-  static calc load(raw v) { return v; }
-  static raw store(calc v) { return v; }
-};
+struct elem<dtype::float32> : plain_elem<float> {};
 template <>
-struct elem<dtype::float64> {
-  using raw = double;
-  using calc = double;
-  static calc load(raw v) { return v; }
-  static raw store(calc v) { return v; }
-};
+struct elem<dtype::float64> : plain_elem<double> {};
+template <>
+struct elem<dtype::int32> : plain_elem<std::int32_t> {};
+template <>
+struct elem<dtype::int64> : plain_elem<std::int64_t> {};
+template <>
+struct elem<dtype::uint8> : plain_elem<std::uint8_t> {};
 template <>
 struct elem<dtype::float16> {
   using raw = std::uint16_t;
@@ -39,27 +42,6 @@ struct elem<dtype::bfloat16> {
   using calc = float;
   static calc load(raw v) { return bfloat16_to_float(v); }
   static raw store(calc v) { return float_to_bfloat16(v); }
-};
-template <>
-struct elem<dtype::int32> {
-  using raw = std::int32_t;
-  using calc = std::int32_t;
-  static calc load(raw v) { return v; }
-  static raw store(calc v) { return v; }
-};
-template <>
-struct elem<dtype::int64> {
-  using raw = std::int64_t;
-  using calc = std::int64_t;
-  static calc load(raw v) { return v; }
-  static raw store(calc v) { return v; }
-};
-template <>
-struct elem<dtype::uint8> {
-  using raw = std::uint8_t;
-  using calc = std::uint8_t;
-  static calc load(raw v) { return v; }
-  static raw store(calc v) { return v; }
 };
 
 // The element loop. GCC's -O2 leaves loops like this scalar (its "very cheap" vector cost
