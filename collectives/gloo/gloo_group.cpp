@@ -33,6 +33,7 @@
 
 #include "collectives/gloo/cpu_reduce.hpp"
 #include "collectives/gloo/direct.hpp"
+#include "collectives/gloo/local_sockets.hpp"
 #include "collectives/gloo/store_adapter.hpp"
 #include "collectives/op_checks.hpp"
 #include "collectives/roll_call.hpp"
@@ -144,7 +145,10 @@ class gloo_group final : public process_group {
       ctx->setTimeout(spec().timeout);
       auto connect_store = std::make_shared<prefix_store>(store_, "connect");
       gloo_store_adapter adapter(connect_store, spec().timeout);
+      auto fds_before = gloo_sockets::open_fds();
       ctx->connectFullMesh(adapter, device_);
+      gloo_sockets::size_new_local_send_buffers(fds_before, gloo_sockets::open_fds(),
+                                                gloo_sockets::local_sndbuf_from_env());
       context_ = std::move(ctx);
     } catch (...) {
       auto e = current_error();
