@@ -15,6 +15,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include <dirent.h>
@@ -124,6 +125,20 @@ void batch_loop_threads(const std::vector<pid_t>& before, const std::vector<pid_
   }
 }
 
+// Same-host connections of the group get a small send buffer (collectives/gloo/
+// local_sockets.hpp says why). Each pair's address is its connection's local address.
+void size_local_send_buffers(gloo::Context& ctx) {
+  const std::size_t bytes = gloo_sockets::local_sndbuf_from_env();
+  if (bytes == 0) return;
+  std::vector<sockaddr_storage> locals;
+  for (int r = 0; r < ctx.size; ++r)
+    if (r != ctx.rank && ctx.getPair(r))
+      locals.push_back(
+          static_cast<const gloo::transport::tcp::Address&>(ctx.getPair(r)->address())
+              .getSockaddr());
+  gloo_sockets::size_local_send_buffers(gloo_sockets::connections_from(locals), bytes);
+}
+
 class gloo_group final : public process_group {
  public:
   explicit gloo_group(const group_spec& spec)
@@ -145,10 +160,8 @@ class gloo_group final : public process_group {
       ctx->setTimeout(spec().timeout);
       auto connect_store = std::make_shared<prefix_store>(store_, "connect");
       gloo_store_adapter adapter(connect_store, spec().timeout);
-      auto fds_before = gloo_sockets::open_fds();
       ctx->connectFullMesh(adapter, device_);
-      gloo_sockets::size_new_local_send_buffers(fds_before, gloo_sockets::open_fds(),
-                                                gloo_sockets::local_sndbuf_from_env());
+      size_local_send_buffers(*ctx);
       context_ = std::move(ctx);
     } catch (...) {
       auto e = current_error();

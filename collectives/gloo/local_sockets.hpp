@@ -8,7 +8,13 @@
 // caches in between, and both copies run from memory. A send buffer of a few hundred KiB
 // keeps them in cache (measured in bench/RESULTS.md). Connections to other hosts keep
 // the autotuning, which their bandwidth-delay product may need.
+//
+// Gloo does not expose its sockets, only each pair's local address. The connections are
+// found by that address in /proc/net/tcp{,6} and by their inode among /proc/self/fd's
+// links, so that no other descriptor of the process is touched.
 #pragma once
+
+#include <sys/socket.h>
 
 #include <cstddef>
 #include <vector>
@@ -20,21 +26,26 @@ namespace troupe::collectives::gloo_sockets {
 inline constexpr std::size_t default_local_sndbuf = 256 << 10;
 
 /// TROUPE_GLOO_LOCAL_SNDBUF in bytes when set to a number (0: leave the kernel's
-/// autotuning alone), else `default_local_sndbuf`.
+/// autotuning alone), else `default_local_sndbuf` (a malformed value is logged).
 std::size_t local_sndbuf_from_env();
 
-/// This process's open file descriptors, sorted.
-std::vector<int> open_fds();
+/// Whether a connection from `self` to `peer` (IPv4 or IPv6) stays on this host: the peer
+/// is a loopback address, or the same address as `self`.
+bool is_same_host(const sockaddr_storage& self, const sockaddr_storage& peer);
 
-/// Whether `fd` is a connected TCP socket whose peer is on this host: a loopback peer, or
-/// a peer address equal to the socket's own.
-bool is_same_host_tcp(int fd);
+/// An established TCP connection of this process.
+struct connection {
+  int fd = -1;
+  sockaddr_storage self{};
+  sockaddr_storage peer{};
+};
 
-/// Sets SO_SNDBUF to `bytes` on every descriptor in `after` but not in `before` (both
-/// sorted) that is a same-host TCP connection; returns how many were set. `bytes == 0`
-/// sets none. Another descriptor opened in the same instant by another part of the
-/// program only gets a smaller send buffer if it is a same-host TCP connection.
-int size_new_local_send_buffers(const std::vector<int>& before, const std::vector<int>& after,
-                                std::size_t bytes);
+/// This process's established TCP connections whose local address (address and port) is
+/// one of `locals`. Empty when /proc is not readable.
+std::vector<connection> connections_from(const std::vector<sockaddr_storage>& locals);
+
+/// Sets SO_SNDBUF to `bytes` on those of `conns` that stay on this host; returns how many
+/// were set. `bytes == 0` sets none.
+int size_local_send_buffers(const std::vector<connection>& conns, std::size_t bytes);
 
 }  // namespace troupe::collectives::gloo_sockets

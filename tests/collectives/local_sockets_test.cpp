@@ -6,7 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -21,10 +21,6 @@ int send_buffer(int fd) {
   socklen_t len = sizeof v;
   REQUIRE(::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len) == 0);
   return v;
-}
-
-bool contains(const std::vector<int>& fds, int fd) {
-  return std::find(fds.begin(), fds.end(), fd) != fds.end();
 }
 
 // A listening socket on 127.0.0.1 (port 0) and a connection to it, both ends.
@@ -52,59 +48,88 @@ struct loopback_pair {
   }
 };
 
+sockaddr_storage v4(const char* ip, std::uint16_t port = 0) {
+  sockaddr_storage s{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&s);
+  in->sin_family = AF_INET;
+  in->sin_port = htons(port);
+  REQUIRE(::inet_pton(AF_INET, ip, &in->sin_addr) == 1);
+  return s;
+}
+
+sockaddr_storage v6(const char* ip) {
+  sockaddr_storage s{};
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&s);
+  in6->sin6_family = AF_INET6;
+  REQUIRE(::inet_pton(AF_INET6, ip, &in6->sin6_addr) == 1);
+  return s;
+}
+
+sockaddr_storage local_of(int fd) {
+  sockaddr_storage s{};
+  socklen_t len = sizeof s;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&s), &len) == 0);
+  return s;
+}
+
+std::uint16_t port(const sockaddr_storage& s) {
+  return ntohs(reinterpret_cast<const sockaddr_in*>(&s)->sin_port);
+}
+
 }  // namespace
 
-TEST_CASE("only connected TCP sockets to this host count as same-host connections") {
-  loopback_pair p;
-  CHECK(is_same_host_tcp(p.client));
-  CHECK(is_same_host_tcp(p.server));
-  CHECK_FALSE(is_same_host_tcp(p.listener));  // no peer
-  int unix_pair[2];
-  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, unix_pair) == 0);
-  CHECK_FALSE(is_same_host_tcp(unix_pair[0]));
-  int pipe_fds[2];
-  REQUIRE(::pipe(pipe_fds) == 0);
-  CHECK_FALSE(is_same_host_tcp(pipe_fds[0]));
-  CHECK_FALSE(is_same_host_tcp(-1));
-  for (int fd : {unix_pair[0], unix_pair[1], pipe_fds[0], pipe_fds[1]}) ::close(fd);
+TEST_CASE("a connection stays on this host when its peer is loopback or its own address") {
+  CHECK(is_same_host(v4("127.0.0.1"), v4("127.0.0.1")));
+  CHECK(is_same_host(v4("10.1.2.3"), v4("127.0.1.1")));
+  CHECK(is_same_host(v4("10.1.2.3"), v4("10.1.2.3")));
+  CHECK_FALSE(is_same_host(v4("10.1.2.3"), v4("10.1.2.4")));
+  CHECK(is_same_host(v6("fe80::1"), v6("::1")));
+  CHECK(is_same_host(v6("2001:db8::5"), v6("2001:db8::5")));
+  CHECK(is_same_host(v6("2001:db8::5"), v6("::ffff:127.0.0.1")));
+  CHECK_FALSE(is_same_host(v6("2001:db8::5"), v6("2001:db8::6")));
+  CHECK_FALSE(is_same_host(v4("10.1.2.3"), sockaddr_storage{}));
 }
 
-TEST_CASE("the list of open descriptors holds new sockets and not the listing's own descriptor") {
-  auto before = open_fds();
-  CHECK(std::is_sorted(before.begin(), before.end()));
+TEST_CASE("connections are found by their local address, both ends, and not the listener") {
   loopback_pair p;
-  auto after = open_fds();
-  CHECK(contains(after, p.client));
-  CHECK(contains(after, p.server));
-  CHECK_FALSE(contains(before, p.client));
-  // Listing twice in a row gives the same descriptors: the directory's own is left out.
-  CHECK(open_fds() == after);
+  auto client_local = local_of(p.client), server_local = local_of(p.server);
+  auto found = connections_from({client_local});
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].fd == p.client);
+  CHECK(port(found[0].self) == port(client_local));
+  CHECK(port(found[0].peer) == port(server_local));
+  // The accepted end shares its local address with the listening socket.
+  found = connections_from({server_local});
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].fd == p.server);
+  CHECK(port(found[0].peer) == port(client_local));
+  CHECK(connections_from({}).empty());
+  CHECK(connections_from({v4("127.0.0.1", 1)}).empty());
 }
 
-TEST_CASE("connections opened between two listings get the send buffer, older ones keep theirs") {
-  loopback_pair old;
-  const int old_client = send_buffer(old.client);
-  auto before = open_fds();
-  loopback_pair fresh;
-  int pipe_fds[2];
-  REQUIRE(::pipe(pipe_fds) == 0);
-  auto after = open_fds();
+TEST_CASE("same-host connections get the send buffer, others and unlisted ones keep theirs") {
+  loopback_pair other;
+  const int other_before = send_buffer(other.client);
+  loopback_pair p;
+  auto found = connections_from({local_of(p.client), local_of(p.server)});
+  REQUIRE(found.size() == 2);
   const std::size_t bytes = 96 << 10;
-  CHECK(size_new_local_send_buffers(before, after, bytes) == 2);  // both ends, not the pipe
+  CHECK(size_local_send_buffers(found, bytes) == 2);
   // Linux doubles the request for its bookkeeping; at least the request is granted.
-  CHECK(send_buffer(fresh.client) >= static_cast<int>(bytes));
-  CHECK(send_buffer(fresh.server) >= static_cast<int>(bytes));
-  CHECK(send_buffer(fresh.client) <= static_cast<int>(2 * bytes));
-  CHECK(send_buffer(old.client) == old_client);
-  ::close(pipe_fds[0]);
-  ::close(pipe_fds[1]);
+  CHECK(send_buffer(p.client) >= static_cast<int>(bytes));
+  CHECK(send_buffer(p.server) >= static_cast<int>(bytes));
+  CHECK(send_buffer(p.client) <= static_cast<int>(2 * bytes));
+  CHECK(send_buffer(other.client) == other_before);
+  // A connection whose peer is another host is left alone.
+  connection remote{other.client, v4("10.1.2.3"), v4("10.1.2.4")};
+  CHECK(size_local_send_buffers({remote}, bytes) == 0);
+  CHECK(send_buffer(other.client) == other_before);
 }
 
 TEST_CASE("a send buffer of zero bytes leaves every connection to the kernel's autotuning") {
-  auto before = open_fds();
   loopback_pair p;
   const int initial = send_buffer(p.client);
-  CHECK(size_new_local_send_buffers(before, open_fds(), 0) == 0);
+  CHECK(size_local_send_buffers(connections_from({local_of(p.client)}), 0) == 0);
   CHECK(send_buffer(p.client) == initial);
 }
 
