@@ -14,8 +14,8 @@
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/scatter.h>
-#include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include <dirent.h>
@@ -120,8 +120,8 @@ void batch_loop_threads(const std::vector<pid_t>& before, const std::vector<pid_
   for (pid_t tid : started) {
     sched_param p{};
     if (::sched_setscheduler(tid, SCHED_BATCH, &p) != 0)
-      TROUPE_LOG(log_level::debug, "collectives",
-                 "could not move gloo's event-loop thread ", tid, " to SCHED_BATCH");
+      TROUPE_LOG(log_level::debug, "collectives", "could not move gloo's event-loop thread ", tid,
+                 " to SCHED_BATCH");
   }
 }
 
@@ -133,9 +133,8 @@ void size_local_send_buffers(gloo::Context& ctx) {
   std::vector<sockaddr_storage> locals;
   for (int r = 0; r < ctx.size; ++r)
     if (r != ctx.rank && ctx.getPair(r))
-      locals.push_back(
-          static_cast<const gloo::transport::tcp::Address&>(ctx.getPair(r)->address())
-              .getSockaddr());
+      locals.push_back(static_cast<const gloo::transport::tcp::Address&>(ctx.getPair(r)->address())
+                           .getSockaddr());
   gloo_sockets::size_local_send_buffers(gloo_sockets::connections_from(locals), bytes);
 }
 

@@ -5,7 +5,9 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -65,7 +67,8 @@ bool parse_endpoint(const std::string& field, int family, sockaddr_storage& out)
   std::uint32_t raw[4] = {};
   for (std::size_t i = 0; i < words; ++i)
     raw[i] = static_cast<std::uint32_t>(std::strtoul(field.substr(i * 8, 8).c_str(), nullptr, 16));
-  auto port = htons(static_cast<std::uint16_t>(std::strtoul(field.c_str() + colon + 1, nullptr, 16)));
+  auto port =
+      htons(static_cast<std::uint16_t>(std::strtoul(field.c_str() + colon + 1, nullptr, 16)));
   out = {};
   if (family == AF_INET) {
     auto* in = reinterpret_cast<sockaddr_in*>(&out);
@@ -92,13 +95,12 @@ void scan_table(const char* path, int family, const std::vector<sockaddr_storage
     std::istringstream f(line);
     std::string sl, local, remote, state, queues, timer, retransmits, uid, timeout;
     unsigned long inode = 0;
-    if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
-          timeout >> inode))
+    if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >>
+          inode))
       continue;
     if (state != "01" || inode == 0) continue;  // TCP_ESTABLISHED only
     connection c;
-    if (!parse_endpoint(local, family, c.self) || !parse_endpoint(remote, family, c.peer))
-      continue;
+    if (!parse_endpoint(local, family, c.self) || !parse_endpoint(remote, family, c.peer)) continue;
     for (const auto& l : locals)
       if (same_endpoint(l, c.self)) {
         out[inode] = c;
@@ -163,8 +165,7 @@ int size_local_send_buffers(const std::vector<connection>& conns, std::size_t by
     if (::setsockopt(c.fd, SOL_SOCKET, SO_SNDBUF, &value, sizeof value) == 0)
       ++set;
     else
-      TROUPE_LOG(log_level::debug, "collectives", "could not set the send buffer of socket ",
-                 c.fd);
+      TROUPE_LOG(log_level::debug, "collectives", "could not set the send buffer of socket ", c.fd);
   }
   return set;
 }
