@@ -14,6 +14,7 @@
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/scatter.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
@@ -33,6 +34,7 @@
 
 #include "collectives/gloo/cpu_reduce.hpp"
 #include "collectives/gloo/direct.hpp"
+#include "collectives/gloo/local_sockets.hpp"
 #include "collectives/gloo/store_adapter.hpp"
 #include "collectives/op_checks.hpp"
 #include "collectives/roll_call.hpp"
@@ -118,9 +120,22 @@ void batch_loop_threads(const std::vector<pid_t>& before, const std::vector<pid_
   for (pid_t tid : started) {
     sched_param p{};
     if (::sched_setscheduler(tid, SCHED_BATCH, &p) != 0)
-      TROUPE_LOG(log_level::debug, "collectives",
-                 "could not move gloo's event-loop thread ", tid, " to SCHED_BATCH");
+      TROUPE_LOG(log_level::debug, "collectives", "could not move gloo's event-loop thread ", tid,
+                 " to SCHED_BATCH");
   }
+}
+
+// Same-host connections of the group get a small send buffer (collectives/gloo/
+// local_sockets.hpp says why). Each pair's address is its connection's local address.
+void size_local_send_buffers(gloo::Context& ctx) {
+  const std::size_t bytes = gloo_sockets::local_sndbuf_from_env();
+  if (bytes == 0) return;
+  std::vector<sockaddr_storage> locals;
+  for (int r = 0; r < ctx.size; ++r)
+    if (r != ctx.rank && ctx.getPair(r))
+      locals.push_back(static_cast<const gloo::transport::tcp::Address&>(ctx.getPair(r)->address())
+                           .getSockaddr());
+  gloo_sockets::size_local_send_buffers(gloo_sockets::connections_from(locals), bytes);
 }
 
 class gloo_group final : public process_group {
@@ -145,6 +160,7 @@ class gloo_group final : public process_group {
       auto connect_store = std::make_shared<prefix_store>(store_, "connect");
       gloo_store_adapter adapter(connect_store, spec().timeout);
       ctx->connectFullMesh(adapter, device_);
+      size_local_send_buffers(*ctx);
       context_ = std::move(ctx);
     } catch (...) {
       auto e = current_error();
