@@ -162,6 +162,14 @@ int size_local_send_buffers(const std::vector<connection>& conns, std::size_t by
   int set = 0;
   for (const auto& c : conns) {
     if (c.fd < 0 || !is_same_host(c.self, c.peer)) continue;
+    // The descriptor was found by a directory scan: make sure it still is this connection
+    // (another thread may have closed it and opened something else under the number).
+    sockaddr_storage self{}, peer{};
+    socklen_t self_len = sizeof self, peer_len = sizeof peer;
+    if (::getsockname(c.fd, reinterpret_cast<sockaddr*>(&self), &self_len) != 0 ||
+        ::getpeername(c.fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0 ||
+        !same_endpoint(self, c.self) || !same_endpoint(peer, c.peer))
+      continue;
     if (::setsockopt(c.fd, SOL_SOCKET, SO_SNDBUF, &value, sizeof value) == 0)
       ++set;
     else
