@@ -8,7 +8,6 @@
 //         value; each waiter records now - t_set. p50/p99 in microseconds.
 //
 // Usage: store_bench [--clients 1,8,32] [--seconds 2] [--rounds 200] [--io-threads N]
-//                    [--client-spin-us N] [--server-spin-us N]
 // Clients are this binary re-executed with --role; they meet through the store itself.
 #include <spawn.h>
 #include <sys/wait.h>
@@ -42,8 +41,6 @@ struct args {
   int index = 0;
   int n = 0;
   int io_threads = 0;  // the server's; 0: its default
-  int client_spin_us = -1;  // tcp_store_options::spin; -1: its default
-  int server_spin_us = -1;  // tcp_store_server_options::spin; -1: its default
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -72,8 +69,6 @@ args parse(int argc, char** argv) {
     else if (k == "--index") a.index = std::stoi(next());
     else if (k == "--n") a.n = std::stoi(next());
     else if (k == "--io-threads") a.io_threads = std::stoi(next());
-    else if (k == "--client-spin-us") a.client_spin_us = std::stoi(next());
-    else if (k == "--server-spin-us") a.server_spin_us = std::stoi(next());
     else if (k == "--clients") {
       a.clients.clear();
       std::string v = next();
@@ -87,11 +82,8 @@ args parse(int argc, char** argv) {
   return a;
 }
 
-int client_spin_us = -1;  // from --client-spin-us; -1 keeps the default
-
 std::unique_ptr<tcp_store> client(int port) {
   tcp_store_options o;
-  if (client_spin_us >= 0) o.spin = std::chrono::microseconds(client_spin_us);
   o.port = static_cast<std::uint16_t>(port);
   o.connect_timeout = 30s;
   o.timeout = 60s;
@@ -174,8 +166,7 @@ std::vector<pid_t> start_clients(const args& a, const std::string& role, int fir
   for (int i = first; i < first + count; ++i)
     pids.push_back(spawn({"store_bench", "--role", role, "--port", std::to_string(a.port),
                           "--index", std::to_string(i), "--n", std::to_string(n), "--seconds",
-                          std::to_string(a.seconds), "--rounds", std::to_string(a.rounds),
-                          "--client-spin-us", std::to_string(a.client_spin_us)}));
+                          std::to_string(a.seconds), "--rounds", std::to_string(a.rounds)}));
   return pids;
 }
 
@@ -195,7 +186,6 @@ double percentile(std::vector<double> v, double q) {
 int run_main(args a) {
   tcp_store_server_options so;
   so.io_threads = static_cast<std::size_t>(a.io_threads);
-  if (a.server_spin_us >= 0) so.spin = std::chrono::microseconds(a.server_spin_us);
   auto server = check(tcp_store_server::start(so), "start server");
   a.port = server->port();
   auto s = client(a.port);
@@ -241,7 +231,6 @@ int run_main(args a) {
 
 int main(int argc, char** argv) {
   args a = parse(argc, argv);
-  client_spin_us = a.client_spin_us;
   if (a.role == "main") return run_main(a);
   if (a.role == "ops") run_ops_client(a);
   else if (a.role == "wake-waiter") run_wake_waiter(a);

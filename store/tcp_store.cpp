@@ -8,7 +8,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -244,7 +243,7 @@ struct tcp_store::impl {
   // slice), reads what is there and delivers every complete reply. Called without mu
   // held. The socket is blocking with SO_RCVTIMEO, so a round costs one recv() when data
   // comes, instead of poll() + recv().
-  void read_round(const deadline& until, bool spin) {
+  void read_round(const deadline& until) {
     set_receive_slice(until.remaining());
     if (rbuf.size() - rend < 65536) {  // make room without zero-filling on every read
       if (rstart > 0) {
@@ -255,9 +254,7 @@ struct tcp_store::impl {
       }
       if (rbuf.size() - rend < 65536) rbuf.resize(rend + 65536);
     }
-    ssize_t n = spin ? spin_receive(until) : -1;
-    if (n < 0 && (!spin || errno == EAGAIN || errno == EWOULDBLOCK))
-      n = ::recv(fd(), rbuf.data() + rend, rbuf.size() - rend, 0);
+    ssize_t n = ::recv(fd(), rbuf.data() + rend, rbuf.size() - rend, 0);
     if (n <= 0) {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
       return fail(lost(n == 0 ? std::string("the server closed it") : std::strerror(errno)));
@@ -265,40 +262,6 @@ struct tcp_store::impl {
     rend += static_cast<std::size_t>(n);
     deliver_frames();
   }
-
-  // Non-blocking receives for up to options.spin (and never past `until`), yielding the
-  // CPU between tries: the reply to a request usually comes within tens of microseconds,
-  // and catching it awake saves the sleep and wake-up. Returns recv()'s result; -1 with
-  // EAGAIN when the window passed without data.
-  //
-  // Adaptive: when a window passes without a reply (a busy server, many clients on few
-  // cores), spinning would only take CPU from the server, so the next `skip_spins` calls
-  // block at once; the skip doubles with each miss (up to 256) and resets on a hit.
-  ssize_t spin_receive(const deadline& until) {
-    if (skip_left > 0) {
-      --skip_left;
-      errno = EAGAIN;
-      return -1;
-    }
-    auto stop = std::chrono::steady_clock::now() + options.spin;
-    if (stop > until.time_point()) stop = until.time_point();
-    for (;;) {
-      ssize_t n = ::recv(fd(), rbuf.data() + rend, rbuf.size() - rend, MSG_DONTWAIT);
-      if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        skip_after_miss = 1;
-        return n;
-      }
-      if (std::chrono::steady_clock::now() >= stop) {
-        skip_left = skip_after_miss;
-        skip_after_miss = std::min(skip_after_miss * 2, 256);
-        errno = EAGAIN;
-        return -1;
-      }
-      ::sched_yield();
-    }
-  }
-  int skip_left = 0;        // only touched by the reader: calls left that do not spin
-  int skip_after_miss = 1;  // the next miss's skip
 
   // A blocked recv() returns after at most this long, so the reader re-checks its
   // deadline; shortened (one setsockopt) only for a deadline closer than that.
@@ -421,13 +384,11 @@ struct tcp_store::impl {
       return std::move(w).error().with_operation(strcat("store.", op));
     }
     std::unique_lock lk(mu);
-    bool spin = options.spin.count() > 0;  // only the first round: a reply due soon
     while (!mine.done && !sticky && !until.expired()) {
       if (!reading) {
         reading = true;
         lk.unlock();
-        read_round(until, spin);
-        spin = false;
+        read_round(until);
         lk.lock();
         reading = false;
         cv.notify_all();  // another waiter may take the reader role
@@ -476,9 +437,6 @@ tcp_store::tcp_store(std::unique_ptr<impl> i) : impl_(std::move(i)) {
 }
 
 expected<std::unique_ptr<tcp_store>> tcp_store::connect(tcp_store_options options) {
-  if (options.spin.count() < 0 || options.spin > std::chrono::milliseconds(10))
-    return make_error(errc::invalid_argument, "tcp_store: spin ", options.spin.count(),
-                      " us is outside 0..10000 us; use 0 to block at once");
   auto i = std::make_unique<impl>();
   i->options = std::move(options);
   i->name = strcat("tcp_store ", i->options.host, ":", i->options.port);

@@ -27,13 +27,6 @@ struct tcp_store_options {
   duration timeout = default_timeout();
   /// The largest frame sent or accepted, in bytes; match the server's.
   std::size_t max_frame_size = std::size_t{64} << 20;
-  /// After sending a request, the caller polls its socket without sleeping for up to this
-  /// long before it blocks (yielding the CPU between polls). A reply that comes within
-  /// the window costs no sleep and wake-up, which on an idle core is much of a loopback
-  /// round trip. Adaptive: after a window passes without a reply (a busy server, more
-  /// clients than cores) the next calls block at once, fewer as replies come in time
-  /// again. At most 10 ms; 0 blocks at once.
-  std::chrono::microseconds spin{50};
 };
 
 class tcp_store final : public store, public prefix_countable {

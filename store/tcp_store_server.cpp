@@ -11,8 +11,6 @@
 #include <mutex>
 #include <optional>
 #include <thread>
-
-#include <sched.h>
 #include <vector>
 
 #include "core/log.hpp"
@@ -36,31 +34,10 @@ struct event_loop {
   std::promise<void> exited;
   std::atomic<std::size_t> connections{0};
 
-  // io.run(), except that after handling something it polls (epoll with no wait) for up
-  // to `spin` before blocking again.
-  void serve(std::chrono::microseconds spin) {
-    if (spin.count() <= 0) {
-      io.run();
-      return;
-    }
-    using steady = std::chrono::steady_clock;
-    auto busy_until = steady::now() + spin;
-    while (!io.stopped()) {
-      if (io.poll() > 0) {
-        busy_until = steady::now() + spin;
-      } else if (steady::now() < busy_until) {
-        ::sched_yield();
-      } else {
-        if (io.run_one() == 0) return;  // stopped or out of work
-        busy_until = steady::now() + spin;
-      }
-    }
-  }
-
-  void run(const std::string& name, std::chrono::microseconds spin) {
+  void run(const std::string& name) {
     for (;;) {
       try {
-        serve(spin);
+        io.run();
         break;
       } catch (const std::exception& e) {
         TROUPE_LOG(log_level::error, "store", name, ": I/O thread caught: ", e.what());
@@ -121,9 +98,6 @@ expected<std::unique_ptr<tcp_store_server>> tcp_store_server::start(
     return make_error(
         errc::invalid_argument, "tcp store server: io_threads ", options.io_threads,
         " is more than 64; use 0 for the default (one per hardware thread, at most 4)");
-  if (options.spin.count() < 0 || options.spin > std::chrono::milliseconds(10))
-    return make_error(errc::invalid_argument, "tcp store server: spin ", options.spin.count(),
-                      " us is outside 0..10000 us; use 0 to block at once");
   std::size_t threads = options.io_threads;
   // One loop per hardware thread, at most 4: on a 2-core machine shared with 8-32 client
   // processes, 2 loops served 5-10% more requests than 1 (bench/RESULTS.md).
@@ -166,8 +140,7 @@ expected<std::unique_ptr<tcp_store_server>> tcp_store_server::start(
   i->accept();
   for (auto& l : i->loops) {
     auto* loop = l.get();
-    loop->thread = std::thread(
-        [loop, name = i->core->name, spin = i->core->options.spin] { loop->run(name, spin); });
+    loop->thread = std::thread([loop, name = i->core->name] { loop->run(name); });
   }
   TROUPE_LOG(log_level::info, "store", i->core->name, ": listening on ", i->loops.size(),
              i->loops.size() == 1 ? " I/O thread" : " I/O threads");

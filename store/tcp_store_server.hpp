@@ -39,13 +39,6 @@ struct tcp_store_server_options {
   /// Event loops (one thread each) that the connections are spread over; 0 picks one per
   /// hardware thread, at most 4. At most 64.
   std::size_t io_threads = 0;
-  /// After it handled something, an event loop polls for more without sleeping for up to
-  /// this long before it blocks in epoll (yielding the CPU between polls). On a host with
-  /// cores to spare this saves a wake-up per request when a client's next request follows
-  /// quickly; on a busy host the polling takes CPU from the clients (measured: 10-20% fewer
-  /// operations per second at load 9 on 2 cores), so it is off by default. An idle server
-  /// never polls. At most 10 ms.
-  std::chrono::microseconds spin{0};
   /// How long the destructor waits for connections to close.
   duration shutdown_timeout = std::chrono::seconds(5);
 };

@@ -33,24 +33,6 @@ struct tcp_fixture {
   }
 };
 
-// The other spin settings: the client blocks at once for every reply, and the server's
-// loops poll for a while after each event before they block (both off by default on the
-// server, on in the client).
-struct tcp_swapped_spin_fixture {
-  std::unique_ptr<troupe::tcp_store_server> server = [] {
-    troupe::tcp_store_server_options so;
-    so.spin = std::chrono::microseconds(200);
-    return troupe::tcp_store_server::start(so).value();
-  }();
-  std::unique_ptr<troupe::store> open() {
-    troupe::tcp_store_options o;
-    o.port = server->port();
-    o.connect_timeout = 5s;
-    o.spin = std::chrono::microseconds(0);
-    return troupe::tcp_store::connect(o).value();
-  }
-};
-
 struct prefix_over_tcp_fixture {
   tcp_fixture tcp;
   std::unique_ptr<troupe::store> open() {
@@ -64,8 +46,7 @@ struct prefix_over_tcp_fixture {
 TYPE_TO_STRING(memory_fixture);
 TYPE_TO_STRING(prefix_fixture);
 TYPE_TO_STRING(tcp_fixture);
-TYPE_TO_STRING(tcp_swapped_spin_fixture);
 TYPE_TO_STRING(prefix_over_tcp_fixture);
-TEST_CASE_TEMPLATE_APPLY(store_contract,
-                         std::tuple<memory_fixture, prefix_fixture, tcp_fixture,
-                                    tcp_swapped_spin_fixture, prefix_over_tcp_fixture>);
+TEST_CASE_TEMPLATE_APPLY(
+    store_contract,
+    std::tuple<memory_fixture, prefix_fixture, tcp_fixture, prefix_over_tcp_fixture>);

@@ -44,23 +44,6 @@ TEST_CASE("the tcp store server refuses more than 64 I/O threads, naming the opt
   CHECK(s.error().message().find("io_threads") != std::string::npos);
 }
 
-TEST_CASE("a negative or huge spin window is refused by the server and the client, naming it") {
-  troupe::tcp_store_server_options so;
-  so.spin = std::chrono::microseconds(-1);
-  auto s = tcp_store_server::start(so);
-  REQUIRE_FALSE(s.has_value());
-  CHECK(s.error().code() == errc::invalid_argument);
-  CHECK(s.error().message().find("spin") != std::string::npos);
-  auto server = tcp_store_server::start({}).value();
-  troupe::tcp_store_options o;
-  o.port = server->port();
-  o.spin = std::chrono::seconds(1);
-  auto c = tcp_store::connect(o);
-  REQUIRE_FALSE(c.has_value());
-  CHECK(c.error().code() == errc::invalid_argument);
-  CHECK(c.error().message().find("spin") != std::string::npos);
-}
-
 TEST_CASE("one set wakes waiters whose connections live on every loop") {
   auto server = start_with_loops(3);
   // Seven connections over three loops: waiters share the setter's loop and sit on others.
