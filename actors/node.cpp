@@ -81,9 +81,12 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
   std::condition_variable wake_sweeper;
   std::thread sweeper;
 
-  rpc::call_options call_opts() const {
+  // Plain sends combine their writes (a stream of them leaves in batches); requests and
+  // answers are written at once, behind whatever was queued before them.
+  rpc::call_options call_opts(bool combine) const {
     rpc::call_options o;
     o.timeout = opts.request_timeout;
+    o.combine_writes = combine;
     return o;
   }
 
@@ -103,11 +106,13 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
       return;
     }
     auto self = weak_from_this();
-    agent->notify(call_opts(), worker, fn_deliver, name, std::uint64_t{0}, payload, tensors)
+    agent->notify(call_opts(true), worker, fn_deliver, name, std::uint64_t{0}, payload, tensors)
         .on_complete([self, worker, name](expected<void>&& r) {
           if (r) return;
-          TROUPE_LOG(log_level::debug, "actors", "a message to ", worker, "/", name,
-                     " was not delivered: ", r.error());
+          // A full send queue (backpressure past the timeout) is worth a warning; a
+          // departed worker is reported through its proxies below.
+          TROUPE_LOG(r.error().code() == errc::timeout ? log_level::warn : log_level::debug, "actors",
+                     "a message to ", worker, "/", name, " was not delivered: ", r.error());
           if (auto n = self.lock()) n->on_call_failed(worker, r.error());
         });
   }
@@ -137,7 +142,7 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     }
     // One-way: the answer (or the callee's refusal) comes back as a call of its own.
     auto self = weak_from_this();
-    agent->notify(call_opts(), worker, fn_deliver, name, id, payload, tensors)
+    agent->notify(call_opts(false), worker, fn_deliver, name, id, payload, tensors)
         .on_complete([self, id, worker](expected<void>&& r) {
           if (r) return;
           auto n = self.lock();
@@ -278,7 +283,7 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
 
   void send_error_answer(const std::string& caller, std::uint64_t id, error err) {
     err.with_worker(me.name);
-    agent->notify(call_opts(), caller, fn_answer, id, false, bytes{}, std::vector<rpc::tensor>{}, err)
+    agent->notify(call_opts(false), caller, fn_answer, id, false, bytes{}, std::vector<rpc::tensor>{}, err)
         .on_complete([caller](expected<void>&& r) {
           if (!r) TROUPE_LOG(log_level::debug, "actors", "an error reply to ", caller, " was lost: ", r.error());
         });
@@ -300,7 +305,7 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
       tensors.clear();
     }
     if (!is_ok) err.with_worker(me.name);
-    agent->notify(call_opts(), caller, fn_answer, id, is_ok, payload, tensors, err)
+    agent->notify(call_opts(false), caller, fn_answer, id, is_ok, payload, tensors, err)
         .on_complete([caller](expected<void>&& r) {
           if (!r)
             TROUPE_LOG(log_level::debug, "actors", "a reply to ", caller, " was lost: ", r.error());
