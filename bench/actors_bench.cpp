@@ -1,10 +1,7 @@
 // Remote actors through troupe, measured exactly as bench/caf_middleman_bench.cpp measures
 // CAF's own middleman: two processes on 127.0.0.1, one message type, the sharing scheduler.
 //
-//   actors_bench [--rounds N] [--messages N] [--payload BYTES] [--json] [--io-spin-us N]
-//
-// --io-spin-us sets the agents' rpc_backend_options::io_spin (default: the agent's own,
-// 50 us; 0 turns the I/O threads' spin off), to show what it gives.
+//   actors_bench [--rounds N] [--messages N] [--payload BYTES] [--json]
 //
 // Figures: request round trip p50/p99 (a request of `bench_message` answered with the same
 // message, one at a time) and one-way throughput (N messages sent without waiting, then one
@@ -20,7 +17,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -108,20 +104,7 @@ double raw_tcp_p50(int rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Our own option first; the rest is the command line both benchmarks share.
-  std::optional<long> io_spin_us;
-  std::vector<char*> rest{argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--io-spin-us") {
-      if (i + 1 >= argc) die("--io-spin-us needs a value in microseconds");
-      char* end = nullptr;
-      io_spin_us = std::strtol(argv[++i], &end, 10);
-      if (*end != '\0' || *io_spin_us < 0) die("--io-spin-us must be a non-negative integer");
-    } else {
-      rest.push_back(argv[i]);
-    }
-  }
-  options o = troupe::bench::parse_options(static_cast<int>(rest.size()), rest.data(), "actors_bench", false);
+  options o = troupe::bench::parse_options(argc, argv, "actors_bench", false);
   const bool is_server = !o.serve.empty();
   std::unique_ptr<tcp_store_server> store;
   pid_t server_pid = -1;
@@ -132,10 +115,6 @@ int main(int argc, char** argv) {
     store = std::move(*s);
     url = store->url();
     std::vector<std::string> args{"/proc/self/exe", "--serve", url};
-    if (io_spin_us) {
-      args.push_back("--io-spin-us");
-      args.push_back(std::to_string(*io_spin_us));
-    }
     std::vector<char*> cargs;
     for (auto& a : args) cargs.push_back(a.data());
     cargs.push_back(nullptr);
@@ -153,7 +132,6 @@ int main(int argc, char** argv) {
   ro.init_method = url;
   ro.device_count = 0;
   ro.rpc_timeout = 60s;
-  if (io_spin_us) ro.io_spin = std::chrono::microseconds(*io_spin_us);
   auto a = rpc::init_rpc(is_server ? "server" : "client", is_server ? 1 : 0, 2, ro);
   if (!a) die(a.error().to_string());
   std::shared_ptr<rpc::agent> agent(std::move(*a));

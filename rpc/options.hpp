@@ -53,11 +53,6 @@ struct rpc_backend_options {
   /// Idle worker threads and waiting rpc_sync callers spin this long before sleeping;
   /// lowers latency at the cost of CPU. Zero disables it.
   std::chrono::microseconds busy_poll{0};
-  /// After a socket read, an I/O thread keeps polling (yielding the CPU between empty
-  /// polls) until this long passes without another read, and only then sleeps in epoll:
-  /// the next message of an exchange finds it awake. Timers do not count, so an idle
-  /// agent sleeps. Zero: I/O threads sleep as soon as nothing is ready.
-  std::chrono::microseconds io_spin{50};
   /// Bytes that may wait in one connection's send queue; a caller that finds it full
   /// blocks until there is room or its call's timeout passes (errc::timeout). I/O threads
   /// never block (answers and inline functions may exceed it). Zero: 64 MiB.

@@ -2,7 +2,6 @@
 
 #include "core/cuda_runtime.hpp"
 #include "core/log.hpp"
-#include "rpc/detail/io_loop.hpp"
 #include "store/connect.hpp"
 #include "store/rendezvous.hpp"
 
@@ -112,7 +111,7 @@ expected<void> agent_core::start_io() {
   for (std::size_t i = 0; i < n; ++i)
     io_threads_.emplace_back([this] {
       mark_io_thread();
-      run_io_loop(io_, opts_.io_spin);
+      io_.run();
     });
   return ok();
 }

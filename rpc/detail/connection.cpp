@@ -4,7 +4,6 @@
 #include <netinet/tcp.h>
 
 #include "core/log.hpp"
-#include "rpc/detail/io_loop.hpp"
 
 namespace troupe::rpc::detail {
 
@@ -105,7 +104,6 @@ void connection::read_more() {
 }
 
 void connection::on_read(const boost::system::error_code& ec, std::size_t n, bool into_window) {
-  note_socket_activity();
   if (ec) {
     {
       std::lock_guard<std::mutex> lk(wmu_);
