@@ -248,17 +248,16 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     if (!msg) return std::move(msg).error().with_operation("message to " + path_of(me.name, target));
     // Straight into the target's mailbox, in arrival order. A request carries the reply
     // sink as its sender and a request id of ours; the answer comes back through it.
-    // Plain sends go to CAF's scheduler, so that a stream of them is handled while this
-    // thread reads the next ones. A request runs its target right here when that wakes
-    // it (detail/inline_unit.hpp): one thread switch less on the way to the answer.
-    // Either way the target takes them in mailbox order.
-    if (ask_id == 0) {
-      (*a)->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(*msg)),
-                    nullptr);
-      return ok();
-    }
+    // The target runs on this I/O thread when a message wakes it (detail/inline_unit.hpp):
+    // a request at once (one thread switch less on the way to the answer), plain sends
+    // once the frames of this read are handled, so a stream of them costs one run per read
+    // and no scheduler wake-up per message. Either way it takes them in mailbox order.
     auto& unit = detail::inline_unit::of(sys);
     auto* dest = caf::actor_cast<caf::abstract_actor*>(*a);
+    if (ask_id == 0) {
+      unit.deliver_batched(*dest, caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(*msg)));
+      return ok();
+    }
     const std::uint64_t sid = next_id.fetch_add(1);
     {
       std::lock_guard lk(mu);

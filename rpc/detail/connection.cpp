@@ -4,12 +4,15 @@
 #include <netinet/tcp.h>
 
 #include "core/log.hpp"
+#include "rpc/function_table.hpp"
 
 namespace troupe::rpc::detail {
 
 namespace {
 constexpr std::size_t read_buffer_size = 256 * 1024;
 constexpr std::size_t direct_read_min = 64 * 1024;
+// While an I/O thread hands the frames of one read to the owner: what runs after them.
+thread_local std::vector<std::function<void()>>* batch_hooks = nullptr;
 }  // namespace
 
 connection::connection(socket_type sock, std::weak_ptr<connection_owner> owner, bool outbound,
@@ -123,10 +126,14 @@ void connection::on_read(const boost::system::error_code& ec, std::size_t n, boo
     auto owner = owner_.lock();
     std::vector<wire::frame> frames;
     frames.swap(ready_);
+    std::vector<std::function<void()>> hooks;
+    auto* outer = std::exchange(batch_hooks, &hooks);
     for (auto& f : frames) {
       if (!owner) break;
       owner->on_frame(shared_from_this(), std::move(f));
     }
+    batch_hooks = outer;
+    for (auto& h : hooks) h();
   }
   {
     std::lock_guard<std::mutex> lk(wmu_);
@@ -193,3 +200,13 @@ std::size_t connection::pending_count() const {
 }
 
 }  // namespace troupe::rpc::detail
+
+namespace troupe::rpc {
+
+bool at_end_of_read_batch(std::function<void()> fn) {
+  if (detail::batch_hooks == nullptr) return false;
+  detail::batch_hooks->push_back(std::move(fn));
+  return true;
+}
+
+}  // namespace troupe::rpc
