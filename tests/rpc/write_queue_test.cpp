@@ -1,5 +1,6 @@
 // A connection's send queue: one-way calls combined into batches, order kept with the
-// requests between them, backpressure on a full queue, nothing lost at shutdown.
+// requests between them, backpressure on a full queue, nothing lost at shutdown; and on
+// the receiving side, work deferred to the end of a read batch.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -140,4 +141,53 @@ TEST_CASE("one-way calls still queued behind a slow receiver at shutdown are del
   for (int i = 0; i < n; ++i) REQUIRE(g[0]->notify("w1", "sink", t).get(5s));
   shutdown_all(g);
   CHECK(sunk->load() == n);
+}
+
+TEST_CASE("work deferred to the end of a read batch runs once, after every call of that read") {
+  CHECK_FALSE(at_end_of_read_batch([] {}));  // not on an I/O thread
+  struct state {
+    std::mutex mu;
+    int calls = 0;
+    int hooks_run = 0;
+    int hooks_registered = 0;
+    int wrong = 0;        // a hook that ran before its own call, twice, or elsewhere
+    int batched = 0;      // hooks that saw later calls of their read before running
+  };
+  auto st = std::make_shared<state>();
+  auto fns = standard_functions();
+  REQUIRE(fns->add(
+      "tick",
+      [st](int) {
+        int at;
+        {
+          std::lock_guard lk(st->mu);
+          at = ++st->calls;
+        }
+        auto ran = std::make_shared<bool>(false);
+        auto me = std::this_thread::get_id();
+        bool ok = at_end_of_read_batch([st, at, ran, me] {
+          std::lock_guard lk(st->mu);
+          if (*ran || st->calls < at || std::this_thread::get_id() != me) ++st->wrong;
+          *ran = true;
+          ++st->hooks_run;
+          if (st->calls > at) ++st->batched;
+        });
+        std::lock_guard lk(st->mu);
+        if (ok) ++st->hooks_registered;
+        else ++st->wrong;
+      },
+      function_options{true}));
+  auto g = make_group(2, std::make_shared<memory_store>(), [&](int, rpc_backend_options& o) { o.functions = fns; });
+  constexpr int n = 5000;
+  for (int i = 0; i < n; ++i) REQUIRE(g[0]->notify("w1", "tick", i).get(5s));
+  REQUIRE(g[0]->rpc_sync<int>("w1", "add", 1, 1));  // after every tick
+  {
+    std::lock_guard lk(st->mu);
+    CHECK(st->calls == n);
+    CHECK(st->hooks_registered == n);
+    CHECK(st->hooks_run == n);
+    CHECK(st->wrong == 0);
+    CHECK(st->batched > 0);  // combined writes arrive several calls to a read
+  }
+  shutdown_all(g);
 }
