@@ -147,7 +147,7 @@ connection::write_result connection::write_queue(std::unique_lock<std::mutex>& l
   return write_result::done;
 }
 
-void connection::end_write(std::unique_lock<std::mutex>& lk, write_result r,
+void connection::end_write(std::unique_lock<std::mutex>&, write_result r,
                            std::optional<error> failure) {
   writing_ = false;
   wcv_.notify_all();  // do_close may wait for the writer to finish
@@ -168,7 +168,6 @@ void connection::end_write(std::unique_lock<std::mutex>& lk, write_result r,
   }
   // Frames that others queued while this writer wrote its own go with the strand.
   if (!queue_.empty()) schedule_flush_locked();
-  (void)lk;
 }
 
 void connection::on_writable(const boost::system::error_code& ec) {
