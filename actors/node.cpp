@@ -81,9 +81,12 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
   std::condition_variable wake_sweeper;
   std::thread sweeper;
 
-  rpc::call_options call_opts() const {
+  // Plain sends combine their writes (a stream of them leaves in batches); requests and
+  // answers are written at once, behind whatever was queued before them.
+  rpc::call_options call_opts(bool combine) const {
     rpc::call_options o;
     o.timeout = opts.request_timeout;
+    o.combine_writes = combine;
     return o;
   }
 
@@ -103,11 +106,13 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
       return;
     }
     auto self = weak_from_this();
-    agent->notify(call_opts(), worker, fn_deliver, name, std::uint64_t{0}, payload, tensors)
+    agent->notify(call_opts(true), worker, fn_deliver, name, std::uint64_t{0}, payload, tensors)
         .on_complete([self, worker, name](expected<void>&& r) {
           if (r) return;
-          TROUPE_LOG(log_level::debug, "actors", "a message to ", worker, "/", name,
-                     " was not delivered: ", r.error());
+          // A full send queue (backpressure past the timeout) is worth a warning; a
+          // departed worker is reported through its proxies below.
+          TROUPE_LOG(r.error().code() == errc::timeout ? log_level::warn : log_level::debug, "actors",
+                     "a message to ", worker, "/", name, " was not delivered: ", r.error());
           if (auto n = self.lock()) n->on_call_failed(worker, r.error());
         });
   }
@@ -137,7 +142,7 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     }
     // One-way: the answer (or the callee's refusal) comes back as a call of its own.
     auto self = weak_from_this();
-    agent->notify(call_opts(), worker, fn_deliver, name, id, payload, tensors)
+    agent->notify(call_opts(false), worker, fn_deliver, name, id, payload, tensors)
         .on_complete([self, id, worker](expected<void>&& r) {
           if (r) return;
           auto n = self.lock();
@@ -243,17 +248,16 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     if (!msg) return std::move(msg).error().with_operation("message to " + path_of(me.name, target));
     // Straight into the target's mailbox, in arrival order. A request carries the reply
     // sink as its sender and a request id of ours; the answer comes back through it.
-    // Plain sends go to CAF's scheduler, so that a stream of them is handled while this
-    // thread reads the next ones. A request runs its target right here when that wakes
-    // it (detail/inline_unit.hpp): one thread switch less on the way to the answer.
-    // Either way the target takes them in mailbox order.
-    if (ask_id == 0) {
-      (*a)->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(*msg)),
-                    nullptr);
-      return ok();
-    }
+    // The target runs on this I/O thread when a message wakes it (detail/inline_unit.hpp):
+    // a request at once (one thread switch less on the way to the answer), plain sends
+    // once the frames of this read are handled, so a stream of them costs one run per read
+    // and no scheduler wake-up per message. Either way it takes them in mailbox order.
     auto& unit = detail::inline_unit::of(sys);
     auto* dest = caf::actor_cast<caf::abstract_actor*>(*a);
+    if (ask_id == 0) {
+      unit.deliver_batched(*dest, caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(*msg)));
+      return ok();
+    }
     const std::uint64_t sid = next_id.fetch_add(1);
     {
       std::lock_guard lk(mu);
@@ -278,7 +282,7 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
 
   void send_error_answer(const std::string& caller, std::uint64_t id, error err) {
     err.with_worker(me.name);
-    agent->notify(call_opts(), caller, fn_answer, id, false, bytes{}, std::vector<rpc::tensor>{}, err)
+    agent->notify(call_opts(false), caller, fn_answer, id, false, bytes{}, std::vector<rpc::tensor>{}, err)
         .on_complete([caller](expected<void>&& r) {
           if (!r) TROUPE_LOG(log_level::debug, "actors", "an error reply to ", caller, " was lost: ", r.error());
         });
@@ -300,7 +304,7 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
       tensors.clear();
     }
     if (!is_ok) err.with_worker(me.name);
-    agent->notify(call_opts(), caller, fn_answer, id, is_ok, payload, tensors, err)
+    agent->notify(call_opts(false), caller, fn_answer, id, is_ok, payload, tensors, err)
         .on_complete([caller](expected<void>&& r) {
           if (!r)
             TROUPE_LOG(log_level::debug, "actors", "a reply to ", caller, " was lost: ", r.error());

@@ -131,7 +131,9 @@ future<wire::frame> agent::start_call(const call_options& o, const worker_ref& t
     return make_error_future<wire::frame>(
         make_error(errc::invalid_argument, "cannot serialize the arguments of '", fn, "': ", e.err().message()));
   refs.commit();
-  return core_->send_request(*who, std::move(fb), timeout, !(flags & detail::request_no_reply));
+  const bool one_way = (flags & detail::request_no_reply) != 0;
+  return core_->send_request(*who, std::move(fb), timeout, !one_way,
+                             one_way && o.combine_writes ? detail::write_mode::combine : detail::write_mode::now);
 }
 
 namespace detail {

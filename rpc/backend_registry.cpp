@@ -40,6 +40,10 @@ expected<rpc_backend_options> tcp_construct(duration rpc_timeout, std::string in
       auto n = parse_count(k, v);
       if (!n) return std::move(n).error();
       o.busy_poll = std::chrono::microseconds(*n);
+    } else if (k == "max_queued_bytes") {
+      auto n = parse_count(k, v);
+      if (!n) return std::move(n).error();
+      o.max_queued_bytes = *n;
     } else if (k == "job_token") {
       o.job_token = v;
     } else if (k == "listen_host") {
@@ -59,7 +63,7 @@ expected<rpc_backend_options> tcp_construct(duration rpc_timeout, std::string in
       }
     } else {
       return make_error(errc::invalid_argument, "unknown setting '", k, "' for the tcp backend; known: "
-                        "num_worker_threads, num_io_threads, busy_poll_us, job_token, listen_host, "
+                        "num_worker_threads, num_io_threads, busy_poll_us, max_queued_bytes, job_token, listen_host, "
                         "group, devices (device maps are set on the options object)");
     }
   }

@@ -34,6 +34,12 @@ struct function_options {
   bool run_inline = false;
 };
 
+/// Inside a function registered with run_inline: runs `fn` on this I/O thread once every
+/// frame of the current read from the socket has been handled (a stream of small calls
+/// arrives many to a read). Lets an inline function collect work and do it once per
+/// batch. Returns false and does nothing when called anywhere else.
+bool at_end_of_read_batch(std::function<void()> fn);
+
 /// One incoming call as the type-erased handler sees it.
 struct incoming_call {
   const call_info* info = nullptr;

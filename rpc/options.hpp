@@ -53,6 +53,10 @@ struct rpc_backend_options {
   /// Idle worker threads and waiting rpc_sync callers spin this long before sleeping;
   /// lowers latency at the cost of CPU. Zero disables it.
   std::chrono::microseconds busy_poll{0};
+  /// Bytes that may wait in one connection's send queue; a caller that finds it full
+  /// blocks until there is room or its call's timeout passes (errc::timeout). I/O threads
+  /// never block (answers and inline functions may exceed it). Zero: 64 MiB.
+  std::size_t max_queued_bytes = std::size_t{64} << 20;
   /// Frame limits for authenticated peers.
   wire::limits limits;
   /// The functions this worker serves; a fresh table when null. More can be added later
@@ -64,6 +68,12 @@ struct rpc_backend_options {
 struct call_options {
   /// Zero: the agent's rpc_timeout.
   duration timeout = duration::zero();
+  /// One-way calls (agent::notify) only: true queues the frame and lets the connection's
+  /// I/O strand write it together with every frame queued until then (one gathered write
+  /// for a stream of one-way calls: higher throughput, a thread hop more of latency);
+  /// false writes it at once on the calling thread. Order on the connection is kept
+  /// either way. Requests are always written at once.
+  bool combine_writes = true;
 };
 
 }  // namespace troupe::rpc

@@ -5,6 +5,8 @@
 #include <memory>
 #include <utility>
 
+#include "rpc/function_table.hpp"
+
 namespace troupe::actors::detail {
 
 void inline_unit::exec_later(caf::resumable* job) {
@@ -25,8 +27,35 @@ void inline_unit::deliver(caf::abstract_actor& target, caf::mailbox_element_ptr 
   accepting_ = false;
   caf::resumable* job = std::exchange(woken_, nullptr);
   if (job == nullptr) return;  // the target was already scheduled or running elsewhere
+  run(job, max_throughput);
+}
+
+void inline_unit::deliver_batched(caf::abstract_actor& target, caf::mailbox_element_ptr what) {
+  if (depth_ > 0) {
+    target.enqueue(std::move(what), nullptr);
+    return;
+  }
+  accepting_ = true;
+  target.enqueue(std::move(what), this);
+  accepting_ = false;
+  caf::resumable* job = std::exchange(woken_, nullptr);
+  if (job == nullptr) return;  // already woken (maybe waiting in batch_), or running elsewhere
+  if (batch_.empty() && !rpc::at_end_of_read_batch([this] { run_batch(); })) {
+    run(job, max_throughput);  // not inside a read batch: run now
+    return;
+  }
+  batch_.push_back(job);
+}
+
+void inline_unit::run_batch() {
+  auto jobs = std::move(batch_);
+  batch_.clear();
+  for (auto* job : jobs) run(job, batch_throughput);
+}
+
+void inline_unit::run(caf::resumable* job, std::size_t throughput) {
   ++depth_;
-  auto result = job->resume(this, max_throughput);
+  auto result = job->resume(this, throughput);
   --depth_;
   switch (result) {
     case caf::resumable::resume_later:
@@ -44,6 +73,7 @@ inline_unit& inline_unit::of(caf::actor_system& sys) {
   thread_local caf::actor_system* owner = nullptr;
   thread_local std::unique_ptr<inline_unit> unit;
   if (owner != &sys || !unit) {
+    if (unit) unit->run_batch();  // another system's batch: run it before replacing its unit
     unit = std::make_unique<inline_unit>(sys);
     owner = &sys;
   }

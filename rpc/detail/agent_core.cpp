@@ -7,8 +7,6 @@
 
 namespace troupe::rpc::detail {
 
-void mark_io_thread();
-
 namespace {
 constexpr auto sweep_interval = std::chrono::milliseconds(5);
 }
@@ -96,7 +94,8 @@ expected<void> agent_core::start_io() {
                                                         asio::ip::tcp::socket sock) {
       auto self = weak.lock();
       if (!self || ec || stopping_.load()) return;
-      auto c = std::make_shared<connection>(std::move(sock), weak, false, wire::limits{4096, 0, 0});
+      auto c = std::make_shared<connection>(std::move(sock), weak, false, wire::limits{4096, 0, 0},
+                                                opts_.max_queued_bytes);
       {
         std::lock_guard<std::mutex> lk(conns_mu_);
         inbound_.insert(c);
@@ -218,7 +217,8 @@ expected<std::shared_ptr<connection>> agent_core::dial(const member& m, deadline
     return make_error(errc::connection_lost, "cannot connect to worker '", m.info.name, "' at ",
                       m.host, ":", m.port, ": ", e.message(), "; the worker may have died")
         .with_worker(m.info.name);
-  auto c = std::make_shared<connection>(std::move(sock), weak_from_this(), true, opts_.limits);
+  auto c = std::make_shared<connection>(std::move(sock), weak_from_this(), true, opts_.limits,
+                                        opts_.max_queued_bytes);
   c->set_peer(m.info);
   c->start(duration::zero());
   wire::frame_builder hs(wire::kind::handshake, 0);
@@ -242,11 +242,12 @@ expected<void> agent_core::wait_outstanding(deadline d) {
     std::size_t n = 0;
     {
       std::lock_guard<std::mutex> lk(conns_mu_);
-      for (auto& [name, c] : outbound_) n += c->pending_count();
+      // Calls still waiting for their answer, and one-way frames not yet written.
+      for (auto& [name, c] : outbound_) n += c->pending_count() + (c->queued_bytes() > 0 ? 1 : 0);
     }
     if (n == 0) return ok();
     if (d.expired())
-      return make_error(errc::timeout, n, " calls made by worker '", name_,
+      return make_error(errc::timeout, n, " calls (or connections with one-way calls not yet written) of worker '", name_,
                         "' were still outstanding at the shutdown deadline");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -262,6 +263,22 @@ void agent_core::send_shutdown_notices() {
   for (auto& c : all) {
     wire::frame_builder fb(wire::kind::shutdown, 0);
     if (fb.finish()) (void)c->send(std::move(fb));
+  }
+}
+
+void agent_core::await_shutdown_notices(deadline d) {
+  std::vector<std::shared_ptr<connection>> all;
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    for (auto& [n, c] : outbound_) all.push_back(c);
+    for (auto& c : inbound_) all.push_back(c);
+  }
+  for (;;) {
+    bool all_seen = true;
+    for (auto& c : all)  // connections that never identified their peer get no notice
+      if (!c->shutdown_notice_seen() && !c->sticky_error() && !c->peer().name.empty()) all_seen = false;
+    if (all_seen || d.expired()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 
@@ -321,6 +338,8 @@ expected<void> agent_core::shutdown(duration timeout) {
     auto waited = wait_outstanding(d);
     auto b = barrier(*store_, strcat(opts_.group, "/shutdown"), rank_, *world_size_, d.remaining());
     send_shutdown_notices();
+    // One-way calls the others sent us before their notice are read before we close.
+    await_shutdown_notices(deadline(std::min(d.time_point(), clock::now() + std::chrono::seconds(2))));
     if (!waited) result = std::move(waited).error();
     else if (!b) result = std::move(b).error();
     stop_local(make_error(errc::peer_left, "worker '", name_, "' shut down"));

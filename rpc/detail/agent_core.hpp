@@ -77,10 +77,12 @@ class agent_core final : public connection_owner,
   wire::frame_builder begin_request(std::string_view fn, std::uint8_t flags, std::uint64_t rref_id,
                                     duration timeout);
   /// Routes the tensors, finishes and sends; the future completes with the reply frame, or
-  /// (expect_reply false, for one-way calls) with an empty frame once the request is handed
-  /// to the connection.
+  /// (expect_reply false, for one-way calls) with an empty frame once the request is queued
+  /// on the connection. A request is always written at once (write_mode::now, after what
+  /// was queued before it); `mode` applies to one-way calls. A full send queue blocks the
+  /// caller until `timeout` (connection::send).
   future<wire::frame> send_request(const worker_info& to, wire::frame_builder&& fb, duration timeout,
-                                   bool expect_reply = true);
+                                   bool expect_reply = true, write_mode mode = write_mode::now);
   /// A fresh remote-reference id, unique in the group.
   std::uint64_t next_rref_id();
   /// Asks `owner` for the value of remote reference `id`.
@@ -125,6 +127,9 @@ class agent_core final : public connection_owner,
   expected<void> wait_outstanding(deadline d);
   void stop_local(const error& why);
   void send_shutdown_notices();
+  // Waits until every connection has read its peer's shutdown notice (and so everything
+  // the peer sent before it) or has failed, or `d` passes.
+  void await_shutdown_notices(deadline d);
 
   // Group formation (membership.cpp).
   expected<void> init_static(deadline d);

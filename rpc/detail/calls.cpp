@@ -5,12 +5,6 @@
 
 namespace troupe::rpc::detail {
 
-namespace {
-thread_local bool on_io_thread = false;
-}
-
-void mark_io_thread() { on_io_thread = true; }
-
 wire::frame_builder agent_core::begin_request(std::string_view fn, std::uint8_t flags,
                                               std::uint64_t rref_id, duration timeout) {
   wire::frame_builder fb(wire::kind::request, next_call_.fetch_add(1, std::memory_order_relaxed));
@@ -26,7 +20,8 @@ std::uint64_t agent_core::next_rref_id() {
 }
 
 future<wire::frame> agent_core::send_request(const worker_info& to, wire::frame_builder&& fb,
-                                             duration timeout, bool expect_reply) {
+                                             duration timeout, bool expect_reply,
+                                             write_mode mode) {
   auto context = [&](error e) {
     e.with_worker(to.name);
     return make_error_future<wire::frame>(std::move(e));
@@ -59,20 +54,31 @@ future<wire::frame> agent_core::send_request(const worker_info& to, wire::frame_
     std::lock_guard<std::mutex> lk(conns_mu_);
     if (auto it = outbound_.find(to.name); it != outbound_.end()) existing = it->second;
   }
-  auto finish_send = [d, expect_reply](const std::shared_ptr<connection>& c, wire::frame_builder&& b) {
+  auto finish_send = [d, expect_reply, mode](const std::shared_ptr<connection>& c, wire::frame_builder&& b) {
     if (!expect_reply) {
-      if (auto s = c->send(std::move(b)); !s) return make_error_future<wire::frame>(std::move(s).error());
-      return make_ready_future(wire::frame{});
+      // Tensor views that own nothing must stay valid until the future is ready: that is
+      // when their bytes are written, which may be after the frame was queued.
+      bool borrowed = false;
+      for (const auto& t : b.payload()) borrowed = borrowed || (!t.owner() && t.nbytes() > 0);
+      if (!borrowed) {
+        if (auto s = c->send(std::move(b), mode, d); !s) return make_error_future<wire::frame>(std::move(s).error());
+        return make_ready_future(wire::frame{});
+      }
+      promise<void> written;
+      auto done = written.get_future().then([] { return wire::frame{}; });
+      if (auto s = c->send(std::move(b), mode, d, std::move(written)); !s)
+        return make_error_future<wire::frame>(std::move(s).error());
+      return done;
     }
     promise<wire::frame> p;
     auto fut = p.get_future();
     auto id = b.id();
     if (auto r = c->add_pending(id, std::move(p), d); !r) return make_error_future<wire::frame>(std::move(r).error());
-    if (auto s = c->send(std::move(b)); !s) c->complete(id, std::move(s).error());
+    if (auto s = c->send(std::move(b), write_mode::now, d); !s) c->complete(id, std::move(s).error());
     return fut;
   };
   if (existing) return finish_send(existing, std::move(fb));
-  if (on_io_thread) {
+  if (is_io_thread()) {
     // Dialing blocks: do it on a worker thread, never on an I/O thread.
     promise<wire::frame> p;
     auto fut = p.get_future();

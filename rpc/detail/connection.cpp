@@ -2,30 +2,28 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include "core/log.hpp"
+#include "rpc/function_table.hpp"
 
 namespace troupe::rpc::detail {
 
 namespace {
 constexpr std::size_t read_buffer_size = 256 * 1024;
 constexpr std::size_t direct_read_min = 64 * 1024;
-constexpr int max_iov = 64;
+// While an I/O thread hands the frames of one read to the owner: what runs after them.
+thread_local std::vector<std::function<void()>>* batch_hooks = nullptr;
 }  // namespace
 
 connection::connection(socket_type sock, std::weak_ptr<connection_owner> owner, bool outbound,
-                       wire::limits lim)
+                       wire::limits lim, std::size_t max_queued_bytes)
     : socket_(std::move(sock)),
       handshake_timer_(socket_.get_executor()),
       owner_(std::move(owner)),
       outbound_(outbound),
       decoder_(lim),
-      read_buf_(read_buffer_size) {
+      read_buf_(read_buffer_size),
+      max_queued_(max_queued_bytes == 0 ? default_max_queued_bytes : max_queued_bytes) {
   boost::system::error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
   auto ep = socket_.remote_endpoint(ec);
@@ -76,6 +74,11 @@ std::optional<error> connection::sticky_error() const {
 
 void connection::mark_peer_leaving() { peer_leaving_.store(true); }
 
+void connection::note_shutdown_notice() {
+  peer_leaving_.store(true);
+  notice_seen_.store(true);
+}
+
 error connection::describe_loss(std::string_view what) const {
   auto p = peer();
   std::string who = p.name.empty() ? strcat("peer at ", remote_) : strcat("worker '", p.name, "'");
@@ -123,133 +126,20 @@ void connection::on_read(const boost::system::error_code& ec, std::size_t n, boo
     auto owner = owner_.lock();
     std::vector<wire::frame> frames;
     frames.swap(ready_);
+    std::vector<std::function<void()>> hooks;
+    auto* outer = std::exchange(batch_hooks, &hooks);
     for (auto& f : frames) {
       if (!owner) break;
       owner->on_frame(shared_from_this(), std::move(f));
     }
+    batch_hooks = outer;
+    for (auto& h : hooks) h();
   }
   {
     std::lock_guard<std::mutex> lk(wmu_);
     if (closed_) return;
   }
   read_more();
-}
-
-expected<void> connection::send(wire::frame_builder&& f) {
-  std::lock_guard<std::mutex> lk(wmu_);
-  if (closed_) return *error_;
-  queue_.push_back(out_frame{std::move(f), 0});
-  if (queue_.size() > 1 || waiting_writable_) return ok();  // the strand is flushing
-  if (auto e = flush_locked()) {
-    auto err = *e;
-    auto self = shared_from_this();
-    asio::post(socket_.get_executor(), [self, err] { self->do_close(err); });
-    return err;
-  }
-  if (!queue_.empty()) {
-    waiting_writable_ = true;
-    auto self = shared_from_this();
-    asio::post(socket_.get_executor(), [self] {
-      self->socket_.async_wait(socket_type::wait_write,
-                               [self](const boost::system::error_code& ec) { self->on_writable(ec); });
-    });
-  }
-  return ok();
-}
-
-std::optional<error> connection::flush_locked() {
-  int fd = socket_.native_handle();
-  while (!queue_.empty()) {
-    iovec iov[max_iov];
-    int cnt = 0;
-    // Gather from as many queued frames as fit.
-    for (auto it = queue_.begin(); it != queue_.end() && cnt < max_iov; ++it) {
-      std::size_t skip = it->offset;
-      auto add = [&](const void* p, std::size_t len) {
-        if (len == 0 || cnt >= max_iov) return;
-        if (skip >= len) {
-          skip -= len;
-          return;
-        }
-        iov[cnt].iov_base = const_cast<std::byte*>(static_cast<const std::byte*>(p) + skip);
-        iov[cnt].iov_len = len - skip;
-        skip = 0;
-        ++cnt;
-      };
-      add(it->fb.head().data(), it->fb.head().size());
-      for (const auto& t : it->fb.payload()) add(t.data(), t.nbytes());
-    }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<std::size_t>(cnt);
-    ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return std::nullopt;
-      if (errno == EINTR) continue;
-      return describe_loss(std::strerror(errno));
-    }
-    auto left = static_cast<std::size_t>(w);
-    while (left > 0 && !queue_.empty()) {
-      auto& front = queue_.front();
-      std::size_t remaining = front.fb.size() - front.offset;
-      if (left >= remaining) {
-        left -= remaining;
-        queue_.pop_front();
-      } else {
-        front.offset += left;
-        left = 0;
-      }
-    }
-    // Drop frames that are empty (cannot happen: a frame has at least a header).
-  }
-  return std::nullopt;
-}
-
-void connection::on_writable(const boost::system::error_code& ec) {
-  std::optional<error> failure;
-  {
-    std::lock_guard<std::mutex> lk(wmu_);
-    if (closed_) return;
-    if (ec) {
-      failure = describe_loss(ec.message());
-    } else {
-      failure = flush_locked();
-      if (!failure && !queue_.empty()) {
-        auto self = shared_from_this();
-        socket_.async_wait(socket_type::wait_write,
-                           [self](const boost::system::error_code& e) { self->on_writable(e); });
-        return;
-      }
-      waiting_writable_ = false;
-    }
-  }
-  if (failure) do_close(*failure);
-}
-
-void connection::close(error why) {
-  auto self = shared_from_this();
-  asio::post(socket_.get_executor(), [self, why = std::move(why)]() mutable { self->do_close(std::move(why)); });
-}
-
-void connection::do_close(error why) {
-  error sticky;
-  {
-    std::lock_guard<std::mutex> lk(wmu_);
-    if (!closed_) {
-      closed_ = true;
-      error_ = std::move(why);
-      boost::system::error_code ec;
-      socket_.shutdown(socket_type::shutdown_both, ec);
-      socket_.close(ec);
-      queue_.clear();
-    }
-    if (notified_) return;
-    notified_ = true;
-    sticky = *error_;
-  }
-  handshake_timer_.cancel();
-  fail_all(sticky);
-  if (auto owner = owner_.lock()) owner->on_closed(shared_from_this(), sticky);
 }
 
 expected<void> connection::add_pending(std::uint64_t id, promise<wire::frame>&& p, deadline d) {
@@ -310,3 +200,13 @@ std::size_t connection::pending_count() const {
 }
 
 }  // namespace troupe::rpc::detail
+
+namespace troupe::rpc {
+
+bool at_end_of_read_batch(std::function<void()> fn) {
+  if (detail::batch_hooks == nullptr) return false;
+  detail::batch_hooks->push_back(std::move(fn));
+  return true;
+}
+
+}  // namespace troupe::rpc

@@ -2,10 +2,23 @@
 //
 // Threading: the socket lives on its own strand; reads, closes and timers run there and
 // frames are handed to the owner on that strand (an I/O thread). send() may be called
-// from any thread: under a write mutex it writes straight to the socket with a gathered
-// non-blocking sendmsg, and only when the kernel buffer is full does the rest go to the
-// strand, which finishes it when the socket is writable. Closing happens under the same
-// mutex, so no thread writes to a closed descriptor.
+// from any thread and appends the frame to the connection's queue under a write mutex;
+// one thread at a time (the *writer*) writes from the front of the queue with gathered
+// non-blocking sendmsg calls, outside the mutex, so senders keep appending meanwhile.
+// Frames leave in the order they were queued, whoever writes them.
+//
+// - write_mode::now (requests, responses): a sender that finds no writer becomes the
+//   writer and writes everything queued up to and including its frame on its own thread.
+// - write_mode::combine (one-way calls): the frame is queued and the strand is asked to
+//   write; every frame queued until it runs goes out in the same gathered write.
+// - When the kernel buffer is full the writer stops and the strand finishes the queue
+//   when the socket is writable.
+// - Backpressure: while `max_queued_bytes` or more wait, send() blocks the caller until
+//   there is room or its deadline passes (errc::timeout naming the peer), except on an
+//   I/O thread, which never waits (it may be the one that has to drain the queue).
+// - close() first writes what is queued (up to drain_timeout) and only then closes; a
+//   connection that breaks drops its queue with a warning naming how many frames were
+//   lost. The descriptor is closed only when no writer is active.
 //
 // Errors are sticky: the first failure (read error, EOF, protocol error, close()) is
 // recorded, every pending call on the connection fails with it at once, and every later
@@ -16,6 +29,7 @@
 
 #include <boost/asio.hpp>
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
@@ -32,6 +46,21 @@ namespace asio = boost::asio;
 
 class connection;
 
+/// How send() writes a frame (see the class comment).
+enum class write_mode {
+  now,      ///< written at once on the calling thread, with everything queued before it
+  combine,  ///< queued; the strand writes the queue soon, in one gathered write
+};
+
+/// Bytes a connection lets wait in its send queue before senders block.
+inline constexpr std::size_t default_max_queued_bytes = 64u << 20;
+/// How long close() keeps writing what is queued before it closes anyway.
+inline constexpr duration drain_timeout = std::chrono::seconds(2);
+
+/// True on an I/O thread of an agent (set by mark_io_thread()).
+bool is_io_thread() noexcept;
+void mark_io_thread();
+
 /// Receives a connection's frames and its end; both called on the connection's strand.
 class connection_owner {
  public:
@@ -47,21 +76,34 @@ class connection : public std::enable_shared_from_this<connection> {
 
   /// `outbound`: we connected (we send requests, the peer answers).
   connection(socket_type sock, std::weak_ptr<connection_owner> owner, bool outbound,
-             wire::limits lim);
+             wire::limits lim, std::size_t max_queued_bytes = default_max_queued_bytes);
   ~connection();
 
   /// Starts reading. An inbound connection that has no peer identity after
   /// `handshake_timeout` is closed.
   void start(duration handshake_timeout);
 
-  /// Writes a finished frame (see the class comment). Fails with the sticky error.
-  expected<void> send(wire::frame_builder&& f);
+  /// Queues a finished frame and writes it as `mode` says (see the class comment). Fails
+  /// with the sticky error, or with errc::timeout when the queue stayed full until `until`.
+  /// `written`, when given, completes once the frame is handed to the kernel (or fails
+  /// with the reason it never will be); it is how a one-way call carrying tensor views
+  /// that own nothing learns when their memory may be reused.
+  expected<void> send(wire::frame_builder&& f, write_mode mode = write_mode::now,
+                      deadline until = deadline::after(std::chrono::seconds(30)),
+                      std::optional<promise<void>> written = std::nullopt);
 
-  /// Closes with `why` as the sticky error (the first reason wins). Any thread.
+  /// Writes what is queued (bounded by drain_timeout), then closes with `why` as the
+  /// sticky error (the first reason wins). Any thread.
   void close(error why);
 
-  /// The peer sent an orderly shutdown notice: later failures read as peer_left.
+  /// Bytes queued and not yet handed to the kernel.
+  std::size_t queued_bytes() const;
+
+  /// The peer is shutting down: later failures read as peer_left.
   void mark_peer_leaving();
+  /// The peer's shutdown notice arrived on this connection (so did all it sent before).
+  void note_shutdown_notice();
+  bool shutdown_notice_seen() const noexcept { return notice_seen_.load(); }
 
   std::optional<error> sticky_error() const;
   bool outbound() const noexcept { return outbound_; }
@@ -82,14 +124,29 @@ class connection : public std::enable_shared_from_this<connection> {
   struct out_frame {
     wire::frame_builder fb;
     std::size_t offset = 0;
+    std::optional<promise<void>> written;
   };
+  // Promises of frames written (or dropped) under wmu_, completed once it is released.
+  using written_list = std::vector<promise<void>>;
   void read_more();
   void on_read(const boost::system::error_code& ec, std::size_t n, bool into_window);
   void on_writable(const boost::system::error_code& ec);
-  // Writes queued frames until done or EAGAIN; wmu_ held. Returns an error on failure.
-  std::optional<error> flush_locked();
+  void flush_on_strand();
+  // Asks the strand to write the queue (once until it runs); wmu_ held.
+  void schedule_flush_locked();
+  enum class write_result { done, would_block, failed };
+  // The writer's loop: writes from the front until `until_popped` frames have left in
+  // total (or the queue is empty), dropping wmu_ around each sendmsg. On would_block the
+  // caller arms the writable wait or polls; on failed, `failure` says why.
+  write_result write_queue(std::unique_lock<std::mutex>& lk, std::uint64_t until_popped,
+                           std::optional<error>& failure, written_list& done);
+  // Ends a writer's turn: arms the writable wait, hands leftovers to the strand, or closes.
+  void end_write(std::unique_lock<std::mutex>& lk, write_result r, std::optional<error> failure);
+  // Writes the queue with blocking waits until it is empty or `until` (close()).
+  void drain(std::unique_lock<std::mutex>& lk, deadline until, written_list& done);
+  error queue_full_error() const;
   void fail_all(const error& e);
-  void do_close(error why);
+  void do_close(error why, bool drain_first = false);
   error describe_loss(std::string_view what) const;
 
   socket_type socket_;
@@ -102,12 +159,20 @@ class connection : public std::enable_shared_from_this<connection> {
   std::vector<wire::frame> ready_;
 
   mutable std::mutex wmu_;  // the write side, the sticky error and the closed flag
+  std::condition_variable wcv_;  // a writer finished, or the queue has room again
   std::deque<out_frame> queue_;
+  std::size_t queued_bytes_ = 0;
+  const std::size_t max_queued_;
+  std::uint64_t pushed_ = 0;   // frames queued so far
+  std::uint64_t popped_ = 0;   // frames fully written so far
+  bool writing_ = false;       // a writer is active (it alone pops and writes)
+  bool flush_posted_ = false;  // a flush_on_strand is on its way
   bool waiting_writable_ = false;
   bool closed_ = false;
   bool notified_ = false;
   std::optional<error> error_;
   std::atomic<bool> peer_leaving_{false};
+  std::atomic<bool> notice_seen_{false};
 
   mutable std::mutex pmu_;  // pending calls and the peer identity
   struct pending {

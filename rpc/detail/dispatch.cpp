@@ -37,7 +37,7 @@ void agent_core::on_frame(const std::shared_ptr<connection>& c, wire::frame&& f)
         return;
       }
       case kind::shutdown: {
-        c->mark_peer_leaving();
+        c->note_shutdown_notice();
         std::lock_guard<std::mutex> lk(conns_mu_);
         if (auto it = outbound_.find(c->peer().name); it != outbound_.end()) it->second->mark_peer_leaving();
         return;
@@ -51,7 +51,7 @@ void agent_core::on_frame(const std::shared_ptr<connection>& c, wire::frame&& f)
     case kind::handshake_ok:
     case kind::response:
     case kind::error: return handle_response(c, std::move(f));
-    case kind::shutdown: c->mark_peer_leaving(); return;
+    case kind::shutdown: c->note_shutdown_notice(); return;
     default:
       return c->close(make_error(errc::protocol_error, "worker '", c->peer().name, "' sent a ",
                                  wire::to_string(f.type), " frame on a connection we opened"));

@@ -22,10 +22,15 @@ TEST_CASE("the tcp backend is registered by default and duplicate names are refu
   REQUIRE_FALSE(dup);
   CHECK(dup.error().code() == errc::already_exists);
   auto o = construct_rpc_backend_options("tcp", std::chrono::seconds(7), "tcp://127.0.0.1:1",
-                                         {{"num_worker_threads", "3"}, {"devices", "cuda:0,cuda:1"}});
+                                         {{"num_worker_threads", "3"}, {"devices", "cuda:0,cuda:1"},
+                                          {"max_queued_bytes", "1048576"}});
   REQUIRE(o);
   CHECK(o->rpc_timeout == std::chrono::seconds(7));
   CHECK(o->num_worker_threads == 3);
+  CHECK(o->max_queued_bytes == 1048576u);
+  auto not_a_count = construct_rpc_backend_options("tcp", std::chrono::seconds(1), "", {{"max_queued_bytes", "lots"}});
+  REQUIRE_FALSE(not_a_count);
+  CHECK(not_a_count.error().message().find("max_queued_bytes") != std::string::npos);
   CHECK(o->devices.size() == 2);
   auto bad = construct_rpc_backend_options("tcp", std::chrono::seconds(1), "", {{"colour", "blue"}});
   REQUIRE_FALSE(bad);
