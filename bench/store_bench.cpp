@@ -8,6 +8,7 @@
 //         value; each waiter records now - t_set. p50/p99 in microseconds.
 //
 // Usage: store_bench [--clients 1,8,32] [--seconds 2] [--rounds 200] [--io-threads N]
+//                    [--tcp-only]   (the server opens no local socket: clients use TCP)
 // Clients are this binary re-executed with --role; they meet through the store itself.
 #include <spawn.h>
 #include <sys/wait.h>
@@ -41,6 +42,7 @@ struct args {
   int index = 0;
   int n = 0;
   int io_threads = 0;  // the server's; 0: its default
+  bool tcp_only = false;  // no local socket: every client on loopback TCP
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -69,6 +71,7 @@ args parse(int argc, char** argv) {
     else if (k == "--index") a.index = std::stoi(next());
     else if (k == "--n") a.n = std::stoi(next());
     else if (k == "--io-threads") a.io_threads = std::stoi(next());
+    else if (k == "--tcp-only") a.tcp_only = true;
     else if (k == "--clients") {
       a.clients.clear();
       std::string v = next();
@@ -186,6 +189,7 @@ double percentile(std::vector<double> v, double q) {
 int run_main(args a) {
   tcp_store_server_options so;
   so.io_threads = static_cast<std::size_t>(a.io_threads);
+  so.local_socket = !a.tcp_only;
   auto server = check(tcp_store_server::start(so), "start server");
   a.port = server->port();
   auto s = client(a.port);

@@ -27,6 +27,7 @@
 #include "core/log.hpp"
 #include "store/detail/kv_table.hpp"
 #include "store/detail/wire.hpp"
+#include "store/tcp_store_server.hpp"  // local_socket_name
 
 namespace troupe {
 
@@ -39,7 +40,9 @@ struct tcp_store::impl {
   std::string name;
   asio::io_context io;
   asio::strand<asio::io_context::executor_type> strand{io.get_executor()};
-  tcp::socket socket{strand};
+  // TCP, or the server's local socket when it listens on one (tcp_store_server.hpp).
+  asio::generic::stream_protocol::socket socket{strand};
+  bool local = false;  // connected through the local socket; set before the chain ends
   std::thread thread;
 
   std::mutex mu;  // guards waiting, reading, sticky, next_id
@@ -53,18 +56,41 @@ struct tcp_store::impl {
   // ---- connecting: an asynchronous chain on the strand, awaited by the caller ----
 
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
-  tcp::resolver::results_type endpoints;
+  std::vector<asio::generic::stream_protocol::endpoint> endpoints;
+  std::string local_name;  // the server's local socket to try first; empty: TCP only
   bytes hello;
   std::function<void(boost::system::error_code, std::string_view)> on_connected;
 
   // connect -> send the hello -> read the reply's length -> read the reply; ends in
   // on_connected(error, stage) exactly once.
+  // The local socket first when there may be one: a server without it refuses at once
+  // (no such name), and TCP follows.
   void connect_chain() {
-    asio::async_connect(
-        socket, endpoints, [this](boost::system::error_code ec, const tcp::endpoint&) {
-          if (ec) return on_connected(ec, "connecting");
-          boost::system::error_code ignored;
-          socket.set_option(tcp::no_delay(true), ignored);
+    if (local_name.empty()) return connect_tcp();
+    socket.async_connect(asio::local::stream_protocol::endpoint(local_name),
+                         [this](boost::system::error_code ec) {
+                           if (!ec) {
+                             local = true;
+                             return send_hello();
+                           }
+                           boost::system::error_code ignored;
+                           socket.close(ignored);
+                           connect_tcp();
+                         });
+  }
+
+  void connect_tcp() {
+    asio::async_connect(socket, endpoints,
+                        [this](boost::system::error_code ec,
+                               const asio::generic::stream_protocol::endpoint&) {
+                          if (ec) return on_connected(ec, "connecting");
+                          boost::system::error_code ignored;
+                          socket.set_option(tcp::no_delay(true), ignored);
+                          send_hello();
+                        });
+  }
+
+  void send_hello() {
           asio::async_write(
               socket, asio::buffer(hello), [this](boost::system::error_code e, std::size_t) {
                 if (e) return on_connected(e, "sending the hello");
@@ -82,7 +108,6 @@ struct tcp_store::impl {
                                        });
                     });
               });
-        });
   }
 
   // Closes the socket on the strand and waits until that has happened.
@@ -99,8 +124,16 @@ struct tcp_store::impl {
   expected<void> connect_once(const deadline& until) {
     boost::system::error_code ec;
     tcp::resolver resolver(io);
-    endpoints = resolver.resolve(options.host, std::to_string(options.port), ec);
+    auto resolved = resolver.resolve(options.host, std::to_string(options.port), ec);
     if (ec) return make_error(errc::connection_lost, "cannot resolve: ", ec.message());
+    endpoints.clear();
+    for (const auto& e : resolved) endpoints.emplace_back(e.endpoint());
+    local = false;
+    local_name.clear();
+    if (options.local_socket && !resolved.empty()) {
+      auto first = resolved.begin()->endpoint().address();
+      if (first.is_loopback()) local_name = local_socket_name(first.to_string(), options.port);
+    }
     hello = wire::encode_hello(
         {wire::magic, wire::version, options.secret, strcat("tcp_store pid ", ::getpid())});
     std::mutex done_mu;
@@ -477,6 +510,8 @@ expected<std::unique_ptr<tcp_store>> tcp_store::connect(tcp_store_options option
 tcp_store::~tcp_store() { impl_->stop(); }
 
 std::string tcp_store::describe() const { return impl_->name; }
+
+bool tcp_store::connected_locally() const noexcept { return impl_->local; }
 
 std::optional<error> tcp_store::connection_error() const {
   std::lock_guard lk(impl_->mu);

@@ -27,6 +27,9 @@ struct tcp_store_options {
   duration timeout = default_timeout();
   /// The largest frame sent or accepted, in bytes; match the server's.
   std::size_t max_frame_size = std::size_t{64} << 20;
+  /// For a loopback host, connect through the server's local socket when it has one
+  /// (tcp_store_server_options::local_socket), else TCP. The same protocol either way.
+  bool local_socket = true;
 };
 
 class tcp_store final : public store, public prefix_countable {
@@ -57,6 +60,9 @@ class tcp_store final : public store, public prefix_countable {
   expected<std::int64_t> num_keys(duration timeout) override;
   expected<std::int64_t> num_keys_with_prefix(std::string_view prefix, duration timeout) override;
   std::string describe() const override;
+
+  /// Whether this client reached the server through its local socket rather than TCP.
+  bool connected_locally() const noexcept;
 
   /// The sticky error, once the connection has broken.
   std::optional<error> connection_error() const;

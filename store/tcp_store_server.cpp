@@ -5,6 +5,8 @@
 
 #include "store/tcp_store_server.hpp"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <boost/asio.hpp>
 #include <future>
@@ -54,6 +56,7 @@ struct event_loop {
 struct tcp_store_server::impl {
   std::vector<std::unique_ptr<event_loop>> loops;  // declared before what lives on them
   std::optional<tcp::acceptor> acceptor;           // on loops[0]
+  std::optional<asio::local::stream_protocol::acceptor> local_acceptor;  // on loops[0]
   std::shared_ptr<server_core> core = std::make_shared<server_core>();
   std::string host;
   std::uint16_t port = 0;
@@ -62,24 +65,65 @@ struct tcp_store_server::impl {
   bool stopped = false;
 
   // Accepts on loops[0]; each new connection goes to the next loop in turn.
-  void accept() {
+  void accept() { accept_on(*acceptor); }
+  void accept_local() { accept_on(*local_acceptor); }
+
+  template <class Acceptor>
+  void accept_on(Acceptor& from) {
     auto& loop = *loops[next_loop];
     next_loop = (next_loop + 1) % loops.size();
-    acceptor->async_accept(
-        loop.io, [this, &loop](boost::system::error_code ec, tcp::socket socket) {
-          if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
-          if (ec) {
-            TROUPE_LOG(log_level::warn, "store", core->name, ": accept failed: ", ec.message());
-          } else {
-            auto c = std::make_shared<server_connection>(loop.io, std::move(socket), core);
-            {
-              std::lock_guard lk(core->mu);
-              core->connections.emplace(c.get(), c);
-            }
-            c->start();
-          }
-          accept();
-        });
+    from.async_accept(loop.io, [this, &loop, &from](boost::system::error_code ec,
+                                                    typename Acceptor::protocol_type::socket s) {
+      if (ec == asio::error::operation_aborted || !from.is_open()) return;
+      if (ec) {
+        TROUPE_LOG(log_level::warn, "store", core->name, ": accept failed: ", ec.message());
+      } else {
+        std::string peer = describe_peer(s);
+        auto c = std::make_shared<server_connection>(
+            loop.io, server_connection::stream_socket(std::move(s)), std::move(peer), core);
+        {
+          std::lock_guard lk(core->mu);
+          core->connections.emplace(c.get(), c);
+        }
+        c->start();
+      }
+      accept_on(from);
+    });
+  }
+
+  static std::string describe_peer(tcp::socket& s) {
+    boost::system::error_code ec;
+    auto ep = s.remote_endpoint(ec);
+    return ec ? std::string("an unknown peer") : strcat(ep.address().to_string(), ":", ep.port());
+  }
+
+  static std::string describe_peer(asio::local::stream_protocol::socket& s) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(s.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+      return strcat("local process ", cred.pid);
+    return "a local peer";
+  }
+
+  // Listens on the local socket when bound to a loopback address; a name already taken
+  // (by a server in another process bound to the same address and port, which cannot
+  // happen within one network namespace) or any other failure only loses the fast path.
+  void listen_locally(const asio::ip::address& bound) {
+    if (!core->options.local_socket || !bound.is_loopback()) return;
+    std::string name = local_socket_name(bound.to_string(), port);
+    boost::system::error_code ec;
+    local_acceptor.emplace(loops[0]->io);
+    asio::local::stream_protocol::endpoint ep(name);
+    local_acceptor->open(ep.protocol(), ec);
+    if (!ec) local_acceptor->bind(ep, ec);
+    if (!ec) local_acceptor->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      TROUPE_LOG(log_level::debug, "store", core->name, ": no local socket (", ec.message(),
+                 "); clients on this host use TCP");
+      local_acceptor.reset();
+      return;
+    }
+    accept_local();
   }
 };
 
@@ -138,6 +182,7 @@ expected<std::unique_ptr<tcp_store_server>> tcp_store_server::start(
   i->core->options = std::move(options);
   i->core->name = strcat("tcp store server ", i->host, ":", i->port);
   i->accept();
+  i->listen_locally(local.address());
   for (auto& l : i->loops) {
     auto* loop = l.get();
     loop->thread = std::thread([loop, name = i->core->name] { loop->run(name); });
@@ -154,6 +199,14 @@ std::uint16_t tcp_store_server::port() const noexcept { return impl_->port; }
 std::string tcp_store_server::url() const {
   bool v6 = impl_->host.find(':') != std::string::npos;
   return strcat("tcp://", v6 ? "[" : "", impl_->host, v6 ? "]" : "", ":", impl_->port);
+}
+
+bool tcp_store_server::has_local_socket() const noexcept {
+  return impl_->local_acceptor.has_value();
+}
+
+std::string local_socket_name(std::string_view address, std::uint16_t port) {
+  return strcat(std::string_view("\0", 1), "troupe-store/", address, ":", port);
 }
 
 std::size_t tcp_store_server::num_connections() const {
@@ -176,6 +229,7 @@ void tcp_store_server::shutdown(duration timeout) {
   asio::post(i.loops[0]->io, [&i] {
     boost::system::error_code ec;
     i.acceptor->close(ec);
+    if (i.local_acceptor) i.local_acceptor->close(ec);
     std::vector<std::shared_ptr<server_connection>> open;
     {
       std::lock_guard clk(i.core->mu);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/expected.hpp"
 #include "core/time.hpp"
@@ -39,9 +40,18 @@ struct tcp_store_server_options {
   /// Event loops (one thread each) that the connections are spread over; 0 picks one per
   /// hardware thread, at most 4. At most 64.
   std::size_t io_threads = 0;
+  /// When bound to a loopback address, also listen on a local (Unix domain) socket in
+  /// the abstract namespace, named after the TCP address (see local_socket_name()).
+  /// Clients on this host connect there unless told otherwise: same protocol, same secret,
+  /// a cheaper kernel path than loopback TCP. Nothing is created in the file system.
+  bool local_socket = true;
   /// How long the destructor waits for connections to close.
   duration shutdown_timeout = std::chrono::seconds(5);
 };
+
+/// The abstract-namespace name (leading NUL byte included) of the local socket of a
+/// server bound to `address` (as printed by the server, e.g. "127.0.0.1") and `port`.
+std::string local_socket_name(std::string_view address, std::uint16_t port);
 
 class tcp_store_server {
  public:
@@ -58,6 +68,9 @@ class tcp_store_server {
   std::uint16_t port() const noexcept;
   /// "tcp://host:port", ready for connect_store().
   std::string url() const;
+  /// Whether the server also listens on its local socket (a loopback bind with
+  /// local_socket set, and the name was free).
+  bool has_local_socket() const noexcept;
 
   /// Closes the listener and every connection (their clients see connection_lost), then
   /// stops the I/O threads. Waits at most `timeout` for an orderly close, then forces it.

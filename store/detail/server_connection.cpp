@@ -13,13 +13,13 @@ namespace troupe::detail {
 
 namespace asio = boost::asio;
 
-server_connection::server_connection(asio::io_context& loop, tcp::socket socket,
-                                     std::shared_ptr<server_core> core)
-    : loop_(loop), socket_(std::move(socket)), timer_(loop), core_(std::move(core)) {
-  boost::system::error_code ec;
-  auto ep = socket_.remote_endpoint(ec);
-  peer_ = ec ? std::string("an unknown peer") : strcat(ep.address().to_string(), ":", ep.port());
-}
+server_connection::server_connection(asio::io_context& loop, stream_socket socket,
+                                     std::string peer, std::shared_ptr<server_core> core)
+    : loop_(loop),
+      socket_(std::move(socket)),
+      timer_(loop),
+      core_(std::move(core)),
+      peer_(std::move(peer)) {}
 
 void server_connection::start() {
   asio::post(loop_, [self = shared_from_this()] {
@@ -27,7 +27,8 @@ void server_connection::start() {
     self->socket_.non_blocking(true, ec);
     if (ec)
       return self->close(strcat("cannot make the socket non-blocking: ", ec.message()), false);
-    self->socket_.set_option(tcp::no_delay(true), ec);
+    if (self->socket_.local_endpoint(ec).protocol().family() != AF_UNIX)
+      self->socket_.set_option(tcp::no_delay(true), ec);
     {
       std::lock_guard lk(self->out_mu_);
       self->fd_ = self->socket_.native_handle();
@@ -449,7 +450,7 @@ void server_connection::flush() {
 }
 
 void server_connection::wait_writable() {
-  socket_.async_wait(tcp::socket::wait_write,
+  socket_.async_wait(stream_socket::wait_write,
                      [self = shared_from_this()](boost::system::error_code ec) {
                        if (self->closed_) return;
                        {
@@ -484,7 +485,7 @@ void server_connection::close(const std::string& reason, bool warn) {
     std::lock_guard lk(out_mu_);  // no other loop writes to the socket from here on
     open_ = false;
     fd_ = -1;
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.shutdown(stream_socket::shutdown_both, ec);
     socket_.close(ec);
     outbox_.clear();
     out_head_ = out_offset_ = 0;

@@ -27,9 +27,12 @@ namespace troupe::detail {
 class server_connection : public std::enable_shared_from_this<server_connection> {
  public:
   using tcp = boost::asio::ip::tcp;
+  /// A TCP connection or a local (Unix domain) one: the protocol is the same.
+  using stream_socket = boost::asio::generic::stream_protocol::socket;
 
-  /// `socket` must belong to `loop`, and `loop` must be run by exactly one thread.
-  server_connection(boost::asio::io_context& loop, tcp::socket socket,
+  /// `socket` must belong to `loop`, and `loop` must be run by exactly one thread. `peer`
+  /// names the other end in log lines.
+  server_connection(boost::asio::io_context& loop, stream_socket socket, std::string peer,
                     std::shared_ptr<server_core> core);
 
   /// Any thread: starts the hello timer and reading, on the connection's loop.
@@ -70,7 +73,7 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   static constexpr std::size_t read_chunk = std::size_t{64} << 10;
 
   boost::asio::io_context& loop_;
-  tcp::socket socket_;
+  stream_socket socket_;
   boost::asio::steady_timer timer_;
   std::shared_ptr<server_core> core_;
   std::string peer_;

@@ -33,6 +33,22 @@ struct tcp_fixture {
   }
 };
 
+// The same over loopback TCP: the server opens no local socket, the client asks for none.
+struct tcp_only_fixture {
+  std::unique_ptr<troupe::tcp_store_server> server = [] {
+    troupe::tcp_store_server_options so;
+    so.local_socket = false;
+    return troupe::tcp_store_server::start(so).value();
+  }();
+  std::unique_ptr<troupe::store> open() {
+    troupe::tcp_store_options o;
+    o.port = server->port();
+    o.connect_timeout = 5s;
+    o.local_socket = false;
+    return troupe::tcp_store::connect(o).value();
+  }
+};
+
 struct prefix_over_tcp_fixture {
   tcp_fixture tcp;
   std::unique_ptr<troupe::store> open() {
@@ -46,7 +62,8 @@ struct prefix_over_tcp_fixture {
 TYPE_TO_STRING(memory_fixture);
 TYPE_TO_STRING(prefix_fixture);
 TYPE_TO_STRING(tcp_fixture);
+TYPE_TO_STRING(tcp_only_fixture);
 TYPE_TO_STRING(prefix_over_tcp_fixture);
-TEST_CASE_TEMPLATE_APPLY(
-    store_contract,
-    std::tuple<memory_fixture, prefix_fixture, tcp_fixture, prefix_over_tcp_fixture>);
+TEST_CASE_TEMPLATE_APPLY(store_contract,
+                         std::tuple<memory_fixture, prefix_fixture, tcp_fixture, tcp_only_fixture,
+                                    prefix_over_tcp_fixture>);

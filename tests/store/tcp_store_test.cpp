@@ -236,6 +236,51 @@ TEST_CASE("connecting where no server listens times out naming the address") {
   CHECK(std::chrono::steady_clock::now() - start < 3s);
 }
 
+TEST_CASE("a client on this host reaches the server through its local socket") {
+  auto server = start_server();
+  CHECK(server->has_local_socket());
+  auto c = connect_to(*server).value();
+  CHECK(c->connected_locally());
+  REQUIRE(c->set("k", std::string_view("v")));
+  CHECK(troupe::to_string(c->get("k", 5s).value()) == "v");
+}
+
+TEST_CASE("either side can keep clients on TCP, and both kinds of client share one table") {
+  troupe::tcp_store_server_options so;
+  so.local_socket = false;
+  auto tcp_server = start_server(so);
+  CHECK_FALSE(tcp_server->has_local_socket());
+  auto c = connect_to(*tcp_server).value();
+  CHECK_FALSE(c->connected_locally());  // tried the local name, found none, used TCP
+  REQUIRE(c->set("k", std::string_view("over tcp")));
+
+  auto server = start_server();
+  troupe::tcp_store_options o;
+  o.port = server->port();
+  o.connect_timeout = 3s;
+  o.local_socket = false;
+  auto over_tcp = tcp_store::connect(o).value();
+  auto local = connect_to(*server).value();
+  CHECK_FALSE(over_tcp->connected_locally());
+  CHECK(local->connected_locally());
+  // A waiter on one kind of connection is woken by a set on the other.
+  std::thread waiter([&] { CHECK(troupe::to_string(over_tcp->get("shared", 5s).value()) == "x"); });
+  REQUIRE(local->set("shared", std::string_view("x")));
+  waiter.join();
+  CHECK(server->num_connections() == 2);
+}
+
+TEST_CASE("the local socket is named after the address and port the server bound") {
+  auto server = start_server();
+  auto name = troupe::local_socket_name(server->host(), server->port());
+  REQUIRE_FALSE(name.empty());
+  CHECK(name[0] == '\0');  // abstract namespace: nothing in the file system
+  CHECK(name.find(server->host() + ":" + std::to_string(server->port())) != std::string::npos);
+  // Servers on other loopback addresses with the same port have other names, so a client
+  // never reaches the wrong one.
+  CHECK(troupe::local_socket_name("127.0.0.2", server->port()) != name);
+}
+
 TEST_CASE("a timed-out get leaves the client usable and a later get succeeds") {
   auto server = start_server();
   auto client = connect_to(*server).value();
