@@ -50,6 +50,7 @@ struct bench_options {
   size_t payload = 32;
   bool json = false;
   std::string serve;
+  bool tcp_only = false;  // troupe only: loopback TCP instead of the workers' local sockets
 };
 
 /// Parses the options of `program`; --scheduler only when `with_scheduler`. Exits with
@@ -59,7 +60,7 @@ inline bench_options parse_options(int argc, char** argv, const std::string& pro
   auto usage = [&](const std::string& what) {
     std::fprintf(stderr, "%s: %s\nusage: %s%s [--rounds N] [--messages N] [--payload BYTES] [--json]\n",
                  program.c_str(), what.c_str(), program.c_str(),
-                 with_scheduler ? " [--scheduler sharing|stealing]" : "");
+                 with_scheduler ? " [--scheduler sharing|stealing]" : " [--tcp-only]");
     std::exit(2);
   };
   bench_options o;
@@ -83,6 +84,8 @@ inline bench_options parse_options(int argc, char** argv, const std::string& pro
       o.json = true;
     } else if (a == "--serve") {
       o.serve = value();
+    } else if (a == "--tcp-only" && !with_scheduler) {
+      o.tcp_only = true;
     } else {
       usage("unknown argument '" + a + "'");
     }

@@ -1,7 +1,7 @@
 // Remote actors through troupe, measured exactly as bench/caf_middleman_bench.cpp measures
 // CAF's own middleman: two processes on 127.0.0.1, one message type, the sharing scheduler.
 //
-//   actors_bench [--rounds N] [--messages N] [--payload BYTES] [--json]
+//   actors_bench [--rounds N] [--messages N] [--payload BYTES] [--json] [--tcp-only]
 //
 // Figures: request round trip p50/p99 (a request of `bench_message` answered with the same
 // message, one at a time) and one-way throughput (N messages sent without waiting, then one
@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
     store = std::move(*s);
     url = store->url();
     std::vector<std::string> args{"/proc/self/exe", "--serve", url};
+    if (o.tcp_only) args.push_back("--tcp-only");
     std::vector<char*> cargs;
     for (auto& a : args) cargs.push_back(a.data());
     cargs.push_back(nullptr);
@@ -132,6 +133,7 @@ int main(int argc, char** argv) {
   ro.init_method = url;
   ro.device_count = 0;
   ro.rpc_timeout = 60s;
+  ro.local_socket = !o.tcp_only;
   auto a = rpc::init_rpc(is_server ? "server" : "client", is_server ? 1 : 0, 2, ro);
   if (!a) die(a.error().to_string());
   std::shared_ptr<rpc::agent> agent(std::move(*a));

@@ -44,6 +44,10 @@ expected<rpc_backend_options> tcp_construct(duration rpc_timeout, std::string in
       auto n = parse_count(k, v);
       if (!n) return std::move(n).error();
       o.max_queued_bytes = *n;
+    } else if (k == "local_socket") {
+      if (v != "0" && v != "1")
+        return make_error(errc::invalid_argument, "setting 'local_socket' must be 0 or 1, got '", v, "'");
+      o.local_socket = v == "1";
     } else if (k == "job_token") {
       o.job_token = v;
     } else if (k == "listen_host") {
@@ -63,7 +67,7 @@ expected<rpc_backend_options> tcp_construct(duration rpc_timeout, std::string in
       }
     } else {
       return make_error(errc::invalid_argument, "unknown setting '", k, "' for the tcp backend; known: "
-                        "num_worker_threads, num_io_threads, busy_poll_us, max_queued_bytes, job_token, listen_host, "
+                        "num_worker_threads, num_io_threads, busy_poll_us, max_queued_bytes, local_socket, job_token, listen_host, "
                         "group, devices (device maps are set on the options object)");
     }
   }

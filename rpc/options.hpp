@@ -44,6 +44,11 @@ struct rpc_backend_options {
   /// Interface the agent listens on; port 0 picks a free one.
   std::string listen_host = "127.0.0.1";
   std::uint16_t listen_port = 0;
+  /// When listening on a loopback address, also accept on a local (Unix domain) socket in
+  /// the abstract namespace named after that address, and reach peers on this host through
+  /// theirs: the same frames and handshake over a cheaper kernel path (docs/rpc.md).
+  /// Either side may turn it off; a peer without one is reached over TCP.
+  bool local_socket = true;
   /// Key prefix in the store, so several groups can share one store.
   std::string group = "troupe/rpc";
   /// Bound on init (store exchange, connections, barrier, warm-up).

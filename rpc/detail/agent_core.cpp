@@ -85,27 +85,47 @@ expected<void> agent_core::start_io() {
                       opts_.listen_port, ": ", e.what(), "; set options.listen_host/listen_port");
   }
   work_.emplace(io_.get_executor());
-  // Accept loop: each accepted socket gets its own strand.
+  listen_locally();
+  // Accept loops: each accepted socket gets its own strand.
   auto accept = std::make_shared<std::function<void()>>();
   std::weak_ptr<agent_core> weak = weak_from_this();
-  *accept = [this, weak, accept_w = std::weak_ptr<std::function<void()>>(accept)] {
-    acceptor_->async_accept(asio::make_strand(io_), [this, weak, accept_w](
+  auto adopt = [this, weak](connection::socket_type sock) {
+    auto c = std::make_shared<connection>(std::move(sock), weak, false, wire::limits{4096, 0, 0},
+                                          opts_.max_queued_bytes);
+    {
+      std::lock_guard<std::mutex> lk(conns_mu_);
+      inbound_.insert(c);
+    }
+    c->start(std::chrono::seconds(10));
+  };
+  *accept = [this, weak, adopt, accept_w = std::weak_ptr<std::function<void()>>(accept)] {
+    acceptor_->async_accept(asio::make_strand(io_), [this, weak, adopt, accept_w](
                                                         const boost::system::error_code& ec,
                                                         asio::ip::tcp::socket sock) {
       auto self = weak.lock();
       if (!self || ec || stopping_.load()) return;
-      auto c = std::make_shared<connection>(std::move(sock), weak, false, wire::limits{4096, 0, 0},
-                                                opts_.max_queued_bytes);
-      {
-        std::lock_guard<std::mutex> lk(conns_mu_);
-        inbound_.insert(c);
-      }
-      c->start(std::chrono::seconds(10));
+      adopt(connection::socket_type(std::move(sock)));
       if (auto again = accept_w.lock()) (*again)();
     });
   };
   accept_loop_ = accept;
   (*accept)();
+  if (local_acceptor_) {
+    auto accept_local = std::make_shared<std::function<void()>>();
+    *accept_local = [this, weak, adopt,
+                     again_w = std::weak_ptr<std::function<void()>>(accept_local)] {
+      local_acceptor_->async_accept(
+          asio::make_strand(io_), [this, weak, adopt, again_w](const boost::system::error_code& ec,
+                                                               asio::local::stream_protocol::socket sock) {
+            auto self = weak.lock();
+            if (!self || ec || stopping_.load()) return;
+            adopt(connection::socket_type(std::move(sock)));
+            if (auto again = again_w.lock()) (*again)();
+          });
+    };
+    local_accept_loop_ = accept_local;
+    (*accept_local)();
+  }
   start_sweeper();
   std::size_t n = opts_.num_io_threads == 0 ? 1 : opts_.num_io_threads;
   for (std::size_t i = 0; i < n; ++i)
@@ -192,13 +212,55 @@ expected<std::shared_ptr<connection>> agent_core::connection_to(const member& m,
   return *c;
 }
 
+namespace {
+// The abstract-namespace name of the local socket of a worker listening on host:port.
+std::string local_socket_name(std::string_view host, std::uint16_t port) {
+  return strcat(std::string_view("\0", 1), "troupe-rpc/", host, ":", port);
+}
+}  // namespace
+
+// A loopback listener gets a local socket beside it; any failure only loses the fast path.
+void agent_core::listen_locally() {
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(host_, ec);
+  if (!opts_.local_socket || ec || !addr.is_loopback()) return;
+  asio::local::stream_protocol::endpoint ep(local_socket_name(host_, port_));
+  local_acceptor_.emplace(io_);
+  local_acceptor_->open(ep.protocol(), ec);
+  if (!ec) local_acceptor_->bind(ep, ec);
+  if (!ec) local_acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    TROUPE_LOG(log_level::debug, "rpc", "worker '", name_, "': no local socket (", ec.message(),
+               "); peers on this host connect over TCP");
+    local_acceptor_.reset();
+  }
+}
+
+// Connects to a peer on this host through its local socket; null when it has none (the
+// connect is refused at once) or this worker does not use them.
+std::optional<connection::socket_type> agent_core::dial_locally(const member& m,
+                                                                const asio::ip::address& addr) {
+  if (!opts_.local_socket || !addr.is_loopback()) return std::nullopt;
+  asio::local::stream_protocol::socket sock(asio::make_strand(io_));
+  boost::system::error_code ec;
+  sock.open(asio::local::stream_protocol(), ec);
+  // A listening Unix socket accepts or refuses at once (a full backlog would make a
+  // blocking connect wait, so it is non-blocking: EAGAIN falls back to TCP as well).
+  if (!ec) sock.non_blocking(true, ec);
+  if (!ec) sock.connect(asio::local::stream_protocol::endpoint(local_socket_name(m.host, m.port)), ec);
+  if (ec) return std::nullopt;
+  sock.non_blocking(false, ec);
+  return connection::socket_type(std::move(sock));
+}
+
 expected<std::shared_ptr<connection>> agent_core::dial(const member& m, deadline d) {
-  asio::ip::tcp::socket sock(asio::make_strand(io_));
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(m.host, ec);
   if (ec)
     return make_error(errc::invalid_argument, "worker '", m.info.name, "' published address '",
                       m.host, "' that is not an IP address");
+  if (auto local = dial_locally(m, addr)) return handshake(m, std::move(*local), d);
+  asio::ip::tcp::socket sock(asio::make_strand(io_));
   asio::ip::tcp::endpoint ep(addr, m.port);
   std::promise<boost::system::error_code> connected;
   auto fut = connected.get_future();
@@ -217,6 +279,12 @@ expected<std::shared_ptr<connection>> agent_core::dial(const member& m, deadline
     return make_error(errc::connection_lost, "cannot connect to worker '", m.info.name, "' at ",
                       m.host, ":", m.port, ": ", e.message(), "; the worker may have died")
         .with_worker(m.info.name);
+  return handshake(m, connection::socket_type(std::move(sock)), d);
+}
+
+expected<std::shared_ptr<connection>> agent_core::handshake(const member& m,
+                                                             connection::socket_type sock,
+                                                             deadline d) {
   auto c = std::make_shared<connection>(std::move(sock), weak_from_this(), true, opts_.limits,
                                         opts_.max_queued_bytes);
   c->set_peer(m.info);
@@ -298,6 +366,7 @@ void agent_core::stop_local(const error& why) {
     asio::post(io_, [this] {
       boost::system::error_code ec;
       if (acceptor_) acceptor_->close(ec);
+      if (local_acceptor_) local_acceptor_->close(ec);
       if (sweeper_) sweeper_->cancel();
     });
   }
@@ -322,6 +391,7 @@ void agent_core::stop_local(const error& why) {
     inbound_.clear();
   }
   accept_loop_.reset();
+  local_accept_loop_.reset();
   sweep_loop_.reset();
 }
 

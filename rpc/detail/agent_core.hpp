@@ -124,6 +124,11 @@ class agent_core final : public connection_owner,
   void start_sweeper();
   expected<std::shared_ptr<connection>> connection_to(const member& m, deadline d);
   expected<std::shared_ptr<connection>> dial(const member& m, deadline d);
+  std::optional<connection::socket_type> dial_locally(const member& m,
+                                                      const asio::ip::address& addr);
+  expected<std::shared_ptr<connection>> handshake(const member& m, connection::socket_type sock,
+                                                  deadline d);
+  void listen_locally();
   expected<void> wait_outstanding(deadline d);
   void stop_local(const error& why);
   void send_shutdown_notices();
@@ -175,8 +180,11 @@ class agent_core final : public connection_owner,
   asio::io_context io_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   std::optional<asio::ip::tcp::acceptor> acceptor_;
+  // The local socket beside a loopback listener (options::local_socket); null otherwise.
+  std::optional<asio::local::stream_protocol::acceptor> local_acceptor_;
   std::optional<asio::steady_timer> sweeper_;
   std::shared_ptr<std::function<void()>> accept_loop_;
+  std::shared_ptr<std::function<void()>> local_accept_loop_;
   std::shared_ptr<std::function<void()>> sweep_loop_;
   std::vector<std::thread> io_threads_;
   std::string host_;

@@ -2,6 +2,8 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
 
 #include "core/log.hpp"
 #include "rpc/function_table.hpp"
@@ -25,9 +27,33 @@ connection::connection(socket_type sock, std::weak_ptr<connection_owner> owner, 
       read_buf_(read_buffer_size),
       max_queued_(max_queued_bytes == 0 ? default_max_queued_bytes : max_queued_bytes) {
   boost::system::error_code ec;
-  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
-  auto ep = socket_.remote_endpoint(ec);
-  remote_ = ec ? std::string("unknown") : strcat(ep.address().to_string(), ":", ep.port());
+  sockaddr_storage peer{};
+  socklen_t len = sizeof peer;
+  if (::getpeername(socket_.native_handle(), reinterpret_cast<sockaddr*>(&peer), &len) != 0) {
+    remote_ = "unknown";
+  } else if (peer.ss_family == AF_UNIX) {
+    ucred cred{};
+    socklen_t clen = sizeof cred;
+    remote_ = ::getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0
+                  ? strcat("local process ", cred.pid)
+                  : std::string("a local process");
+  } else {
+    socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* addr = nullptr;
+    unsigned port = 0;
+    if (peer.ss_family == AF_INET) {
+      auto* in = reinterpret_cast<const sockaddr_in*>(&peer);
+      addr = &in->sin_addr;
+      port = ntohs(in->sin_port);
+    } else {
+      auto* in6 = reinterpret_cast<const sockaddr_in6*>(&peer);
+      addr = &in6->sin6_addr;
+      port = ntohs(in6->sin6_port);
+    }
+    remote_ = ::inet_ntop(peer.ss_family, addr, text, sizeof text) ? strcat(text, ":", port)
+                                                                    : std::string("unknown");
+  }
 }
 
 connection::~connection() = default;

@@ -72,7 +72,8 @@ class connection_owner {
 
 class connection : public std::enable_shared_from_this<connection> {
  public:
-  using socket_type = asio::ip::tcp::socket;
+  /// TCP, or a local (Unix domain) socket to a peer on this host.
+  using socket_type = asio::generic::stream_protocol::socket;
 
   /// `outbound`: we connected (we send requests, the peer answers).
   connection(socket_type sock, std::weak_ptr<connection_owner> owner, bool outbound,
