@@ -1,6 +1,7 @@
 // RPC benchmark: the figures of docs/rpc.md against the physical limit on this machine (a
 // raw TCP ping-pong and echo between two processes, measured in the same run).
 //   rpc_bench [--iters N] [--seconds S] [--sizes 4096,1048576,...] [--busy-poll-us U] [--inline]
+//             [--tcp-only]
 // Prints one JSON object per measurement (impl, bench, size, figures) for bench/compare.py.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -33,6 +34,7 @@ struct config {
   std::vector<std::size_t> sizes{4096, 1 << 20, 16 << 20, 64 << 20};
   int busy_poll_us = 0;
   bool run_inline = false;
+  bool tcp_only = false;  // no local sockets: loopback TCP between the workers
   std::string self;
 };
 
@@ -145,6 +147,7 @@ rpc_backend_options options_for(const std::string& url, const config& c) {
   o.device_count = 0;
   o.rpc_timeout = std::chrono::seconds(60);
   o.busy_poll = std::chrono::microseconds(c.busy_poll_us);
+  o.local_socket = !c.tcp_only;
   o.functions = bench_functions(c.run_inline);
   return o;
 }
@@ -157,6 +160,7 @@ pid_t spawn(const config& c, const std::vector<std::string>& args) {
     all.push_back("--busy-poll-us");
     all.push_back(std::to_string(c.busy_poll_us));
     if (c.run_inline) all.push_back("--inline");
+    if (c.tcp_only) all.push_back("--tcp-only");
     std::vector<char*> argv;
     for (auto& s : all) argv.push_back(s.data());
     argv.push_back(nullptr);
@@ -315,6 +319,7 @@ int main(int argc, char** argv) {
         std::string b = argv[j];
         if (b == "--busy-poll-us" && j + 1 < argc) c.busy_poll_us = std::stoi(argv[++j]);
         if (b == "--inline") c.run_inline = true;
+        if (b == "--tcp-only") c.tcp_only = true;
       }
       return serve(c, url, name, std::stoi(rank), world);
     }
@@ -322,6 +327,7 @@ int main(int argc, char** argv) {
     else if (a == "--seconds") c.seconds = std::stod(next());
     else if (a == "--busy-poll-us") c.busy_poll_us = std::stoi(next());
     else if (a == "--inline") c.run_inline = true;
+    else if (a == "--tcp-only") c.tcp_only = true;
     else if (a == "--sizes") {
       c.sizes.clear();
       std::string v = next();
