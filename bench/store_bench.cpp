@@ -3,6 +3,7 @@
 //
 //   ops   N client processes, each running set(key, 64 B) + get(key) on its own key for a
 //         fixed time; total operations per second.
+//   ops_nowait  the same loop with set_nowait, whose set gets no reply (as c10d's set).
 //   wake  N client processes block in get() on one key; a setter process writes the key
 //         with its monotonic clock (CLOCK_MONOTONIC, as Python's time.monotonic_ns) in the
 //         value; each waiter records now - t_set. p50/p99 in microseconds.
@@ -106,9 +107,10 @@ void start_line(store& s, const std::string& tag, int index) {
   check(s.wait(go, 60s), "wait go");
 }
 
-void run_ops_client(const args& a) {
+// `nowait`: set_nowait (no reply, c10d's set semantics) instead of set.
+void run_ops_client(const args& a, bool nowait) {
   auto s = client(a.port);
-  std::string tag = "ops" + std::to_string(a.n);
+  std::string tag = (nowait ? "opsq" : "ops") + std::to_string(a.n);
   std::string key = tag + "/k" + std::to_string(a.index);
   std::vector<std::byte> value(64, std::byte{'x'});
   start_line(*s, tag, a.index);
@@ -116,7 +118,10 @@ void run_ops_client(const args& a) {
   auto end = clock::now() + std::chrono::duration_cast<clock::duration>(
                                 std::chrono::duration<double>(a.seconds));
   while (clock::now() < end) {
-    check(s->set(key, value, 10s), "set");
+    if (nowait)
+      check(s->set_nowait(key, value, 10s), "set_nowait");
+    else
+      check(s->set(key, value, 10s), "set");
     (void)check(s->get(key, 10s), "get");
     n += 2;
   }
@@ -194,16 +199,16 @@ int run_main(args a) {
   a.port = server->port();
   auto s = client(a.port);
   for (int n : a.clients) {
-    {
-      std::string tag = "ops" + std::to_string(n);
-      auto pids = start_clients(a, "ops", 0, n, n);
+    for (bool nowait : {false, true}) {
+      std::string tag = (nowait ? "opsq" : "ops") + std::to_string(n);
+      auto pids = start_clients(a, nowait ? "ops-nowait" : "ops", 0, n, n);
       release(*s, tag, n);
       reap(pids);
       long total = 0;
       for (int i = 0; i < n; ++i)
         total += std::stol(check(s->get_string(tag + "/result" + std::to_string(i)), "result"));
-      std::printf("{\"impl\": \"troupe\", \"bench\": \"ops\", \"clients\": %d, \"ops_per_s\": %.1f}\n",
-                  n, static_cast<double>(total) / a.seconds);
+      std::printf("{\"impl\": \"troupe\", \"bench\": \"%s\", \"clients\": %d, \"ops_per_s\": %.1f}\n",
+                  nowait ? "ops_nowait" : "ops", n, static_cast<double>(total) / a.seconds);
       std::fflush(stdout);
     }
     {
@@ -236,7 +241,8 @@ int run_main(args a) {
 int main(int argc, char** argv) {
   args a = parse(argc, argv);
   if (a.role == "main") return run_main(a);
-  if (a.role == "ops") run_ops_client(a);
+  if (a.role == "ops") run_ops_client(a, false);
+  else if (a.role == "ops-nowait") run_ops_client(a, true);
   else if (a.role == "wake-waiter") run_wake_waiter(a);
   else if (a.role == "wake-setter") run_wake_setter(a);
   else die("unknown role " + a.role);

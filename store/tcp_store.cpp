@@ -447,6 +447,31 @@ struct tcp_store::impl {
     return bytes(mine.reply.end() - static_cast<std::ptrdiff_t>(rd.remaining()), mine.reply.end());
   }
 
+  // Writes one request that gets no reply (request id 0).
+  template <class Fill, class What>
+  expected<void> send_only(wire::kind k, std::size_t payload_hint, Fill&& fill, duration timeout,
+                           std::string_view op, What&& what) {
+    auto until = deadline::after(timeout);
+    {
+      std::lock_guard lk(mu);
+      if (sticky) return error(*sticky).with_operation(strcat("store.", op));
+    }
+    wire::frame_builder fb(k, 0, payload_hint);
+    fill(fb.writer());
+    bytes frame = std::move(fb).finish();
+    if (frame.size() - wire::length_size > options.max_frame_size)
+      return make_error(errc::invalid_argument, op, " of ", what(), " on ", name,
+                        ": the request is ", frame.size(), " bytes, over the frame limit of ",
+                        options.max_frame_size,
+                        "; raise max_frame_size on server and clients or store less");
+    if (auto w = write_frame(frame, until); !w) {
+      if (w.error().code() == errc::timeout)
+        return detail::store_timeout(name, op, what(), timeout);
+      return std::move(w).error().with_operation(strcat("store.", op));
+    }
+    return ok();
+  }
+
   void forget(std::uint64_t id) {
     std::lock_guard lk(mu);
     waiting.erase(id);
@@ -530,6 +555,18 @@ expected<void> tcp_store::set(std::string_view key, std::span<const std::byte> v
       timeout, "set", [&] { return strcat("key '", key, "'"); }, false);
   if (!r) return std::move(r).error();
   return ok();
+}
+
+expected<void> tcp_store::set_nowait(std::string_view key, std::span<const std::byte> value,
+                                     duration timeout) {
+  TROUPE_TRY(detail::check_key(key));
+  return impl_->send_only(
+      wire::kind::set_quiet, key.size() + value.size() + 8,
+      [&](byte_writer& w) {
+        w.str(key);
+        w.blob(value);
+      },
+      timeout, "set_nowait", [&] { return strcat("key '", key, "'"); });
 }
 
 expected<bytes> tcp_store::get(std::string_view key, duration timeout) {

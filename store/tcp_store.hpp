@@ -61,6 +61,19 @@ class tcp_store final : public store, public prefix_countable {
   expected<std::int64_t> num_keys_with_prefix(std::string_view prefix, duration timeout) override;
   std::string describe() const override;
 
+  /// A set that does not wait for the server: it returns once the request is handed to
+  /// the kernel (within `timeout`), and the server applies it without replying, as c10d's
+  /// TCPStore does with every set. Later calls on this client see it (one connection keeps
+  /// order); other clients see it once the server has read it, so a caller that must know
+  /// it is visible everywhere uses set(). A failure after the write (the server gone) is
+  /// not reported here but fails every later call (connection_lost). The key and size are
+  /// checked here as for set().
+  expected<void> set_nowait(std::string_view key, std::span<const std::byte> value,
+                            duration timeout);
+  expected<void> set_nowait(std::string_view key, std::string_view value) {
+    return set_nowait(key, std::as_bytes(std::span(value.data(), value.size())), timeout());
+  }
+
   /// Whether this client reached the server through its local socket rather than TCP.
   bool connected_locally() const noexcept;
 

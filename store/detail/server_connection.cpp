@@ -234,14 +234,23 @@ void server_connection::handle(wire::request q) {
     return !r;
   };
   switch (q.op) {
-    case wire::kind::set: {
-      if (bad_key(q.key)) return;
+    case wire::kind::set:
+    case wire::kind::set_quiet: {
+      bool quiet = q.op == wire::kind::set_quiet;
+      if (quiet) {
+        // No reply to carry an error: a client that sends a bad key in a quiet set skipped
+        // its own check, and the connection is closed with the reason.
+        if (auto r = check_key(q.key); !r)
+          return close(strcat("a quiet set with a bad key: ", r.error().message()), true);
+      } else if (bad_key(q.key)) {
+        return;
+      }
       {
         std::lock_guard lk(core.mu);
         core.table.set(q.key, q.value);
         core.wake(q.key, ready);
       }
-      send(empty_ok(q.id));
+      if (!quiet) send(empty_ok(q.id));
       break;
     }
     case wire::kind::get:

@@ -109,7 +109,8 @@ expected<request> decode_request(std::span<const std::byte> body) {
     return ok();
   };
   switch (q.op) {
-    case kind::set: {
+    case kind::set:
+    case kind::set_quiet: {
       TROUPE_TRY(read_key());
       auto v = r.blob("value");
       if (!v) return std::move(v).error();

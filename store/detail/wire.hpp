@@ -15,7 +15,7 @@ namespace troupe::detail::wire {
 
 /// "TRST" read as a little-endian u32; the first field of a hello.
 inline constexpr std::uint32_t magic = 0x54535254;
-inline constexpr std::uint32_t version = 1;
+inline constexpr std::uint32_t version = 2;  // 2: set_quiet
 /// The u32 length that precedes every frame body.
 inline constexpr std::size_t length_size = 4;
 /// kind (u8) + request id (u64): the smallest valid body.
@@ -35,6 +35,8 @@ enum class kind : std::uint8_t {
   wait = 22,
   num_keys = 23,
   cancel = 24,
+  /// A set that the server applies without replying (tcp_store::set_nowait).
+  set_quiet = 25,
 };
 
 /// Status byte of a reply: 0 is success, else an errc value.

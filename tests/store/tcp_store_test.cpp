@@ -423,3 +423,57 @@ TEST_CASE("a client that sends requests but never reads cannot make the server b
     std::this_thread::sleep_for(20ms);
   CHECK(server->queued_output_bytes() == 0);
 }
+
+TEST_CASE("a quiet set is seen by the same client's next call and by other clients once applied") {
+  auto server = start_server();
+  auto a = connect_to(*server).value();
+  auto b = connect_to(*server).value();
+  for (int i = 0; i < 100; ++i) REQUIRE(a->set_nowait("n", std::to_string(i)));
+  // One connection keeps order: the get is read after every quiet set before it.
+  CHECK(troupe::to_string(a->get("n", 5s).value()) == "99");
+  // Another client's blocking get waits for the key, wherever the set is in flight.
+  std::thread waiter([&] { CHECK(troupe::to_string(b->get("late", 5s).value()) == "here"); });
+  REQUIRE(a->set_nowait("late", std::string_view("here")));
+  waiter.join();
+}
+
+TEST_CASE("a quiet set checks its key before sending it") {
+  auto server = start_server();
+  auto c = connect_to(*server).value();
+  auto r = c->set_nowait("", std::string_view("v"));
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code() == errc::invalid_argument);
+  CHECK(c->set("still", std::string_view("fine")));
+}
+
+TEST_CASE("after a quiet set to a server that has gone, the next call fails with connection_lost") {
+  auto server = start_server();
+  auto c = connect_to(*server).value();
+  REQUIRE(c->set_nowait("k", std::string_view("v")));
+  server->shutdown(5s);
+  // The quiet set may still be handed to the kernel; the next call that waits must fail.
+  (void)c->set_nowait("k2", std::string_view("v"));
+  auto r = c->get("k", 5s);
+  REQUIRE_FALSE(r.has_value());
+  CHECK((r.error().code() == errc::connection_lost || r.error().code() == errc::shut_down));
+  auto again = c->set_nowait("k3", std::string_view("v"));
+  REQUIRE_FALSE(again.has_value());  // the sticky error
+}
+
+TEST_CASE("a quiet set with a bad key closes only the connection that sent it") {
+  auto server = start_server();
+  raw_socket sock(server->port());
+  REQUIRE(sock.send(troupe::detail::wire::encode_hello(
+      {troupe::detail::wire::magic, troupe::detail::wire::version, "", "raw"})));
+  auto reply_len = sock.receive(4);
+  REQUIRE(reply_len.size() == 4);
+  auto n = std::to_integer<std::uint32_t>(reply_len[0]) |
+           std::to_integer<std::uint32_t>(reply_len[1]) << 8;
+  REQUIRE(sock.receive(n).size() == n);
+  troupe::detail::wire::frame_builder f(troupe::detail::wire::kind::set_quiet, 0);
+  f.writer().str("");
+  f.writer().blob(troupe::bytes{});
+  REQUIRE(sock.send(std::move(f).finish()));
+  CHECK(sock.closed_by_peer());
+  check_serves(*server);
+}
