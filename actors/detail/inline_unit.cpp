@@ -17,28 +17,26 @@ void inline_unit::exec_later(caf::resumable* job) {
   system().scheduler().enqueue(job);
 }
 
-void inline_unit::deliver(caf::abstract_actor& target, caf::mailbox_element_ptr what) {
+caf::resumable* inline_unit::enqueue_here(caf::abstract_actor& target,
+                                          caf::mailbox_element_ptr what) {
   if (depth_ > 0) {  // a delivery from inside a handler running here: no nesting
     target.enqueue(std::move(what), nullptr);
-    return;
+    return nullptr;
   }
   accepting_ = true;
   target.enqueue(std::move(what), this);
   accepting_ = false;
-  caf::resumable* job = std::exchange(woken_, nullptr);
+  return std::exchange(woken_, nullptr);
+}
+
+void inline_unit::deliver(caf::abstract_actor& target, caf::mailbox_element_ptr what) {
+  caf::resumable* job = enqueue_here(target, std::move(what));
   if (job == nullptr) return;  // the target was already scheduled or running elsewhere
   run(job, max_throughput);
 }
 
 void inline_unit::deliver_batched(caf::abstract_actor& target, caf::mailbox_element_ptr what) {
-  if (depth_ > 0) {
-    target.enqueue(std::move(what), nullptr);
-    return;
-  }
-  accepting_ = true;
-  target.enqueue(std::move(what), this);
-  accepting_ = false;
-  caf::resumable* job = std::exchange(woken_, nullptr);
+  caf::resumable* job = enqueue_here(target, std::move(what));
   if (job == nullptr) return;  // already woken (maybe waiting in batch_), or running elsewhere
   if (batch_.empty() && !rpc::at_end_of_read_batch([this] { run_batch(); })) {
     run(job, max_throughput);  // not inside a read batch: run now

@@ -41,6 +41,10 @@ class inline_unit final : public caf::execution_unit {
   // Resumes `job` here (it holds a reference); reschedules it when it has more to do.
   void run(caf::resumable* job, std::size_t throughput);
   void run_batch();
+  // Enqueues `what` into `target` with this unit as the one to wake it on; returns the job
+  // it woke, or null (already scheduled or running elsewhere, or a nested delivery, which
+  // is enqueued for the scheduler).
+  caf::resumable* enqueue_here(caf::abstract_actor& target, caf::mailbox_element_ptr what);
 
   static constexpr std::size_t max_throughput = 64;
   static constexpr std::size_t batch_throughput = 4096;

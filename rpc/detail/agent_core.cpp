@@ -152,6 +152,7 @@ void agent_core::start_sweeper() {
       }
       auto now = clock::now();
       for (auto& c : conns) c->expire(now);
+      expire_parked_fetches(now);
       if (auto t = tick_w.lock()) (*t)();
     });
   };

@@ -204,14 +204,23 @@ class agent_core final : public connection_owner,
 
   // Remote references owned here. An entry lives while it has shares (fork -> holding
   // worker); a release that overtook its fork's add is remembered in early_releases_.
+  //
+  // A fetch can overtake the request that creates the value and the add of the fetcher's
+  // own fork (they travel on other connections): it then parks in an entry without shares
+  // (parked_since set) until the request arrives. Such an entry that gets no share within
+  // rpc_timeout answers its waiters not_found and goes (the sweeper checks).
   struct rref_entry {
     bool ready = false;
     std::optional<expected<wire::frame>> value;
     std::map<std::uint64_t, std::string> shares;
     std::vector<std::pair<std::shared_ptr<connection>, std::uint64_t>> waiters;
+    std::optional<clock::time_point> parked_since;
   };
   mutable std::mutex rrefs_mu_;
   std::map<std::uint64_t, rref_entry> rrefs_;
+  std::atomic<bool> has_parked_fetches_{false};
+  // Answers not_found to the waiters of parked entries older than rpc_timeout and drops them.
+  void expire_parked_fetches(clock::time_point now);
   std::set<std::pair<std::uint64_t, std::uint64_t>> early_releases_;
 
   std::atomic<std::uint64_t> next_call_{1};

@@ -143,6 +143,10 @@ class connection : public std::enable_shared_from_this<connection> {
                            std::optional<error>& failure, written_list& done);
   // Ends a writer's turn: arms the writable wait, hands leftovers to the strand, or closes.
   void end_write(std::unique_lock<std::mutex>& lk, write_result r, std::optional<error> failure);
+  // One writer's whole turn, wmu_ held and no writer active: writes up to `until_popped`,
+  // ends the turn, releases wmu_ and completes the promises of what was written. Returns
+  // the failure, if any.
+  std::optional<error> write_turn(std::unique_lock<std::mutex>& lk, std::uint64_t until_popped);
   // Writes the queue with blocking waits until it is empty or `until` (close()).
   void drain(std::unique_lock<std::mutex>& lk, deadline until, written_list& done);
   error queue_full_error() const;

@@ -56,15 +56,20 @@ expected<void> connection::send(wire::frame_builder&& f, write_mode mode, deadli
     schedule_flush_locked();
     return ok();
   }
+  if (auto failure = write_turn(lk, mine)) return *failure;
+  return ok();
+}
+
+std::optional<error> connection::write_turn(std::unique_lock<std::mutex>& lk,
+                                            std::uint64_t until_popped) {
   writing_ = true;
   std::optional<error> failure;
   written_list done;
-  auto r = write_queue(lk, mine, failure, done);
+  auto r = write_queue(lk, until_popped, failure, done);
   end_write(lk, r, failure);
   lk.unlock();
   for (auto& p : done) p.set_value();
-  if (failure) return *failure;
-  return ok();
+  return failure;
 }
 
 void connection::schedule_flush_locked() {
@@ -78,13 +83,7 @@ void connection::flush_on_strand() {
   std::unique_lock<std::mutex> lk(wmu_);
   flush_posted_ = false;
   if (closed_ || writing_ || waiting_writable_ || queue_.empty()) return;
-  writing_ = true;
-  std::optional<error> failure;
-  written_list done;
-  auto r = write_queue(lk, pushed_, failure, done);
-  end_write(lk, r, failure);
-  lk.unlock();
-  for (auto& p : done) p.set_value();
+  (void)write_turn(lk, pushed_);  // a failure closes the connection; nobody to tell here
 }
 
 connection::write_result connection::write_queue(std::unique_lock<std::mutex>& lk,

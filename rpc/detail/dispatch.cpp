@@ -176,7 +176,9 @@ void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::fram
     // The entry exists from now on, with the creator's share (fork 0); an add that
     // overtook this request may have made it already.
     std::lock_guard<std::mutex> lk(rrefs_mu_);
-    rrefs_[rref_id].shares.emplace(0, c->peer().name);
+    auto& e = rrefs_[rref_id];
+    e.shares.emplace(0, c->peer().name);
+    e.parked_since.reset();
   }
   auto fn = functions_->find(fn_name);
   if (!fn) {
@@ -322,11 +324,6 @@ void agent_core::handle_rref(const std::shared_ptr<connection>& c, wire::frame&&
     return c->close(make_error(errc::protocol_error, "worker '", c->peer().name, "' sent a malformed ",
                                wire::to_string(f.type)));
   }
-  auto missing = [&] {
-    return make_error(errc::not_found, "remote reference ", id, " is not held by worker '", name_,
-                      "': every holder released it already, or it was never created")
-        .with_worker(name_);
-  };
   std::unique_lock lk(rrefs_mu_);
   auto it = rrefs_.find(id);
   switch (f.type) {
@@ -340,12 +337,20 @@ void agent_core::handle_rref(const std::shared_ptr<connection>& c, wire::frame&&
       if (early_releases_.erase({id, fork}) > 0) return;
       // Normally the entry exists (the sender's own share keeps it); an add that overtook
       // the creating request makes it, not ready yet.
-      rrefs_[id].shares.emplace(fork, std::move(holder));
+      {
+        auto& entry = rrefs_[id];
+        entry.shares.emplace(fork, std::move(holder));
+        entry.parked_since.reset();
+      }
       return;
     default: {  // rref_fetch
       if (it == rrefs_.end()) {
-        lk.unlock();
-        return reply_error(c, f.id, missing());
+        // Overtook the creating request (see rref_entry): wait for it, within rpc_timeout.
+        auto& entry = rrefs_[id];
+        entry.parked_since = clock::now();
+        entry.waiters.emplace_back(c, f.id);
+        has_parked_fetches_.store(true);
+        return;
       }
       if (!it->second.ready) {
         it->second.waiters.emplace_back(c, f.id);
@@ -364,6 +369,34 @@ void agent_core::handle_rref(const std::shared_ptr<connection>& c, wire::frame&&
   }
 }
 
+void agent_core::expire_parked_fetches(clock::time_point now) {
+  if (!has_parked_fetches_.load()) return;
+  std::vector<std::pair<std::uint64_t, std::vector<std::pair<std::shared_ptr<connection>, std::uint64_t>>>>
+      expired;
+  {
+    std::lock_guard<std::mutex> lk(rrefs_mu_);
+    bool still_parked = false;
+    for (auto it = rrefs_.begin(); it != rrefs_.end();) {
+      auto& e = it->second;
+      if (e.parked_since && e.shares.empty() && now - *e.parked_since >= opts_.rpc_timeout) {
+        expired.emplace_back(it->first, std::move(e.waiters));
+        it = rrefs_.erase(it);
+        continue;
+      }
+      still_parked = still_parked || (e.parked_since && e.shares.empty());
+      ++it;
+    }
+    has_parked_fetches_.store(still_parked);
+  }
+  for (auto& [id, waiters] : expired)
+    for (auto& [c, req] : waiters)
+      reply_error(c, req,
+                  make_error(errc::not_found, "remote reference ", id, " is not held by worker '", name_,
+                             "': no call created it within ", format_duration(opts_.rpc_timeout),
+                             ", and nobody holds a share")
+                      .with_worker(name_));
+}
+
 void agent_core::drop_rref_shares_of(const std::string& worker) {
   std::size_t dropped = 0, freed = 0;
   {
@@ -371,7 +404,7 @@ void agent_core::drop_rref_shares_of(const std::string& worker) {
     for (auto it = rrefs_.begin(); it != rrefs_.end();) {
       auto& shares = it->second.shares;
       dropped += std::erase_if(shares, [&](const auto& s) { return s.second == worker; });
-      if (shares.empty()) {
+      if (shares.empty() && !it->second.parked_since) {
         it = rrefs_.erase(it);
         ++freed;
       } else {

@@ -172,12 +172,23 @@ int kill_test(std::shared_ptr<store> s, int rank, int size) {
   }
   auto took = clock::now() - start;
   if (r) return fail("never failed although the parent kills a rank");
-  if (took > op_timeout)
+  // Within the op's timeout: a survivor that never hears of the death directly (its
+  // transfers to the dead rank still queued in Gloo) fails when the timeout fires, a
+  // scheduler tick or so after op_timeout on a loaded machine.
+  if (took > op_timeout + 500ms)
     return fail(strcat("the failure took ",
                        std::chrono::duration_cast<std::chrono::milliseconds>(took).count(), " ms"));
-  std::string victim = strcat("[", size - 1, "] did not arrive");
-  if (r.error().message().find(victim) == std::string::npos)
-    return fail("the error does not name the killed rank: " + r.error().to_string());
+  // The killed rank is among those named; a survivor still busy finishing the previous
+  // operation (one behind) may be named beside it.
+  const auto& m = r.error().message();
+  auto close = m.find("] did not arrive");
+  auto open = close == std::string::npos ? close : m.rfind('[', close);
+  bool named = false;
+  if (open != std::string::npos) {
+    std::string list = m.substr(open + 1, close - open - 1) + ",";
+    named = strcat(", ", list).find(strcat(" ", size - 1, ",")) != std::string::npos;
+  }
+  if (!named) return fail("the error does not name the killed rank: " + r.error().to_string());
   std::cout << "rank " << rank << " saw: " << r.error().to_string() << std::endl;
   // Destroy the broken group and build one of the survivors under a fresh prefix.
   g->reset();
