@@ -64,6 +64,17 @@ void check_serves(const tcp_store_server& server) {
   CHECK(troupe::to_string((*c)->get("still-serving", 5s).value()) == "yes");
 }
 
+// Completes a good hello on a raw connection and reads the server's answer.
+void say_hello(raw_socket& sock) {
+  REQUIRE(sock.send(troupe::detail::wire::encode_hello(
+      {troupe::detail::wire::magic, troupe::detail::wire::version, "", "raw"})));
+  auto reply_len = sock.receive(4);
+  REQUIRE(reply_len.size() == 4);
+  auto n = std::to_integer<std::uint32_t>(reply_len[0]) |
+           std::to_integer<std::uint32_t>(reply_len[1]) << 8;
+  REQUIRE(sock.receive(n).size() == n);
+}
+
 }  // namespace
 
 TEST_CASE("the tcp store server binds 127.0.0.1 by default and reports the port it picked") {
@@ -143,13 +154,7 @@ TEST_CASE("garbage bytes and half frames close only their own connections") {
 TEST_CASE("a malformed request after a good hello closes only that connection") {
   auto server = start_server();
   raw_socket sock(server->port());
-  REQUIRE(sock.send(troupe::detail::wire::encode_hello(
-      {troupe::detail::wire::magic, troupe::detail::wire::version, "", "raw"})));
-  auto reply_len = sock.receive(4);
-  REQUIRE(reply_len.size() == 4);
-  auto n = std::to_integer<std::uint32_t>(reply_len[0]) |
-           std::to_integer<std::uint32_t>(reply_len[1]) << 8;
-  REQUIRE(sock.receive(n).size() == n);
+  say_hello(sock);
   // A set whose key claims more bytes than the frame holds.
   troupe::detail::wire::frame_builder f(troupe::detail::wire::kind::set, 1);
   f.writer().u32(1000);
@@ -463,13 +468,7 @@ TEST_CASE("after a quiet set to a server that has gone, the next call fails with
 TEST_CASE("a quiet set with a bad key closes only the connection that sent it") {
   auto server = start_server();
   raw_socket sock(server->port());
-  REQUIRE(sock.send(troupe::detail::wire::encode_hello(
-      {troupe::detail::wire::magic, troupe::detail::wire::version, "", "raw"})));
-  auto reply_len = sock.receive(4);
-  REQUIRE(reply_len.size() == 4);
-  auto n = std::to_integer<std::uint32_t>(reply_len[0]) |
-           std::to_integer<std::uint32_t>(reply_len[1]) << 8;
-  REQUIRE(sock.receive(n).size() == n);
+  say_hello(sock);
   troupe::detail::wire::frame_builder f(troupe::detail::wire::kind::set_quiet, 0);
   f.writer().str("");
   f.writer().blob(troupe::bytes{});
