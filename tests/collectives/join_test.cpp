@@ -6,42 +6,12 @@
 #include <thread>
 
 #include "join_scenarios.hpp"
+#include "thread_ranks.hpp"
 #include "store/memory_store.hpp"
 
 using namespace troupe;
 using namespace troupe::collectives;
 using namespace troupe::collectives::testing;
-
-namespace {
-
-template <class F>
-std::vector<std::string> on_ranks(int world, F body) {
-  auto s = std::make_shared<memory_store>();
-  std::vector<std::string> out(static_cast<std::size_t>(world));
-  std::vector<std::thread> ts;
-  for (int r = 0; r < world; ++r)
-    ts.emplace_back([&, r] {
-      world_options o;
-      o.rank = r;
-      o.size = world;
-      o.store = s;
-      o.backend = "gloo";
-      o.timeout = 10s;
-      auto g = init_world(o);
-      out[static_cast<std::size_t>(r)] = g ? body(**g) : "init: " + g.error().to_string();
-    });
-  for (auto& t : ts) t.join();
-  return out;
-}
-
-void check_all(const std::vector<std::string>& out) {
-  for (std::size_t r = 0; r < out.size(); ++r) {
-    CAPTURE(r);
-    CHECK(out[r] == "");
-  }
-}
-
-}  // namespace
 
 TEST_CASE("with uneven inputs at 2 to 4 ranks joined ranks shadow until all joined") {
   for (int world = 2; world <= 4; ++world) {

@@ -11,41 +11,13 @@
 #include "collectives/autograd_all_to_all.hpp"
 #include "collectives/group.hpp"
 #include "op_suite.hpp"
+#include "thread_ranks.hpp"
 #include "store/memory_store.hpp"
 
 using namespace std::chrono_literals;
 using namespace troupe;
 using namespace troupe::collectives;
-
-namespace {
-
-// Runs `body(group)` on `world` threads, one rank each; returns each rank's message.
-template <class F>
-std::vector<std::string> on_ranks(int world, F body, std::string name = "world") {
-  auto s = std::make_shared<memory_store>();
-  std::vector<std::string> out(static_cast<std::size_t>(world));
-  std::vector<std::thread> ts;
-  for (int r = 0; r < world; ++r)
-    ts.emplace_back([&, r] {
-      world_options o;
-      o.rank = r;
-      o.size = world;
-      o.store = s;
-      o.backend = "gloo";
-      o.name = name;
-      o.timeout = 10s;
-      auto g = init_world(o);
-      if (!g) {
-        out[static_cast<std::size_t>(r)] = "init: " + g.error().to_string();
-        return;
-      }
-      out[static_cast<std::size_t>(r)] = body(**g);
-    });
-  for (auto& t : ts) t.join();
-  return out;
-}
-
-}  // namespace
+using troupe::collectives::testing::on_ranks;
 
 TEST_CASE("a single-rank gloo group runs every collective on every dtype") {
   auto out = on_ranks(1, [](process_group& g) { return testing::run_op_suite(g, 5s); });

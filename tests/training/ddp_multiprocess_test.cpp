@@ -2,8 +2,7 @@
 // starts one training_test_worker per rank.
 #include <doctest/doctest.h>
 
-#include "../collectives/spawn.hpp"
-#include "store/tcp_store_server.hpp"
+#include "../collectives/rank_processes.hpp"
 
 using namespace std::chrono_literals;
 using namespace troupe::collectives::testing;
@@ -11,17 +10,7 @@ using namespace troupe::collectives::testing;
 namespace {
 
 void run_ranks(const std::string& scenario, int world) {
-  auto server = troupe::tcp_store_server::start({}).value();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    pids.push_back(start_process({TROUPE_TRAINING_TEST_WORKER, scenario, server->url(),
-                                  std::to_string(r), std::to_string(world)}));
-    REQUIRE(pids.back() > 0);
-  }
-  for (auto& [pid, st] : wait_children(pids, 40s)) {
-    CAPTURE(pid);
-    CHECK(exited_zero(st));
-  }
+  run_rank_processes(TROUPE_TRAINING_TEST_WORKER, scenario, world, 40s);
 }
 
 }  // namespace

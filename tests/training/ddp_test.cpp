@@ -2,9 +2,10 @@
 #include <doctest/doctest.h>
 
 #include "ddp_scenarios.hpp"
-#include "ranks.hpp"
+#include "../collectives/thread_ranks.hpp"
 
 using namespace troupe::training::testing;
+using namespace troupe::collectives::testing;
 
 TEST_CASE("ddp training with uneven shards under join equals single-process training") {
   for (int world : {1, 2, 3, 4}) {
