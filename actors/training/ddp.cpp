@@ -8,10 +8,6 @@ namespace troupe::training {
 using collectives::join;
 using collectives::tensor_view;
 
-namespace {
-constexpr duration grace = std::chrono::seconds(1);
-}
-
 expected<std::unique_ptr<ddp>> ddp::make(std::shared_ptr<collectives::process_group> group,
                                          std::vector<parameter> params, ddp_options options) {
   if (!group) return make_error(errc::invalid_argument, "ddp needs a process group");
@@ -58,7 +54,7 @@ expected<std::unique_ptr<ddp>> ddp::make(std::shared_ptr<collectives::process_gr
 
 ddp::~ddp() {
   for (auto& b : buckets_)
-    if (b.result.valid()) (void)b.result.wait_for(options_.timeout + grace);
+    if (b.result.valid()) (void)b.result.wait_for(options_.timeout + wait_grace);
 }
 
 bool ddp::averaging_due() const {
@@ -134,7 +130,7 @@ expected<void> ddp::wait_buckets() {
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     auto& s = buckets_[b];
     if (!s.result.valid()) continue;
-    auto r = s.result.get(options_.timeout + grace);
+    auto r = s.result.get(options_.timeout + wait_grace);
     if (r && first) s.flat.unpack();
     if (!r && first) first = std::move(r).error().with_operation("ddp.finish_step");
   }

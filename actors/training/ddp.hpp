@@ -165,6 +165,9 @@ class ddp final : public collectives::joinable {
   std::shared_ptr<collectives::process_group> group_;
   std::vector<parameter> params_;
   ddp_options options_;
+  // Waits on this strategy's own work allow this much beyond options_.timeout, so that
+  // the work's timeout, which names the group and ranks, fires first.
+  static constexpr duration wait_grace = std::chrono::seconds(1);
   device device_;
   std::vector<bucket_plan> plans_;
   std::vector<bucket_state> buckets_;

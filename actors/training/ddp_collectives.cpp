@@ -14,8 +14,6 @@ using collectives::tensor_view;
 
 namespace {
 
-constexpr duration grace = std::chrono::seconds(1);
-
 std::uint64_t fnv1a(std::uint64_t h, const void* p, std::size_t n) {
   auto* b = static_cast<const unsigned char*>(p);
   for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
@@ -40,7 +38,7 @@ expected<void> ddp::check_across_ranks() {
   auto w = group_->allgather(tensor_view::of(std::span<std::int64_t>(mine)),
                              tensor_view::of(std::span<std::int64_t>(all)),
                              {options_.timeout});
-  if (auto r = w.wait(options_.timeout + grace); !r)
+  if (auto r = w.wait(options_.timeout + wait_grace); !r)
     return std::move(r).error().with_operation("ddp.make");
   for (int r = 1; r < world_size(); ++r) {
     auto* o = &all[3 * static_cast<std::size_t>(r)];
@@ -59,7 +57,7 @@ expected<void> ddp::broadcast_values(int root) {
   for (auto& v : values_) {
     v.pack();
     auto w = group_->broadcast(v.view(), {root, options_.timeout});
-    if (auto r = w.wait(options_.timeout + grace); !r)
+    if (auto r = w.wait(options_.timeout + wait_grace); !r)
       return std::move(r).error().with_operation("ddp: broadcast of the parameters");
     v.unpack();
   }
@@ -72,7 +70,7 @@ expected<void> ddp::average_values(double divisor) {
     bool native = divisor == world_size() && group_->supports(v.view().type, reduce_op::avg);
     auto w = group_->allreduce(v.view(), {native ? reduce_op::avg : reduce_op::sum,
                                           options_.timeout});
-    if (auto r = w.wait(options_.timeout + grace); !r)
+    if (auto r = w.wait(options_.timeout + wait_grace); !r)
       return std::move(r).error().with_operation("ddp: parameter averaging");
     if (!native) TROUPE_TRY(scale(v.view(), 1.0 / divisor));
     v.unpack();
@@ -86,7 +84,7 @@ expected<ddp::step_flags> ddp::exchange_flags(step_flags mine) {
   std::array<std::int32_t, 3> v{mine.active, mine.grad_sync, mine.average};
   TROUPE_TRY(buf->write(v.data()));
   auto w = group_->allreduce(buf->view(), {reduce_op::sum, options_.timeout});
-  if (auto r = w.wait(options_.timeout + grace); !r) {
+  if (auto r = w.wait(options_.timeout + wait_grace); !r) {
     // Let the group finish with the buffer before it goes away.
     (void)w.wait(options_.timeout);
     return std::move(r).error().with_operation("ddp: join counters");
@@ -97,7 +95,7 @@ expected<ddp::step_flags> ddp::exchange_flags(step_flags mine) {
 
 expected<void> ddp::barrier() {
   auto w = group_->barrier({options_.timeout});
-  if (auto r = w.wait(options_.timeout + grace); !r)
+  if (auto r = w.wait(options_.timeout + wait_grace); !r)
     return std::move(r).error().with_operation("ddp.barrier");
   return ok();
 }
@@ -109,13 +107,13 @@ expected<bytes> ddp::broadcast_bytes(const bytes& data, int src) {
   std::int64_t n = rank() == src ? static_cast<std::int64_t>(data.size()) : 0;
   auto w = group_->broadcast(tensor_view{&n, dtype::int64, 1, device::cpu()},
                              {src, options_.timeout});
-  if (auto r = w.wait(options_.timeout + grace); !r)
+  if (auto r = w.wait(options_.timeout + wait_grace); !r)
     return std::move(r).error().with_operation("ddp.broadcast");
   bytes out = rank() == src ? data : bytes(static_cast<std::size_t>(n));
   if (n == 0) return out;
   auto d = group_->broadcast(tensor_view{out.data(), dtype::uint8, out.size(), device::cpu()},
                              {src, options_.timeout});
-  if (auto r = d.wait(options_.timeout + grace); !r)
+  if (auto r = d.wait(options_.timeout + wait_grace); !r)
     return std::move(r).error().with_operation("ddp.broadcast");
   return out;
 }
@@ -125,7 +123,7 @@ expected<void> ddp::reduce(tensor_view t, reduce_op op) {
     return make_error(errc::invalid_argument, "ddp.reduce takes sum or avg (the mean), not ",
                       to_string(op));
   auto w = group_->allreduce(t, {op, options_.timeout});
-  if (auto r = w.wait(options_.timeout + grace); !r)
+  if (auto r = w.wait(options_.timeout + wait_grace); !r)
     return std::move(r).error().with_operation("ddp.reduce");
   return ok();
 }

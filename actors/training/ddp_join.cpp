@@ -16,10 +16,6 @@ using collectives::reduce_op;
 using collectives::scratch_buffer;
 using collectives::tensor_view;
 
-namespace {
-constexpr duration grace = std::chrono::seconds(1);
-}
-
 class ddp::joined_hook final : public collectives::join_hook {
  public:
   joined_hook(ddp& d, bool sync_final_model) : d_(d), sync_final_model_(sync_final_model) {}
@@ -33,7 +29,7 @@ class ddp::joined_hook final : public collectives::join_hook {
         auto zeros = zeroed(d_.plans_[b].type, d_.plans_[b].where, d_.plans_[b].numel);
         if (!zeros) return std::move(zeros).error();
         comm_bucket cb{b, *zeros, divisor, d_.group_.get(), d_.options_.timeout};
-        auto r = d_.options_.hook(cb).get(d_.options_.timeout + grace);
+        auto r = d_.options_.hook(cb).get(d_.options_.timeout + wait_grace);
         if (!r) return std::move(r).error().with_operation("ddp: shadowing a bucket (join)");
       }
     }
@@ -43,7 +39,7 @@ class ddp::joined_hook final : public collectives::join_hook {
         auto zeros = zeroed(v.view().type, v.view().where, v.numel());
         if (!zeros) return std::move(zeros).error();
         auto w = d_.group_->allreduce(*zeros, {reduce_op::sum, d_.options_.timeout});
-        if (auto r = w.wait(d_.options_.timeout + grace); !r)
+        if (auto r = w.wait(d_.options_.timeout + wait_grace); !r)
           return std::move(r).error().with_operation("ddp: shadowing averaging (join)");
       }
     }
@@ -57,7 +53,7 @@ class ddp::joined_hook final : public collectives::join_hook {
     if (!buf) return std::move(buf).error();
     TROUPE_TRY(buf->write(&candidate));
     auto w = d_.group_->allreduce(buf->view(), {reduce_op::max, d_.options_.timeout});
-    if (auto r = w.wait(d_.options_.timeout + grace); !r)
+    if (auto r = w.wait(d_.options_.timeout + wait_grace); !r)
       return std::move(r).error().with_operation("ddp: choosing the final model (join)");
     std::int32_t root = 0;
     TROUPE_TRY(buf->read(&root));

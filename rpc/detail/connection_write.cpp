@@ -180,13 +180,7 @@ void connection::on_writable(const boost::system::error_code& ec) {
     return;
   }
   if (writing_) return;  // that writer hands what is left on when it ends
-  writing_ = true;
-  std::optional<error> failure;
-  written_list done;
-  auto r = write_queue(lk, pushed_, failure, done);
-  end_write(lk, r, failure);
-  lk.unlock();
-  for (auto& p : done) p.set_value();
+  (void)write_turn(lk, pushed_);  // a failure closes the connection
 }
 
 void connection::drain(std::unique_lock<std::mutex>& lk, deadline until, written_list& done) {
