@@ -35,6 +35,7 @@
 #include "collectives/gloo/cpu_reduce.hpp"
 #include "collectives/gloo/direct.hpp"
 #include "collectives/gloo/local_sockets.hpp"
+#include "collectives/gloo/shared_memory.hpp"
 #include "collectives/gloo/store_adapter.hpp"
 #include "collectives/op_checks.hpp"
 #include "collectives/roll_call.hpp"
@@ -168,6 +169,21 @@ class gloo_group final : public process_group {
                         format_duration(spec().timeout), " failed: ", e.message())
           .with_operation("collectives.gloo.connect");
     }
+    // Members on one host share memory for allreduce, broadcast and allgather.
+    gloo_shm::open_options so;
+    so.rank = rank();
+    so.size = size();
+    so.world_ranks = spec().global_ranks;
+    so.group = describe(*this);
+    so.timeout = spec().timeout;
+    gloo_shm::apply_env(so);
+    auto shm_store = std::make_shared<prefix_store>(store_, "shm");
+    auto shm = gloo_shm::segment::open(*shm_store, so);
+    if (!shm)
+      return make_error(shm.error().code(), "setting up shared memory between the members of ",
+                        describe(*this), " failed: ", shm.error().message())
+          .with_operation("collectives.gloo.connect");
+    shm_ = std::move(*shm);
     worker_ = std::thread([this] { run_worker(); });
     p2p_thread_ = std::thread([this] { run_p2p(); });
     return ok();
@@ -182,7 +198,7 @@ class gloo_group final : public process_group {
     auto fn = *cpu_reduce(t.type, o.op);
     return submit("allreduce", o.timeout, [this, t, fn, op = o.op](const run_ctx& rc) {
       if (t.numel == 0) return;
-      gloo_direct::allreduce(direct_op(rc), t, fn, scratch_);
+      run_allreduce(rc, t, op, fn);
       if (op == reduce_op::avg) cpu_divide(t, static_cast<std::size_t>(size()));
     });
   }
@@ -192,6 +208,7 @@ class gloo_group final : public process_group {
     if (auto c = check_root(*this, o.root, "broadcast"); !c) return failed(c);
     return submit("broadcast", o.timeout, [this, t, root = o.root](const run_ctx& rc) {
       if (t.numel == 0 || size() == 1) return;
+      if (shm_) return shm_->broadcast(rc.seq, t, root, clock::now() + rc.timeout);
       gloo::BroadcastOptions g(context_);
       by_size(t.type, [&](auto e) { g.setOutput(ptr<decltype(e)>(t), t.numel); });
       g.setRoot(root);
@@ -234,6 +251,7 @@ class gloo_group final : public process_group {
     if (auto c = check_blocks(*this, in, out, true, "allgather"); !c) return failed(c);
     return submit("allgather", o.timeout, [this, in, out](const run_ctx& rc) {
       if (in.numel == 0) return;
+      if (shm_) return shm_->allgather(rc.seq, in, out, clock::now() + rc.timeout);
       gloo_direct::allgather(direct_op(rc), in, out);
     });
   }
@@ -299,7 +317,7 @@ class gloo_group final : public process_group {
                                      static_cast<std::byte*>(in.data) + in.nbytes());
       tensor_view all = in;
       all.data = scratch.data();
-      gloo_direct::allreduce(direct_op(rc), all, fn, scratch_);
+      run_allreduce(rc, all, op, fn);
       auto mine = all.slice(static_cast<std::size_t>(rank()) * out.numel, out.numel);
       std::memcpy(out.data, mine.data, out.nbytes());
       if (op == reduce_op::avg) cpu_divide(out, static_cast<std::size_t>(size()));
@@ -377,14 +395,13 @@ class gloo_group final : public process_group {
         return !busy_ && !p2p_busy_ && queue_.empty() && p2p_queue_.empty();
       });
     }
-    if (!idle && context_) {
-      try {
-        context_->closeConnections();
-      } catch (...) {
-      }
+    if (!idle) {
+      if (shm_) shm_->abort();
+      break_connections();
     }
     if (worker_.joinable()) worker_.join();
     if (p2p_thread_.joinable()) p2p_thread_.join();
+    shm_.reset();
     context_.reset();
     device_.reset();
   }
@@ -440,6 +457,28 @@ class gloo_group final : public process_group {
 
   gloo_direct::op_ctx direct_op(const run_ctx& rc) const {
     return {*context_, gloo_direct::slot_of(rc.tag), clock::now() + rc.timeout};
+  }
+
+  // Allreduce in place (avg combines as sum), through shared memory when the members
+  // share it. Worker thread only.
+  void run_allreduce(const run_ctx& rc, tensor_view t, reduce_op op, const cpu_reduce_fn& fn) {
+    if (size() == 1) return;
+    if (shm_)
+      shm_->allreduce(rc.seq, t, op, fn, clock::now() + rc.timeout);
+    else
+      gloo_direct::allreduce(direct_op(rc), t, fn, scratch_);
+  }
+
+  // Fails every member's operations at once: closes the connections under them and
+  // marks the shared memory failed.
+  void break_connections() {
+    if (shm_) shm_->mark_failed();
+    if (context_) {
+      try {
+        context_->closeConnections();
+      } catch (...) {
+      }
+    }
   }
 
   // Queues an operation. Collectives are numbered in call order, the same on every
@@ -541,12 +580,7 @@ class gloo_group final : public process_group {
   // Records the sticky error, closes every connection so that peers still inside the
   // operation fail at once too, then asks the store which ranks reached this point.
   void fail_group(task& t, const troupe::error& cause, duration budget) {
-    if (context_) {
-      try {
-        context_->closeConnections();
-      } catch (...) {
-      }
-    }
+    break_connections();
     auto missing =
         t.peer >= 0
             ? std::optional(std::vector<int>{spec().global_ranks[static_cast<std::size_t>(t.peer)]})
@@ -581,12 +615,7 @@ class gloo_group final : public process_group {
         w.done.complete(ok());
       } catch (...) {
         auto cause = current_error();
-        if (context_) {
-          try {
-            context_->closeConnections();
-          } catch (...) {
-          }
-        }
+        break_connections();
         int peer = spec().global_ranks[static_cast<std::size_t>(w.peer)];
         auto e = make_error(cause.code(), w.what, " failed (timeout ", format_duration(w.timeout),
                             "): rank ", format_ranks({peer}), " did not arrive; ", cause.message());
@@ -608,6 +637,7 @@ class gloo_group final : public process_group {
   std::shared_ptr<store> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
+  std::unique_ptr<gloo_shm::segment> shm_;  // null: the members do not share memory
   gloo_direct::scratch scratch_;  // worker thread only
 
   mutable std::mutex mu_;

@@ -1,0 +1,607 @@
+#include "collectives/gloo/shared_memory.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <random>
+#include <thread>
+
+#include "collectives/process_group.hpp"
+#include "core/log.hpp"
+#include "core/strcat.hpp"
+
+namespace troupe::collectives::gloo_shm {
+
+namespace {
+
+constexpr std::uint64_t layout_magic = 0x74726f7570652d73;  // "troupe-s"
+constexpr std::uint32_t layout_version = 1;
+constexpr std::size_t page = 4096;
+constexpr std::size_t descs = 4;  // operations a member can be ahead of another, and more
+
+// Operation kinds, as the members compare them.
+constexpr std::uint32_t op_allreduce = 1, op_broadcast = 2, op_allgather = 3;
+
+// Allreduces up to this size (and one chunk) are folded whole by every member: one sync
+// fewer than splitting the fold, which costs more than folding 64 KiB four times.
+constexpr std::size_t fold_whole_max_bytes = 64 << 10;
+
+// How long a waiter spins before sleeping, when the members fit on the CPUs.
+constexpr auto spin_time = std::chrono::microseconds(30);
+// What a member that holds up the reuse of a buffer did not do.
+constexpr const char* reuse_step = "did not finish reading an earlier chunk";
+// How often a sleeping waiter wakes to check that the members it waits for are alive.
+constexpr auto liveness_period = std::chrono::milliseconds(20);
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t val, const timespec* ts) {
+  return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, val, ts, nullptr, 0);
+}
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Start time (clock ticks since boot) of process `pid`, and whether it still runs (a
+// zombie does not); nullopt when there is no such process.
+struct proc_state {
+  std::uint64_t start = 0;
+  bool running = false;
+};
+std::optional<proc_state> read_proc(int pid) {
+  std::ifstream f(strcat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!f || !std::getline(f, line)) return std::nullopt;
+  // "pid (comm) S ppid ...": comm may hold spaces and parentheses; fields after the last
+  // ')' are state (3rd field of the line) ... starttime (22nd).
+  auto close = line.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::vector<std::string_view> fields;
+  std::string_view rest(line);
+  rest.remove_prefix(close + 1);
+  while (!rest.empty()) {
+    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+    auto end = rest.find(' ');
+    fields.push_back(rest.substr(0, end));
+    if (end == std::string_view::npos) break;
+    rest.remove_prefix(end);
+  }
+  if (fields.size() < 20) return std::nullopt;
+  proc_state s;
+  s.running = fields[0] != "Z" && fields[0] != "X";
+  auto st = fields[19];
+  std::from_chars(st.data(), st.data() + st.size(), s.start);
+  return s;
+}
+
+std::uint64_t pid_namespace() {
+  char buf[64] = {};
+  auto n = ::readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);
+  if (n <= 0) return 0;
+  std::string_view s(buf, static_cast<std::size_t>(n));  // "pid:[4026531836]"
+  auto open = s.find('[');
+  std::uint64_t ino = 0;
+  if (open != std::string_view::npos)
+    std::from_chars(s.data() + open + 1, s.data() + s.size(), ino);
+  return ino;
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[17];
+  auto [p, ec] = std::to_chars(buf, buf + 16, v, 16);
+  return std::string(buf, p);
+}
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+// Element range of block b when n blocks split count elements as evenly as possible.
+struct range {
+  std::size_t offset;
+  std::size_t count;
+};
+range block(std::size_t count, int n, int b) {
+  auto un = static_cast<std::size_t>(n), ub = static_cast<std::size_t>(b);
+  std::size_t base = count / un, rem = count % un;
+  return {ub * base + std::min(ub, rem), base + (ub < rem ? 1 : 0)};
+}
+
+std::string describe_op(std::uint32_t kind, std::uint64_t bytes, std::uint32_t detail) {
+  switch (kind) {
+    case op_allreduce:
+      return strcat("allreduce of ", bytes, " bytes (",
+                    to_string(static_cast<dtype>(detail >> 8)), ", ",
+                    to_string(static_cast<reduce_op>(detail & 0xff)), ")");
+    case op_broadcast:
+      return strcat("broadcast of ", bytes, " bytes from rank ", detail);
+    case op_allgather:
+      return strcat("allgather of ", bytes, " bytes per rank");
+    default:
+      return strcat("operation kind ", kind);
+  }
+}
+
+}  // namespace
+
+// The segment: a header line, one block of lines per member, then the slots (page
+// aligned), member r's buffer b at data + (2r + b) * slot_bytes.
+struct segment::header {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::uint32_t members;
+  std::uint64_t slot_bytes;
+  std::uint64_t token;
+  std::atomic<std::int32_t> failed_by;  // 0, or the failed member's rank + 1
+  alignas(64) std::atomic<std::uint32_t> wake;  // futex word, bumped by every publish
+  std::atomic<std::uint32_t> sleepers;
+};
+
+struct segment::op_desc {
+  std::atomic<std::uint64_t> seq;
+  std::atomic<std::uint64_t> bytes;
+  std::atomic<std::uint32_t> kind;
+  std::atomic<std::uint32_t> detail;
+};
+
+struct alignas(64) segment::member {
+  std::atomic<std::uint64_t> phase;
+  alignas(64) std::atomic<std::int64_t> pid;
+  std::atomic<std::uint64_t> start;
+  std::atomic<std::uint64_t> pid_ns;
+  op_desc desc[descs];
+};
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+
+void apply_env(open_options& o) {
+  if (const char* v = std::getenv("TROUPE_GLOO_SHM"); v && std::string_view(v) == "0")
+    o.enabled = false;
+  if (const char* v = std::getenv("TROUPE_GLOO_SHM_SLOT"); v && *v) {
+    std::size_t n = 0;
+    std::string_view s(v);
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    if (ec != std::errc() || p != s.data() + s.size() || n == 0 || n > (std::size_t{1} << 30))
+      TROUPE_LOG(log_level::warn, "collectives",
+                 "TROUPE_GLOO_SHM_SLOT='", s,
+                 "' is not a byte count between 1 and 1 GiB; using the default ",
+                 default_slot_bytes);
+    else
+      o.slot_bytes = n;
+  }
+}
+
+segment::header& segment::head() const noexcept { return *static_cast<header*>(map_); }
+
+segment::member& segment::at(int r) const noexcept {
+  auto* base = static_cast<std::byte*>(map_) + round_up(sizeof(header), 64);
+  return reinterpret_cast<member*>(base)[r];
+}
+
+std::byte* segment::slot(int r, std::uint64_t chunk) const noexcept {
+  return static_cast<std::byte*>(map_) + data_offset_ +
+         (2 * static_cast<std::size_t>(r) + (chunk & 1)) * slot_bytes_;
+}
+
+expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o) {
+  if (o.size <= 1) return std::unique_ptr<segment>();
+  auto seg = std::unique_ptr<segment>(new segment());
+  seg->rank_ = o.rank;
+  seg->size_ = o.size;
+  seg->world_ranks_ = o.world_ranks;
+  seg->group_ = o.group;
+  seg->spin_ = static_cast<unsigned>(o.size) <= std::max(1u, std::thread::hardware_concurrency());
+  const auto dl = deadline::after(o.timeout);
+  const std::size_t members_bytes = round_up(sizeof(header), 64) + sizeof(member) * o.size;
+  const std::size_t data_offset = round_up(members_bytes, page);
+
+  // Maps `fd` as the segment of `slot_bytes` per slot; "" or why not.
+  auto map = [&](int fd, std::size_t slot_bytes) -> std::string {
+    seg->slot_bytes_ = slot_bytes;
+    seg->data_offset_ = data_offset;
+    seg->map_bytes_ = data_offset + 2 * static_cast<std::size_t>(o.size) * slot_bytes;
+    void* p = ::mmap(nullptr, seg->map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                     fd, 0);
+    if (p == MAP_FAILED) return strcat("mmap of ", seg->map_bytes_, " bytes: ", errno_text(errno));
+    seg->map_ = p;
+    return "";
+  };
+
+  std::string offer, my_answer = "1";
+  std::string name;
+  if (o.rank == 0) {
+    std::random_device rd;
+    const std::uint64_t token = (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid());
+    name = strcat("/troupe-", ::getpid(), "-", hex(token));
+    const std::size_t slot_bytes = round_up(std::max<std::size_t>(o.slot_bytes, 1), page);
+    std::string why;
+    if (!o.enabled) {
+      why = "TROUPE_GLOO_SHM=0 on rank " + std::to_string(o.world_ranks.empty() ? 0 : o.world_ranks[0]);
+    } else {
+      int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+      if (fd < 0) {
+        why = strcat("shm_open(", name, "): ", errno_text(errno));
+      } else {
+        const std::size_t bytes = data_offset + 2 * static_cast<std::size_t>(o.size) * slot_bytes;
+        // Reserve the pages now: a full /dev/shm must fail here, not as SIGBUS later.
+        if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0)
+          why = strcat("reserving ", bytes, " bytes in /dev/shm: ", errno_text(e));
+        else
+          why = map(fd, slot_bytes);
+        ::close(fd);
+        if (!why.empty()) ::shm_unlink(name.c_str());
+      }
+      if (why.empty()) {
+        auto& h = seg->head();
+        new (&h) header{};
+        h.magic = layout_magic;
+        h.version = layout_version;
+        h.members = static_cast<std::uint32_t>(o.size);
+        h.slot_bytes = slot_bytes;
+        h.token = token;
+        for (int r = 0; r < o.size; ++r) new (&seg->at(r)) member{};
+      }
+    }
+    offer = why.empty() ? strcat(name, " ", hex(token)) : "none " + why;
+    if (!why.empty()) my_answer = "0 " + why;
+    auto set = s.set("offer", std::as_bytes(std::span(offer.data(), offer.size())), dl.remaining());
+    if (!set) {
+      if (seg->map_) ::shm_unlink(name.c_str());
+      return std::move(set).error();
+    }
+  } else {
+    auto got = s.get("offer", dl.remaining());
+    if (!got) return std::move(got).error();
+    offer.assign(reinterpret_cast<const char*>(got->data()), got->size());
+    if (offer.rfind("none ", 0) == 0) {
+      my_answer = "0 rank 0 offered no segment (" + offer.substr(5) + ")";
+    } else if (!o.enabled) {
+      my_answer = "0 TROUPE_GLOO_SHM=0";
+    } else {
+      auto space = offer.find(' ');
+      name = offer.substr(0, space);
+      std::uint64_t token = 0;
+      if (space != std::string::npos)
+        std::from_chars(offer.data() + space + 1, offer.data() + offer.size(), token, 16);
+      int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+      std::string why;
+      if (fd < 0) {
+        why = strcat("shm_open(", name, "): ", errno_text(errno),
+                     " (another host, or another IPC namespace)");
+      } else {
+        struct stat st {};
+        if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(data_offset)) {
+          why = "the segment is smaller than its header";
+        } else {
+          // Read the slot size from the header before mapping the whole segment.
+          header probe;
+          if (::pread(fd, &probe, sizeof(probe), 0) != static_cast<ssize_t>(sizeof(probe)))
+            why = "could not read the segment's header";
+          else if (probe.magic != layout_magic || probe.version != layout_version ||
+                   probe.token != token || probe.members != static_cast<std::uint32_t>(o.size))
+            why = "the segment's header does not match the offer";
+          else if (static_cast<std::size_t>(st.st_size) <
+                   data_offset + 2 * static_cast<std::size_t>(o.size) * probe.slot_bytes)
+            why = "the segment is smaller than its slots";
+          else
+            why = map(fd, probe.slot_bytes);
+        }
+        ::close(fd);
+      }
+      if (!why.empty()) my_answer = "0 " + why;
+    }
+  }
+
+  if (seg->map_ && my_answer == "1") {
+    auto& me = seg->at(o.rank);
+    me.pid.store(::getpid());
+    auto ps = read_proc(::getpid());
+    me.start.store(ps ? ps->start : 0);
+    me.pid_ns.store(pid_namespace());
+  }
+  auto answer_key = strcat("joined/", o.rank);
+  auto set = s.set(answer_key, std::as_bytes(std::span(my_answer.data(), my_answer.size())),
+                   dl.remaining());
+  std::vector<std::string> keys;
+  for (int r = 0; r < o.size; ++r) keys.push_back(strcat("joined/", r));
+  expected<void> waited = set ? s.wait(keys, dl.remaining()) : expected<void>(std::move(set).error());
+  // Rank 0 removes the name once everyone answered (or failed to): the members keep
+  // their mappings, and no name outlives the group's creation.
+  if (o.rank == 0 && !name.empty() && seg->map_) ::shm_unlink(name.c_str());
+  if (!waited) return std::move(waited).error();
+
+  std::string refusal;
+  for (int r = 0; r < o.size && refusal.empty(); ++r) {
+    auto v = s.get(keys[static_cast<std::size_t>(r)], dl.remaining());
+    if (!v) return std::move(v).error();
+    std::string a(reinterpret_cast<const char*>(v->data()), v->size());
+    if (a != "1")
+      refusal = strcat("rank ", o.world_ranks.empty() ? r : o.world_ranks[static_cast<std::size_t>(r)],
+                       ": ", a.size() > 2 ? a.substr(2) : a);
+  }
+  if (!refusal.empty()) {
+    TROUPE_LOG(log_level::info, "collectives", o.group,
+               " runs its collectives over TCP only, without shared memory: ", refusal);
+    return std::unique_ptr<segment>();
+  }
+
+  seg->pids_.resize(static_cast<std::size_t>(o.size));
+  seg->starts_.resize(static_cast<std::size_t>(o.size));
+  bool same_ns = true;
+  const auto my_ns = seg->at(o.rank).pid_ns.load();
+  for (int r = 0; r < o.size; ++r) {
+    auto& m = seg->at(r);
+    seg->pids_[static_cast<std::size_t>(r)] = static_cast<int>(m.pid.load());
+    seg->starts_[static_cast<std::size_t>(r)] = m.start.load();
+    same_ns = same_ns && my_ns != 0 && m.pid_ns.load() == my_ns;
+  }
+  seg->check_liveness_ = same_ns;
+  TROUPE_LOG(log_level::debug, "collectives", o.group, " shares memory between its ",
+             o.size, " members (", seg->slot_bytes_, " bytes per slot)");
+  return seg;
+}
+
+segment::~segment() {
+  if (map_) ::munmap(map_, map_bytes_);
+}
+
+void segment::mark_failed() noexcept {
+  if (!map_) return;
+  auto& h = head();
+  std::int32_t none = 0;
+  h.failed_by.compare_exchange_strong(none, rank_ + 1);
+  h.wake.fetch_add(1);
+  futex(&h.wake, FUTEX_WAKE, INT32_MAX, nullptr);
+}
+
+void segment::abort() noexcept {
+  aborted_.store(true);
+  if (!map_) return;
+  auto& h = head();
+  h.wake.fetch_add(1);
+  futex(&h.wake, FUTEX_WAKE, INT32_MAX, nullptr);
+}
+
+void segment::fail(troupe::error e) { throw troupe::exception(std::move(e)); }
+
+void segment::begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
+                    std::uint32_t detail) {
+  if (aborted_.load()) fail(make_error(errc::aborted, "the group is shutting down"));
+  seq_ = seq;
+  kind_ = kind;
+  bytes_ = bytes;
+  detail_ = detail;
+  agreed_ = false;
+  what_ = describe_op(kind, bytes, detail);
+  auto& d = at(rank_).desc[seq % descs];
+  d.bytes.store(bytes, std::memory_order_relaxed);
+  d.kind.store(kind, std::memory_order_relaxed);
+  d.detail.store(detail, std::memory_order_relaxed);
+  d.seq.store(seq, std::memory_order_relaxed);  // published by the next phase store
+}
+
+void segment::publish() noexcept {
+  auto& h = head();
+  at(rank_).phase.store(++phase_);
+  h.wake.fetch_add(1);
+  if (h.sleepers.load() != 0) futex(&h.wake, FUTEX_WAKE, INT32_MAX, nullptr);
+}
+
+bool segment::alive(int r) const {
+  if (!check_liveness_) return true;
+  auto ps = read_proc(pids_[static_cast<std::size_t>(r)]);
+  return ps && ps->running && ps->start == starts_[static_cast<std::size_t>(r)];
+}
+
+void segment::check_agreement(int r) {
+  auto& d = at(r).desc[seq_ % descs];
+  const auto seq = d.seq.load(std::memory_order_relaxed);
+  const auto kind = d.kind.load(std::memory_order_relaxed);
+  const auto bytes = d.bytes.load(std::memory_order_relaxed);
+  const auto detail = d.detail.load(std::memory_order_relaxed);
+  if (seq == seq_ && kind == kind_ && bytes == bytes_ && detail == detail_) return;
+  auto world = [&](int m) {
+    return world_ranks_.empty() ? m : world_ranks_[static_cast<std::size_t>(m)];
+  };
+  mark_failed();
+  fail(make_error(errc::invalid_argument, "the members disagree on collective #", seq_,
+                  ": rank ", world(rank_), " (this one) runs ", what_, ", rank ", world(r),
+                  seq == seq_ ? strcat(" runs ", describe_op(kind, bytes, detail))
+                              : strcat(" is at collective #", seq),
+                  "; every member must call the same collectives with the same sizes, "
+                  "dtypes, reductions and roots, in the same order"));
+}
+
+template <class Missing>
+void segment::wait(Missing&& missing, clock::time_point deadline, const char* step) {
+  auto& h = head();
+  auto world = [&](int m) {
+    return world_ranks_.empty() ? m : world_ranks_[static_cast<std::size_t>(m)];
+  };
+  auto check_abandoned = [&] {
+    if (aborted_.load()) fail(make_error(errc::aborted, "the group is shutting down"));
+    if (auto by = h.failed_by.load(); by != 0 && by != rank_ + 1)
+      fail(make_error(errc::connection_lost, "rank ", world(by - 1),
+                      " failed an operation of the group first"));
+  };
+  std::vector<int> waiting;
+  auto done = [&] {
+    waiting.clear();
+    missing(waiting);
+    return waiting.empty();
+  };
+  if (done()) return;
+  if (spin_) {
+    const auto until = clock::now() + spin_time;
+    do {
+      for (int i = 0; i < 64; ++i) cpu_relax();
+      if (done()) return;
+    } while (clock::now() < until);
+  }
+  auto next_liveness = clock::now() + liveness_period;
+  for (;;) {
+    const std::uint32_t seen = h.wake.load();
+    if (done()) return;
+    check_abandoned();
+    const auto now = clock::now();
+    if (now >= next_liveness) {
+      for (int r : waiting)
+        if (!alive(r))
+          fail(make_error(errc::connection_lost, "rank ", world(r), " (pid ",
+                          pids_[static_cast<std::size_t>(r)], ") exited during ", what_,
+                          " (collective #", seq_, ")"));
+      next_liveness = now + liveness_period;
+    }
+    if (now >= deadline) {
+      std::vector<int> ranks;
+      for (int r : waiting) ranks.push_back(world(r));
+      fail(make_error(errc::timeout, what_, " (collective #", seq_, "): ",
+                      ranks.size() == 1 ? "rank " : "ranks ", format_ranks(ranks),
+                      " ", step, " in time"));
+    }
+    auto nap = std::min<clock::duration>(deadline - now, next_liveness - now);
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(nap).count();
+    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    h.sleepers.fetch_add(1);
+    if (h.wake.load() == seen) futex(&h.wake, FUTEX_WAIT, seen, &ts);
+    h.sleepers.fetch_sub(1);
+  }
+}
+
+void segment::wait_all(std::uint64_t target, clock::time_point deadline, const char* step,
+                       bool agree) {
+  wait(
+      [&](std::vector<int>& out) {
+        for (int r = 0; r < size_; ++r)
+          if (r != rank_ && at(r).phase.load() < target) out.push_back(r);
+      },
+      deadline, step);
+  if (agree && !agreed_) {
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) check_agreement(r);
+    agreed_ = true;
+  }
+}
+
+void segment::wait_one(int r, std::uint64_t target, clock::time_point deadline, const char* step) {
+  wait(
+      [&](std::vector<int>& out) {
+        if (at(r).phase.load() < target) out.push_back(r);
+      },
+      deadline, step);
+  if (!agreed_) {
+    check_agreement(r);
+    agreed_ = true;
+  }
+}
+
+void segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op, const cpu_reduce_fn& fn,
+                        clock::time_point deadline) {
+  const std::size_t es = element_size(t.type);
+  begin(seq, op_allreduce, t.nbytes(),
+        (static_cast<std::uint32_t>(t.type) << 8) | static_cast<std::uint32_t>(op));
+  const std::size_t per_chunk = slot_bytes_ / es;
+  const bool fold_whole = t.nbytes() <= std::min(fold_whole_max_bytes, slot_bytes_);
+  auto* data = static_cast<std::byte*>(t.data);
+  for (std::size_t off = 0; off < t.numel; off += per_chunk) {
+    const std::size_t count = std::min(per_chunk, t.numel - off);
+    const std::uint64_t c = chunks_++;
+    std::byte* const mine = data + off * es;
+    wait_all(guard_[c & 1], deadline, reuse_step, false);
+    std::memcpy(slot(rank_, c), mine, count * es);
+    publish();
+    wait_all(phase_, deadline, "did not contribute");
+    if (fold_whole) {
+      // Every member folds everything, in rank order, into its own tensor.
+      fn(mine, slot(0, c), slot(1, c), count);
+      for (int r = 2; r < size_; ++r) fn(mine, mine, slot(r, c), count);
+      publish();
+      guard_[c & 1] = phase_;
+      continue;
+    }
+    // Member r folds block r of the chunk in rank order; the result replaces its own
+    // contribution in its slot, where the others copy it from.
+    const auto own = block(count, size_, rank_);
+    if (own.count > 0) {
+      auto src = [&](int r) { return slot(r, c) + own.offset * es; };
+      if (size_ == 2) {
+        fn(src(rank_), src(0), src(1), own.count);
+      } else {
+        // The partial result goes to this member's tensor, whose contribution is in the
+        // slot already; the last step writes the slot.
+        std::byte* acc = mine + own.offset * es;
+        fn(acc, src(0), src(1), own.count);
+        for (int r = 2; r < size_ - 1; ++r) fn(acc, acc, src(r), own.count);
+        fn(src(rank_), acc, src(size_ - 1), own.count);
+      }
+    }
+    publish();
+    wait_all(phase_, deadline, "did not reduce its block");
+    for (int r = 0; r < size_; ++r) {
+      const auto theirs = block(count, size_, r);
+      std::memcpy(mine + theirs.offset * es, slot(r, c) + theirs.offset * es, theirs.count * es);
+    }
+    publish();
+    guard_[c & 1] = phase_;
+  }
+}
+
+void segment::broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline) {
+  begin(seq, op_broadcast, t.nbytes(), static_cast<std::uint32_t>(root));
+  auto* data = static_cast<std::byte*>(t.data);
+  const std::size_t bytes = t.nbytes();
+  for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
+    const std::size_t len = std::min(slot_bytes_, bytes - off);
+    const std::uint64_t c = chunks_++;
+    if (rank_ == root) {
+      wait_all(guard_[c & 1], deadline, reuse_step, false);
+      std::memcpy(slot(rank_, c), data + off, len);
+      publish();
+      // The others publish the same phase once they copied the chunk out.
+      guard_[c & 1] = phase_;
+    } else {
+      wait_one(root, phase_ + 1, deadline, "did not write the data");
+      std::memcpy(data + off, slot(root, c), len);
+      publish();
+    }
+  }
+}
+
+void segment::allgather(std::uint64_t seq, tensor_view in, tensor_view out,
+                        clock::time_point deadline) {
+  const std::size_t bytes = in.nbytes();
+  begin(seq, op_allgather, bytes, 0);
+  auto* dst = static_cast<std::byte*>(out.data);
+  const auto* src = static_cast<const std::byte*>(in.data);
+  auto block_of = [&](int r) { return dst + bytes * static_cast<std::size_t>(r); };
+  if (block_of(rank_) != src) std::memmove(block_of(rank_), src, bytes);
+  for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
+    const std::size_t len = std::min(slot_bytes_, bytes - off);
+    const std::uint64_t c = chunks_++;
+    wait_all(guard_[c & 1], deadline, reuse_step, false);
+    std::memcpy(slot(rank_, c), block_of(rank_) + off, len);
+    publish();
+    wait_all(phase_, deadline, "did not contribute");
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) std::memcpy(block_of(r) + off, slot(r, c), len);
+    publish();
+    guard_[c & 1] = phase_;
+  }
+}
+
+}  // namespace troupe::collectives::gloo_shm

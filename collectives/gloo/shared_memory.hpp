@@ -1,0 +1,150 @@
+// Shared memory between the members of a gloo group on one host. Internal to
+// collectives/gloo; used by the group's worker thread only (abort() excepted).
+//
+// Over loopback TCP every byte of a collective is copied into the kernel by the sender and
+// out of it by the receiver, with a system call per transfer. When every member runs on
+// the same host, the group instead maps one segment of shared memory in which each member
+// owns two slots (double buffering). A member copies its part of a tensor into its slot
+// once; the others read it from there. Members signal progress through one counter each
+// ("phase"), published with release stores, and sleep on one futex word while they wait.
+//
+// Failure: a wait ends at the operation's deadline with an error naming the members that
+// did not get there; a member whose process exited is noticed within tens of
+// milliseconds (its pid and start time are checked while waiting); a member that failed
+// marks the segment failed, which wakes and fails every other member at once; the members
+// compare what each was asked to do, so that different sizes or roots fail with an error
+// naming them instead of mixing data.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/gloo/cpu_reduce.hpp"
+#include "collectives/tensor.hpp"
+#include "core/time.hpp"
+#include "store/store.hpp"
+
+namespace troupe::collectives::gloo_shm {
+
+/// Bytes of one slot when TROUPE_GLOO_SHM_SLOT is not set: large enough that a 64 MiB
+/// operation syncs a few hundred times at most, small enough that a chunk is still in
+/// cache when the other members read it.
+inline constexpr std::size_t default_slot_bytes = 1 << 20;
+
+struct open_options {
+  int rank = 0;
+  int size = 1;
+  /// World rank of each member, for errors.
+  std::vector<int> world_ranks;
+  /// The group as errors name it, e.g. "group 'world' (gloo, 4 ranks)".
+  std::string group;
+  /// Whether this member wants shared memory (TROUPE_GLOO_SHM=0 says no). One member
+  /// saying no turns it off for all.
+  bool enabled = true;
+  /// Bytes per slot; rank 0's choice holds for every member. Rounded up to 4 KiB.
+  std::size_t slot_bytes = default_slot_bytes;
+  duration timeout = std::chrono::seconds(30);
+};
+
+/// TROUPE_GLOO_SHM ("0" turns it off) and TROUPE_GLOO_SHM_SLOT (bytes) applied to `o`.
+void apply_env(open_options& o);
+
+class segment {
+ public:
+  /// Collective over `s`, which must be namespaced for this group: rank 0 creates the
+  /// segment and offers its name, every other member maps it and says whether it could.
+  /// Every member gets the same answer: a segment when all could, nullptr when any could
+  /// not (another host or IPC namespace, no room in /dev/shm, turned off); why is logged.
+  /// An error only when the store fails or a member does not answer within the timeout.
+  /// The name is unlinked once every member has answered, so nothing is left behind.
+  static expected<std::unique_ptr<segment>> open(store& s, const open_options& o);
+
+  ~segment();
+  segment(const segment&) = delete;
+  segment& operator=(const segment&) = delete;
+
+  // The operations below are collective over the members, numbered by the group's
+  // collective count `seq` (the same on every member). They throw troupe::exception:
+  // errc::timeout at `deadline`, naming the members that did not arrive;
+  // errc::connection_lost when a member exited or failed first; errc::invalid_argument
+  // when the members disagree on the operation, its size or its root; errc::aborted after
+  // abort(). After a throw the segment is unusable (the group's failure is sticky).
+
+  /// Allreduce in place; `fn` combines two runs of elements. Every member folds in rank
+  /// order (r0 op r1 op ...), so every member gets bit-identical results, the same as the
+  /// TCP algorithms give. avg is the caller's division afterwards.
+  void allreduce(std::uint64_t seq, tensor_view t, reduce_op op, const cpu_reduce_fn& fn,
+                 clock::time_point deadline);
+  /// Broadcast from member `root` in place.
+  void broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline);
+  /// Member r's `in` lands in block r of `out` on every member.
+  void allgather(std::uint64_t seq, tensor_view in, tensor_view out, clock::time_point deadline);
+
+  /// Tells every member that this one failed: their waits fail at once. Idempotent.
+  void mark_failed() noexcept;
+  /// Makes this member's current and later waits fail with errc::aborted (shutdown).
+  /// Safe from any thread.
+  void abort() noexcept;
+
+  std::size_t slot_bytes() const noexcept { return slot_bytes_; }
+
+ private:
+  struct header;
+  struct member;
+  struct op_desc;
+  segment() = default;
+
+  header& head() const noexcept;
+  member& at(int r) const noexcept;
+  std::byte* slot(int r, std::uint64_t chunk) const noexcept;
+
+  void begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes, std::uint32_t detail);
+  void publish() noexcept;
+  // Waits until every other member's phase (wait_one: member r's) reaches `target`; on
+  // timeout the error says the late members `step` ("did not contribute") in time. On
+  // the first such wait of an operation (`agree`), checks that those members run the same
+  // operation as this one.
+  void wait_all(std::uint64_t target, clock::time_point deadline, const char* step,
+                bool agree = true);
+  void wait_one(int r, std::uint64_t target, clock::time_point deadline, const char* step);
+  template <class Missing>
+  void wait(Missing&& missing, clock::time_point deadline, const char* step);
+  void check_agreement(int r);
+  bool alive(int r) const;
+  [[noreturn]] void fail(troupe::error e);
+
+  void* map_ = nullptr;
+  std::size_t map_bytes_ = 0;
+  std::size_t slot_bytes_ = 0;
+  std::size_t data_offset_ = 0;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<int> world_ranks_;
+  std::string group_;
+  // The member processes, for liveness checks (only when all share a pid namespace).
+  std::vector<int> pids_;
+  std::vector<std::uint64_t> starts_;
+  bool check_liveness_ = false;
+  // Spin before sleeping only when the members are not more than the CPUs.
+  bool spin_ = false;
+
+  std::uint64_t phase_ = 0;   // what this member published last
+  std::uint64_t chunks_ = 0;  // chunks run so far: chunk c uses buffer c % 2 of each slot
+  // Buffer b of this member's slot may be rewritten once every member's phase reached
+  // guard_[b]: the others have then finished reading it.
+  std::uint64_t guard_[2] = {0, 0};
+  // The running operation, for agreement checks and errors.
+  std::uint64_t seq_ = 0;
+  std::uint32_t kind_ = 0;
+  std::uint64_t bytes_ = 0;
+  std::uint32_t detail_ = 0;
+  bool agreed_ = false;
+  std::string what_;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace troupe::collectives::gloo_shm
