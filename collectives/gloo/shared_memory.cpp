@@ -33,6 +33,12 @@ constexpr std::size_t descs = 4;  // operations a member can be ahead of another
 // Operation kinds, as the members compare them.
 constexpr std::uint32_t op_allreduce = 1, op_broadcast = 2, op_allgather = 3;
 
+// Allreduce works in chunks of at most this many bytes, less than a slot: a member's
+// chunk is written once and read twice by every member (to fold a block, then to copy
+// the result out), so the chunks of all members should fit in cache together. Measured
+// best at 4 members on 2 cores between 128 KiB and 1 MiB (bench/RESULTS.md).
+constexpr std::size_t allreduce_chunk_bytes = 256 << 10;
+
 // Allreduces up to this size (and one chunk) are folded whole by every member: one sync
 // fewer than splitting the fold, which costs more than folding 64 KiB four times.
 constexpr std::size_t fold_whole_max_bytes = 64 << 10;
@@ -515,8 +521,9 @@ void segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op, const cp
   const std::size_t es = element_size(t.type);
   begin(seq, op_allreduce, t.nbytes(),
         (static_cast<std::uint32_t>(t.type) << 8) | static_cast<std::uint32_t>(op));
-  const std::size_t per_chunk = slot_bytes_ / es;
-  const bool fold_whole = t.nbytes() <= std::min(fold_whole_max_bytes, slot_bytes_);
+  const std::size_t chunk_bytes = std::min(slot_bytes_, allreduce_chunk_bytes);
+  const std::size_t per_chunk = chunk_bytes / es;
+  const bool fold_whole = t.nbytes() <= std::min(fold_whole_max_bytes, chunk_bytes);
   auto* data = static_cast<std::byte*>(t.data);
   for (std::size_t off = 0; off < t.numel; off += per_chunk) {
     const std::size_t count = std::min(per_chunk, t.numel - off);
