@@ -237,7 +237,7 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
     const std::size_t slot_bytes = round_up(std::max<std::size_t>(o.slot_bytes, 1), page);
     std::string why;
     if (!o.enabled) {
-      why = "TROUPE_GLOO_SHM=0 on rank " + std::to_string(o.world_ranks.empty() ? 0 : o.world_ranks[0]);
+      why = "TROUPE_GLOO_SHM=0";
     } else {
       int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
       if (fd < 0) {
@@ -341,7 +341,8 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
                        ": ", a.size() > 2 ? a.substr(2) : a);
   }
   if (!refusal.empty()) {
-    TROUPE_LOG(log_level::info, "collectives", o.group,
+    // Every member knows why; one says it.
+    TROUPE_LOG(o.rank == 0 ? log_level::info : log_level::debug, "collectives", o.group,
                " runs its collectives over TCP only, without shared memory: ", refusal);
     return std::unique_ptr<segment>();
   }
