@@ -491,8 +491,9 @@ TEST_CASE("members that each take the other for the root of a broadcast fail, no
 TEST_CASE("a member that never calls the operation makes the others time out at their deadline "
           "naming its world rank") {
   constexpr auto timeout = 300ms;
-  enum class op { allreduce, allgather, broadcast_root_missing };
-  for (op which : {op::allreduce, op::allgather, op::broadcast_root_missing}) {
+  enum class op { allreduce, allgather, broadcast_root_missing, broadcast_reader_missing };
+  for (op which : {op::allreduce, op::allgather, op::broadcast_root_missing,
+                   op::broadcast_reader_missing}) {
     CAPTURE(static_cast<int>(which));
     std::vector<duration> took(3);
     auto out = on_members(group_of(3, {10, 11, 12}), [&](member& m) {
@@ -514,6 +515,14 @@ TEST_CASE("a member that never calls the operation makes the others time out at 
           case op::broadcast_root_missing: {
             std::vector<float> v(10);
             m.seg.broadcast(seq, tensor_view::of(std::span(v)), 2, in(timeout));
+            break;
+          }
+          case op::broadcast_reader_missing: {
+            // The root too waits until every member has the data (one chunk: with more,
+            // the root waits for the missing member before writing the third one, and
+            // the others then wait for the root).
+            std::vector<float> v(10);
+            m.seg.broadcast(seq, tensor_view::of(std::span(v)), 0, in(timeout));
             break;
           }
         }
