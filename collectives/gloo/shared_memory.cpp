@@ -399,7 +399,9 @@ void segment::begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
   d.bytes.store(bytes, std::memory_order_relaxed);
   d.kind.store(kind, std::memory_order_relaxed);
   d.detail.store(detail, std::memory_order_relaxed);
-  d.seq.store(seq, std::memory_order_relaxed);  // published by the next phase store
+  // Published by the next phase store, and by this release for members that compare
+  // while they wait for this one (see wait()).
+  d.seq.store(seq, std::memory_order_release);
 }
 
 void segment::publish() noexcept {
@@ -417,7 +419,7 @@ bool segment::alive(int r) const {
 
 void segment::check_agreement(int r) {
   auto& d = at(r).desc[seq_ % descs];
-  const auto seq = d.seq.load(std::memory_order_relaxed);
+  const auto seq = d.seq.load(std::memory_order_acquire);
   const auto kind = d.kind.load(std::memory_order_relaxed);
   const auto bytes = d.bytes.load(std::memory_order_relaxed);
   const auto detail = d.detail.load(std::memory_order_relaxed);
@@ -440,11 +442,22 @@ void segment::wait(Missing&& missing, clock::time_point deadline, const char* st
   auto world = [&](int m) {
     return world_ranks_.empty() ? m : world_ranks_[static_cast<std::size_t>(m)];
   };
+  // Compares with member r if it started this collective: whether or not it got as far
+  // as this member waits for.
+  auto compare_if_started = [&](int r) {
+    auto& d = at(r).desc[seq_ % descs];
+    if (d.seq.load(std::memory_order_acquire) == seq_ &&
+        d.kind.load(std::memory_order_relaxed) != 0)
+      check_agreement(r);
+  };
   auto check_abandoned = [&] {
     if (aborted_.load()) fail(make_error(errc::aborted, "the group is shutting down"));
-    if (auto by = h.failed_by.load(); by != 0 && by != rank_ + 1)
+    if (auto by = h.failed_by.load(); by != 0 && by != rank_ + 1) {
+      // When it failed on finding that the members disagree, say on what.
+      compare_if_started(by - 1);
       fail(make_error(errc::connection_lost, "rank ", world(by - 1),
                       " failed an operation of the group first"));
+    }
   };
   std::vector<int> waiting;
   auto done = [&] {
@@ -464,6 +477,10 @@ void segment::wait(Missing&& missing, clock::time_point deadline, const char* st
   for (;;) {
     const std::uint32_t seen = h.wake.load();
     if (done()) return;
+    // A member that started this collective with other arguments may never get where this
+    // one waits for it (two members each taking the other for the root), or failed on
+    // seeing the difference: compare with it now instead of waiting for the deadline.
+    for (int r : waiting) compare_if_started(r);
     check_abandoned();
     const auto now = clock::now();
     if (now >= next_liveness) {
@@ -588,6 +605,13 @@ void segment::broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_
       publish();
     }
   }
+  // Every member waits until every other one has its data, and compares what each was
+  // asked to do: otherwise a root would return at once, never learning that the others
+  // took another member for the root or another size, and the members would go on with
+  // different data.
+  if (bytes == 0) return;
+  agreed_ = false;
+  wait_all(phase_, deadline, "did not read the data");
 }
 
 void segment::allgather(std::uint64_t seq, tensor_view in, tensor_view out,

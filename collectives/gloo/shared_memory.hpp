@@ -79,7 +79,8 @@ class segment {
   /// TCP algorithms give. avg is the caller's division afterwards.
   void allreduce(std::uint64_t seq, tensor_view t, reduce_op op, const cpu_reduce_fn& fn,
                  clock::time_point deadline);
-  /// Broadcast from member `root` in place.
+  /// Broadcast from member `root` in place. Returns on every member (the root included)
+  /// once every member has the data, so that every member learns of a disagreement.
   void broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline);
   /// Member r's `in` lands in block r of `out` on every member.
   void allgather(std::uint64_t seq, tensor_view in, tensor_view out, clock::time_point deadline);

@@ -1,0 +1,151 @@
+// The gloo backend's shared-memory segment between two processes: this process and a
+// child forked from it open a segment of two through a real TCP store on 127.0.0.1 (port
+// 0), then the child goes away without joining the collective. The child is forked while
+// this process has one thread only (before the store server starts), and learns the
+// store's address through a pipe.
+#include <doctest/doctest.h>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/gloo/cpu_reduce.hpp"
+#include "collectives/gloo/shared_memory.hpp"
+#include "core/strcat.hpp"
+#include "spawn.hpp"
+#include "store/connect.hpp"
+#include "store/tcp_store_server.hpp"
+
+using namespace std::chrono_literals;
+using namespace troupe;
+using namespace troupe::collectives;
+using troupe::collectives::gloo_shm::open_options;
+using troupe::collectives::gloo_shm::segment;
+
+namespace {
+
+// What the child does once it opened the segment.
+enum class child_end { exit_at_once, killed_later };
+
+open_options member_options(int rank) {
+  open_options o;
+  o.rank = rank;
+  o.size = 2;
+  o.world_ranks = {5, 7};
+  o.group = "group 'shm-multiprocess-test'";
+  o.slot_bytes = 4096;
+  o.timeout = 10s;
+  return o;
+}
+
+std::size_t threads_of_this_process() {
+  std::size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+// The child: reads the store's URL from `fd`, opens the segment as rank 1, then ends as
+// `how` says without calling any operation. Exit status 0 once the segment is open.
+[[noreturn]] void run_child(int fd, child_end how) {
+  std::string url;
+  char buf[256];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 10000) <= 0) ::_exit(2);
+    auto n = ::read(fd, buf, sizeof buf);
+    if (n < 0) ::_exit(2);
+    if (n == 0) break;
+    url.append(buf, static_cast<std::size_t>(n));
+  }
+  auto s = connect_store(url);
+  if (!s) ::_exit(3);
+  auto seg = segment::open(**s, member_options(1));
+  if (!seg || !*seg) ::_exit(4);
+  if (how == child_end::killed_later) {
+    std::this_thread::sleep_for(300ms);
+    ::raise(SIGKILL);
+  }
+  ::_exit(0);
+}
+
+// Forks the child, starts the store, opens the segment as rank 0 and runs an allreduce
+// with a 30 s deadline. Returns the error it threw ("" if none) and how long it took.
+struct outcome {
+  std::string error;
+  errc code = errc::internal;
+  duration took{};
+  pid_t child = -1;
+};
+outcome run_parent(child_end how) {
+  outcome out;
+  REQUIRE(threads_of_this_process() == 1);
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  out.child = ::fork();
+  REQUIRE(out.child >= 0);
+  if (out.child == 0) {
+    ::close(fds[1]);
+    run_child(fds[0], how);
+  }
+  ::close(fds[0]);
+  auto server = tcp_store_server::start({});
+  REQUIRE(server);
+  const auto url = (*server)->url();
+  REQUIRE(::write(fds[1], url.data(), url.size()) == static_cast<ssize_t>(url.size()));
+  ::close(fds[1]);
+  auto s = connect_store(url);
+  REQUIRE(s);
+  auto seg = segment::open(**s, member_options(0));
+  REQUIRE(seg);
+  REQUIRE(*seg != nullptr);
+  std::vector<float> v(3000, 1.0f);
+  const auto start = clock::now();
+  try {
+    (*seg)->allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum,
+                      *cpu_reduce(dtype::float32, reduce_op::sum), start + 30s);
+  } catch (const troupe::exception& e) {
+    out.error = e.err().message();
+    out.code = e.code();
+  }
+  out.took = std::chrono::duration_cast<duration>(clock::now() - start);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a member whose process exited fails the other's allreduce at once naming its rank") {
+  auto out = run_parent(child_end::exit_at_once);
+  // The child is a zombie until it is reaped here: it no longer runs all the same.
+  auto status = testing::wait_children({out.child}, 10s);
+  CHECK(testing::exited_zero(status[out.child]));
+  CAPTURE(out.error);
+  CHECK(out.code == errc::connection_lost);
+  CHECK(out.error.find("rank 7 (pid " + std::to_string(out.child) + ") exited") !=
+        std::string::npos);
+  CHECK(out.error.find("collective #1") != std::string::npos);
+  CHECK(out.took < 2s);
+}
+
+TEST_CASE("a member process killed while the other waits fails the other's allreduce at once") {
+  // The child is reaped as soon as it dies: its /proc entry disappears altogether.
+  auto old = ::signal(SIGCHLD, SIG_IGN);
+  REQUIRE(reinterpret_cast<void*>(old) != reinterpret_cast<void*>(SIG_ERR));
+  auto out = run_parent(child_end::killed_later);
+  ::signal(SIGCHLD, old);
+  CAPTURE(out.error);
+  CHECK(out.code == errc::connection_lost);
+  CHECK(out.error.find("rank 7 (pid " + std::to_string(out.child) + ") exited") !=
+        std::string::npos);
+  CHECK(out.took < 3s);
+}
