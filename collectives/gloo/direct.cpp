@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "collectives/gloo/blocks.hpp"
+
 namespace troupe::collectives::gloo_direct {
 
 namespace {
@@ -38,17 +40,7 @@ void wait_send(const op_ctx& op, gloo::transport::UnboundBuffer& b) {
   if (!b.waitSend(left(op))) throw gloo::IoException("a send was aborted");
 }
 
-// Element range [offset, offset + count) of block b when n blocks split count elements
-// as evenly as possible (the first count % n blocks get one more).
-struct range {
-  std::size_t offset;
-  std::size_t count;
-};
-range block(std::size_t count, int n, int b) {
-  auto un = static_cast<std::size_t>(n), ub = static_cast<std::size_t>(b);
-  std::size_t base = count / un, rem = count % un;
-  return {ub * base + std::min(ub, rem), base + (ub < rem ? 1 : 0)};
-}
+using gloo_blocks::block;
 
 // Folds the contributions of ranks 0..n-1 to one stretch of `bytes` bytes in rank order:
 // contribution r is `own` for r == me, else `peer(r)`. The result lands in `own`;

@@ -17,6 +17,7 @@
 #include <random>
 #include <thread>
 
+#include "collectives/gloo/blocks.hpp"
 #include "collectives/process_group.hpp"
 #include "core/log.hpp"
 #include "core/strcat.hpp"
@@ -116,16 +117,7 @@ std::string hex(std::uint64_t v) {
 
 std::string errno_text(int e) { return std::strerror(e); }
 
-// Element range of block b when n blocks split count elements as evenly as possible.
-struct range {
-  std::size_t offset;
-  std::size_t count;
-};
-range block(std::size_t count, int n, int b) {
-  auto un = static_cast<std::size_t>(n), ub = static_cast<std::size_t>(b);
-  std::size_t base = count / un, rem = count % un;
-  return {ub * base + std::min(ub, rem), base + (ub < rem ? 1 : 0)};
-}
+using gloo_blocks::block;
 
 std::string describe_op(std::uint32_t kind, std::uint64_t bytes, std::uint32_t detail) {
   switch (kind) {

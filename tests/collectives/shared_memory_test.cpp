@@ -286,30 +286,39 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
+// Runs `body` on groups of 2, 3 and 4 members (with `slot_bytes` per slot when not 0)
+// and checks that every member succeeded.
+template <class F>
+void check_at_2_to_4(F body, std::size_t slot_bytes = 0) {
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    auto s = group_of(n);
+    if (slot_bytes != 0) s = s.with_slot(slot_bytes);
+    check_all(on_members(s, body));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("allreduce gives every member the exact result at 2, 3 and 4 members, for sizes that "
           "do not divide into slots or members") {
-  for (int n : {2, 3, 4}) {
-    CAPTURE(n);
-    check_all(on_members(group_of(n), [](member& m) -> std::string {
-      std::uint64_t seq = 1;
-      for (std::size_t count : sizes(sizeof(float), m.size))
-        if (auto e = float_sum(m, seq, count, count); !e.empty()) return e;
-      for (std::size_t count : sizes(sizeof(std::int64_t), m.size)) {
-        if (auto e = int64_reduce(m, seq, count, reduce_op::sum); !e.empty()) return e;
-        if (auto e = int64_reduce(m, seq, count, reduce_op::max); !e.empty()) return e;
-        if (auto e = int64_reduce(m, seq, count, reduce_op::product); !e.empty()) return e;
-      }
-      for (std::size_t count : sizes(2, m.size)) {
-        if (auto e = half_reduce(m, seq, dtype::bfloat16, reduce_op::sum, count); !e.empty())
-          return e;
-        if (auto e = half_reduce(m, seq, dtype::float16, reduce_op::min, count); !e.empty())
-          return e;
-      }
-      return "";
-    }));
-  }
+  check_at_2_to_4([](member& m) -> std::string {
+    std::uint64_t seq = 1;
+    for (std::size_t count : sizes(sizeof(float), m.size))
+      if (auto e = float_sum(m, seq, count, count); !e.empty()) return e;
+    for (std::size_t count : sizes(sizeof(std::int64_t), m.size)) {
+      if (auto e = int64_reduce(m, seq, count, reduce_op::sum); !e.empty()) return e;
+      if (auto e = int64_reduce(m, seq, count, reduce_op::max); !e.empty()) return e;
+      if (auto e = int64_reduce(m, seq, count, reduce_op::product); !e.empty()) return e;
+    }
+    for (std::size_t count : sizes(2, m.size)) {
+      if (auto e = half_reduce(m, seq, dtype::bfloat16, reduce_op::sum, count); !e.empty())
+        return e;
+      if (auto e = half_reduce(m, seq, dtype::float16, reduce_op::min, count); !e.empty())
+        return e;
+    }
+    return "";
+  });
 }
 
 TEST_CASE("a float sum is the rank-order fold, bit for bit on every member, below and above the "
@@ -320,44 +329,36 @@ TEST_CASE("a float sum is the rank-order fold, bit for bit on every member, belo
     order_sensitive +=
         rank_order_sum(4, i) != ((fvalue(3, i) + fvalue(2, i)) + fvalue(1, i)) + fvalue(0, i);
   REQUIRE(order_sensitive > 10);
-  for (int n : {2, 3, 4}) {
-    CAPTURE(n);
-    check_all(on_members(group_of(n).with_slot(gloo_shm::default_slot_bytes),
-                         [](member& m) -> std::string {
-                           std::uint64_t seq = 1;
-                           // 16 KB and 60 KB are folded whole; 400 KB is split among the
-                           // members; 1.2 MB takes two slots.
-                           for (std::size_t count : {4001, 15001, 100003, 300007})
-                             if (auto e = float_sum(m, seq, count, count); !e.empty()) return e;
-                           return "";
-                         }));
-  }
+  check_at_2_to_4(
+      [](member& m) -> std::string {
+        std::uint64_t seq = 1;
+        // 16 KB and 60 KB are folded whole; 400 KB is split among the members; 1.2 MB
+        // takes two slots.
+        for (std::size_t count : {4001, 15001, 100003, 300007})
+          if (auto e = float_sum(m, seq, count, count); !e.empty()) return e;
+        return "";
+      },
+      gloo_shm::default_slot_bytes);
 }
 
 TEST_CASE("broadcast from every root gives every member the root's data at 2, 3 and 4 members") {
-  for (int n : {2, 3, 4}) {
-    CAPTURE(n);
-    check_all(on_members(group_of(n), [](member& m) -> std::string {
-      std::uint64_t seq = 1;
-      for (std::size_t count : sizes(sizeof(float), m.size))
-        for (int root = 0; root < m.size; ++root)
-          if (auto e = float_broadcast(m, seq, count, root, seq); !e.empty()) return e;
-      return "";
-    }));
-  }
+  check_at_2_to_4([](member& m) -> std::string {
+    std::uint64_t seq = 1;
+    for (std::size_t count : sizes(sizeof(float), m.size))
+      for (int root = 0; root < m.size; ++root)
+        if (auto e = float_broadcast(m, seq, count, root, seq); !e.empty()) return e;
+    return "";
+  });
 }
 
 TEST_CASE("allgather puts every member's block in place at 2, 3 and 4 members") {
-  for (int n : {2, 3, 4}) {
-    CAPTURE(n);
-    check_all(on_members(group_of(n), [](member& m) -> std::string {
-      std::uint64_t seq = 1;
-      for (std::size_t count : sizes(sizeof(std::int64_t), m.size))
-        for (bool in_place : {false, true})
-          if (auto e = int64_allgather(m, seq, count, in_place); !e.empty()) return e;
-      return "";
-    }));
-  }
+  check_at_2_to_4([](member& m) -> std::string {
+    std::uint64_t seq = 1;
+    for (std::size_t count : sizes(sizeof(std::int64_t), m.size))
+      for (bool in_place : {false, true})
+        if (auto e = int64_allgather(m, seq, count, in_place); !e.empty()) return e;
+    return "";
+  });
 }
 
 TEST_CASE("operations back to back reuse both buffers correctly while members run at different "
