@@ -181,6 +181,16 @@ TEST_CASE("work deferred to the end of a read batch runs once, after every call 
   constexpr int n = 5000;
   for (int i = 0; i < n; ++i) REQUIRE(g[0]->notify("w1", "tick", i).get(5s));
   REQUIRE(g[0]->rpc_sync<int>("w1", "add", 1, 1));  // after every tick
+  // The answer to "add" can leave (from a pool thread) before the I/O thread ends the read
+  // that brought it and the last ticks, and runs their deferred work.
+  for (auto until = std::chrono::steady_clock::now() + 5s;
+       std::chrono::steady_clock::now() < until;) {
+    {
+      std::lock_guard lk(st->mu);
+      if (st->hooks_run >= n) break;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
   {
     std::lock_guard lk(st->mu);
     CHECK(st->calls == n);
