@@ -169,7 +169,7 @@ class gloo_group final : public process_group {
                         format_duration(spec().timeout), " failed: ", e.message())
           .with_operation("collectives.gloo.connect");
     }
-    // Members on one host share memory for allreduce, broadcast and allgather.
+    // Members on one host share memory for allreduce, broadcast, allgather and barrier.
     gloo_shm::open_options so;
     so.rank = rank();
     so.size = size();
@@ -363,6 +363,8 @@ class gloo_group final : public process_group {
 
   work barrier(const barrier_options& o) override {
     return submit("barrier", o.timeout, [this](const run_ctx& rc) {
+      if (size() == 1) return;
+      if (shm_) return shm_->barrier(rc.seq, clock::now() + rc.timeout);
       gloo::BarrierOptions g(context_);
       g.setTag(rc.tag);
       g.setTimeout(rc.timeout);

@@ -32,7 +32,7 @@ constexpr std::size_t page = 4096;
 constexpr std::size_t descs = 4;  // operations a member can be ahead of another, and more
 
 // Operation kinds, as the members compare them.
-constexpr std::uint32_t op_allreduce = 1, op_broadcast = 2, op_allgather = 3;
+constexpr std::uint32_t op_allreduce = 1, op_broadcast = 2, op_allgather = 3, op_barrier = 4;
 
 // Allreduce works in chunks of at most this many bytes, less than a slot: a member's
 // chunk is written once and read twice by every member (to fold a block, then to copy
@@ -129,6 +129,8 @@ std::string describe_op(std::uint32_t kind, std::uint64_t bytes, std::uint32_t d
       return strcat("broadcast of ", bytes, " bytes from rank ", detail);
     case op_allgather:
       return strcat("allgather of ", bytes, " bytes per rank");
+    case op_barrier:
+      return "barrier";
     default:
       return strcat("operation kind ", kind);
   }
@@ -626,6 +628,12 @@ void segment::allgather(std::uint64_t seq, tensor_view in, tensor_view out,
     publish();
     guard_[c & 1] = phase_;
   }
+}
+
+void segment::barrier(std::uint64_t seq, clock::time_point deadline) {
+  begin(seq, op_barrier, 0, 0);
+  publish();
+  wait_all(phase_, deadline, "did not arrive");
 }
 
 }  // namespace troupe::collectives::gloo_shm

@@ -84,6 +84,8 @@ class segment {
   void broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline);
   /// Member r's `in` lands in block r of `out` on every member.
   void allgather(std::uint64_t seq, tensor_view in, tensor_view out, clock::time_point deadline);
+  /// Returns once every member called it.
+  void barrier(std::uint64_t seq, clock::time_point deadline);
 
   /// Tells every member that this one failed: their waits fail at once. Idempotent.
   void mark_failed() noexcept;

@@ -492,9 +492,9 @@ TEST_CASE("members that each take the other for the root of a broadcast fail, no
 TEST_CASE("a member that never calls the operation makes the others time out at their deadline "
           "naming its world rank") {
   constexpr auto timeout = 300ms;
-  enum class op { allreduce, allgather, broadcast_root_missing, broadcast_reader_missing };
+  enum class op { allreduce, allgather, broadcast_root_missing, broadcast_reader_missing, barrier };
   for (op which : {op::allreduce, op::allgather, op::broadcast_root_missing,
-                   op::broadcast_reader_missing}) {
+                   op::broadcast_reader_missing, op::barrier}) {
     CAPTURE(static_cast<int>(which));
     std::vector<duration> took(3);
     auto out = on_members(group_of(3, {10, 11, 12}), [&](member& m) {
@@ -526,6 +526,9 @@ TEST_CASE("a member that never calls the operation makes the others time out at 
             m.seg.broadcast(seq, tensor_view::of(std::span(v)), 0, in(timeout));
             break;
           }
+          case op::barrier:
+            m.seg.barrier(seq, in(timeout));
+            break;
         }
       } catch (...) {
         took[static_cast<std::size_t>(m.rank)] =
@@ -545,6 +548,24 @@ TEST_CASE("a member that never calls the operation makes the others time out at 
       CHECK(took[static_cast<std::size_t>(r)] >= timeout);
       CHECK(took[static_cast<std::size_t>(r)] < timeout + 2s);
     }
+  }
+}
+
+TEST_CASE("a barrier lets no member through until every member arrived") {
+  // Members arrive 0, 60, 120 and 180 ms after the start; none may leave before the last
+  // arrived, and a data operation after it still works.
+  const auto start = clock::now();
+  std::vector<clock::time_point> left(4);
+  check_all(on_members(group_of(4), [&](member& m) -> std::string {
+    std::this_thread::sleep_until(start + m.rank * 60ms);
+    m.seg.barrier(1, in(10s));
+    left[static_cast<std::size_t>(m.rank)] = clock::now();
+    std::uint64_t seq = 2;
+    return float_sum(m, seq, 1000, 1000);
+  }));
+  for (std::size_t r = 0; r < left.size(); ++r) {
+    CAPTURE(r);
+    CHECK(left[r] >= start + 180ms);
   }
 }
 
