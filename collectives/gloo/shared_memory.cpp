@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -122,9 +122,8 @@ using gloo_blocks::block;
 std::string describe_op(std::uint32_t kind, std::uint64_t bytes, std::uint32_t detail) {
   switch (kind) {
     case op_allreduce:
-      return strcat("allreduce of ", bytes, " bytes (",
-                    to_string(static_cast<dtype>(detail >> 8)), ", ",
-                    to_string(static_cast<reduce_op>(detail & 0xff)), ")");
+      return strcat("allreduce of ", bytes, " bytes (", to_string(static_cast<dtype>(detail >> 8)),
+                    ", ", to_string(static_cast<reduce_op>(detail & 0xff)), ")");
     case op_broadcast:
       return strcat("broadcast of ", bytes, " bytes from rank ", detail);
     case op_allgather:
@@ -146,7 +145,7 @@ struct segment::header {
   std::uint32_t members;
   std::uint64_t slot_bytes;
   std::uint64_t token;
-  std::atomic<std::int32_t> failed_by;  // 0, or the failed member's rank + 1
+  std::atomic<std::int32_t> failed_by;          // 0, or the failed member's rank + 1
   alignas(64) std::atomic<std::uint32_t> wake;  // futex word, bumped by every publish
   std::atomic<std::uint32_t> sleepers;
 };
@@ -177,8 +176,7 @@ void apply_env(open_options& o) {
     std::string_view s(v);
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
     if (ec != std::errc() || p != s.data() + s.size() || n == 0 || n > (std::size_t{1} << 30))
-      TROUPE_LOG(log_level::warn, "collectives",
-                 "TROUPE_GLOO_SHM_SLOT='", s,
+      TROUPE_LOG(log_level::warn, "collectives", "TROUPE_GLOO_SHM_SLOT='", s,
                  "' is not a byte count between 1 and 1 GiB; using the default ",
                  default_slot_bytes);
     else
@@ -198,66 +196,90 @@ std::byte* segment::slot(int r, std::uint64_t chunk) const noexcept {
          (2 * static_cast<std::size_t>(r) + (chunk & 1)) * slot_bytes_;
 }
 
+std::string segment::map(int fd, std::size_t slot_bytes) {
+  slot_bytes_ = slot_bytes;
+  map_bytes_ = data_offset_ + 2 * static_cast<std::size_t>(size_) * slot_bytes;
+  void* p = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) return strcat("mmap of ", map_bytes_, " bytes: ", errno_text(errno));
+  map_ = p;
+  return "";
+}
+
+std::string segment::create(const std::string& name, std::uint64_t token, std::size_t slot_bytes) {
+  int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return strcat("shm_open(", name, "): ", errno_text(errno));
+  const std::size_t bytes = data_offset_ + 2 * static_cast<std::size_t>(size_) * slot_bytes;
+  // Reserve the pages now: a full /dev/shm must fail here, not as SIGBUS later.
+  std::string why;
+  if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0)
+    why = strcat("reserving ", bytes, " bytes in /dev/shm: ", errno_text(e));
+  else
+    why = map(fd, slot_bytes);
+  ::close(fd);
+  if (!why.empty()) {
+    ::shm_unlink(name.c_str());
+    return why;
+  }
+  auto& h = head();
+  new (&h) header{};
+  h.magic = layout_magic;
+  h.version = layout_version;
+  h.members = static_cast<std::uint32_t>(size_);
+  h.slot_bytes = slot_bytes;
+  h.token = token;
+  for (int r = 0; r < size_; ++r) new (&at(r)) member{};
+  return "";
+}
+
+std::string segment::attach(const std::string& name, std::uint64_t token) {
+  int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0)
+    return strcat("shm_open(", name, "): ", errno_text(errno),
+                  " (another host, or another IPC namespace)");
+  std::string why;
+  struct stat st {};
+  header probe;  // the slot size, read before mapping the whole segment
+  if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(data_offset_))
+    why = "the segment is smaller than its header";
+  else if (::pread(fd, &probe, sizeof(probe), 0) != static_cast<ssize_t>(sizeof(probe)))
+    why = "could not read the segment's header";
+  else if (probe.magic != layout_magic || probe.version != layout_version || probe.token != token ||
+           probe.members != static_cast<std::uint32_t>(size_))
+    why = "the segment's header does not match the offer";
+  else if (static_cast<std::size_t>(st.st_size) <
+           data_offset_ + 2 * static_cast<std::size_t>(size_) * probe.slot_bytes)
+    why = "the segment is smaller than its slots";
+  else
+    why = map(fd, probe.slot_bytes);
+  ::close(fd);
+  return why;
+}
+
 expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o) {
   if (o.size <= 1) return std::unique_ptr<segment>();
   auto seg = std::unique_ptr<segment>(new segment());
   seg->rank_ = o.rank;
   seg->size_ = o.size;
   seg->world_ranks_ = o.world_ranks;
-  seg->group_ = o.group;
+  if (seg->world_ranks_.empty())
+    for (int r = 0; r < o.size; ++r) seg->world_ranks_.push_back(r);
   seg->spin_ = static_cast<unsigned>(o.size) <= std::max(1u, std::thread::hardware_concurrency());
+  seg->data_offset_ = round_up(round_up(sizeof(header), 64) + sizeof(member) * o.size, page);
   const auto dl = deadline::after(o.timeout);
-  const std::size_t members_bytes = round_up(sizeof(header), 64) + sizeof(member) * o.size;
-  const std::size_t data_offset = round_up(members_bytes, page);
 
-  // Maps `fd` as the segment of `slot_bytes` per slot; "" or why not.
-  auto map = [&](int fd, std::size_t slot_bytes) -> std::string {
-    seg->slot_bytes_ = slot_bytes;
-    seg->data_offset_ = data_offset;
-    seg->map_bytes_ = data_offset + 2 * static_cast<std::size_t>(o.size) * slot_bytes;
-    void* p = ::mmap(nullptr, seg->map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-                     fd, 0);
-    if (p == MAP_FAILED) return strcat("mmap of ", seg->map_bytes_, " bytes: ", errno_text(errno));
-    seg->map_ = p;
-    return "";
-  };
-
-  std::string offer, my_answer = "1";
+  // Rank 0 offers "<name> <token>" or "none <why>"; every member answers "1" or "0 <why>".
+  std::string my_answer = "1";
   std::string name;
   if (o.rank == 0) {
     std::random_device rd;
-    const std::uint64_t token = (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid());
+    const std::uint64_t token =
+        (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid());
     name = strcat("/troupe-", ::getpid(), "-", hex(token));
-    const std::size_t slot_bytes = round_up(std::max<std::size_t>(o.slot_bytes, 1), page);
-    std::string why;
-    if (!o.enabled) {
-      why = "TROUPE_GLOO_SHM=0";
-    } else {
-      int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-      if (fd < 0) {
-        why = strcat("shm_open(", name, "): ", errno_text(errno));
-      } else {
-        const std::size_t bytes = data_offset + 2 * static_cast<std::size_t>(o.size) * slot_bytes;
-        // Reserve the pages now: a full /dev/shm must fail here, not as SIGBUS later.
-        if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0)
-          why = strcat("reserving ", bytes, " bytes in /dev/shm: ", errno_text(e));
-        else
-          why = map(fd, slot_bytes);
-        ::close(fd);
-        if (!why.empty()) ::shm_unlink(name.c_str());
-      }
-      if (why.empty()) {
-        auto& h = seg->head();
-        new (&h) header{};
-        h.magic = layout_magic;
-        h.version = layout_version;
-        h.members = static_cast<std::uint32_t>(o.size);
-        h.slot_bytes = slot_bytes;
-        h.token = token;
-        for (int r = 0; r < o.size; ++r) new (&seg->at(r)) member{};
-      }
-    }
-    offer = why.empty() ? strcat(name, " ", hex(token)) : "none " + why;
+    std::string why =
+        !o.enabled
+            ? "TROUPE_GLOO_SHM=0"
+            : seg->create(name, token, round_up(std::max<std::size_t>(o.slot_bytes, 1), page));
+    std::string offer = why.empty() ? strcat(name, " ", hex(token)) : "none " + why;
     if (!why.empty()) my_answer = "0 " + why;
     auto set = s.set("offer", std::as_bytes(std::span(offer.data(), offer.size())), dl.remaining());
     if (!set) {
@@ -267,7 +289,7 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
   } else {
     auto got = s.get("offer", dl.remaining());
     if (!got) return std::move(got).error();
-    offer.assign(reinterpret_cast<const char*>(got->data()), got->size());
+    std::string offer(reinterpret_cast<const char*>(got->data()), got->size());
     if (offer.rfind("none ", 0) == 0) {
       my_answer = "0 rank 0 offered no segment (" + offer.substr(5) + ")";
     } else if (!o.enabled) {
@@ -278,32 +300,7 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
       std::uint64_t token = 0;
       if (space != std::string::npos)
         std::from_chars(offer.data() + space + 1, offer.data() + offer.size(), token, 16);
-      int fd = ::shm_open(name.c_str(), O_RDWR, 0);
-      std::string why;
-      if (fd < 0) {
-        why = strcat("shm_open(", name, "): ", errno_text(errno),
-                     " (another host, or another IPC namespace)");
-      } else {
-        struct stat st {};
-        if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(data_offset)) {
-          why = "the segment is smaller than its header";
-        } else {
-          // Read the slot size from the header before mapping the whole segment.
-          header probe;
-          if (::pread(fd, &probe, sizeof(probe), 0) != static_cast<ssize_t>(sizeof(probe)))
-            why = "could not read the segment's header";
-          else if (probe.magic != layout_magic || probe.version != layout_version ||
-                   probe.token != token || probe.members != static_cast<std::uint32_t>(o.size))
-            why = "the segment's header does not match the offer";
-          else if (static_cast<std::size_t>(st.st_size) <
-                   data_offset + 2 * static_cast<std::size_t>(o.size) * probe.slot_bytes)
-            why = "the segment is smaller than its slots";
-          else
-            why = map(fd, probe.slot_bytes);
-        }
-        ::close(fd);
-      }
-      if (!why.empty()) my_answer = "0 " + why;
+      if (auto why = seg->attach(name, token); !why.empty()) my_answer = "0 " + why;
     }
   }
 
@@ -319,10 +316,11 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
                    dl.remaining());
   std::vector<std::string> keys;
   for (int r = 0; r < o.size; ++r) keys.push_back(strcat("joined/", r));
-  expected<void> waited = set ? s.wait(keys, dl.remaining()) : expected<void>(std::move(set).error());
+  expected<void> waited =
+      set ? s.wait(keys, dl.remaining()) : expected<void>(std::move(set).error());
   // Rank 0 removes the name once everyone answered (or failed to): the members keep
   // their mappings, and no name outlives the group's creation.
-  if (o.rank == 0 && !name.empty() && seg->map_) ::shm_unlink(name.c_str());
+  if (o.rank == 0 && seg->map_) ::shm_unlink(name.c_str());
   if (!waited) return std::move(waited).error();
 
   std::string refusal;
@@ -330,9 +328,7 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
     auto v = s.get(keys[static_cast<std::size_t>(r)], dl.remaining());
     if (!v) return std::move(v).error();
     std::string a(reinterpret_cast<const char*>(v->data()), v->size());
-    if (a != "1")
-      refusal = strcat("rank ", o.world_ranks.empty() ? r : o.world_ranks[static_cast<std::size_t>(r)],
-                       ": ", a.size() > 2 ? a.substr(2) : a);
+    if (a != "1") refusal = strcat("rank ", seg->world(r), ": ", a.size() > 2 ? a.substr(2) : a);
   }
   if (!refusal.empty()) {
     // Every member knows why; one says it.
@@ -341,19 +337,12 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
     return std::unique_ptr<segment>();
   }
 
-  seg->pids_.resize(static_cast<std::size_t>(o.size));
-  seg->starts_.resize(static_cast<std::size_t>(o.size));
-  bool same_ns = true;
   const auto my_ns = seg->at(o.rank).pid_ns.load();
-  for (int r = 0; r < o.size; ++r) {
-    auto& m = seg->at(r);
-    seg->pids_[static_cast<std::size_t>(r)] = static_cast<int>(m.pid.load());
-    seg->starts_[static_cast<std::size_t>(r)] = m.start.load();
-    same_ns = same_ns && my_ns != 0 && m.pid_ns.load() == my_ns;
-  }
-  seg->check_liveness_ = same_ns;
-  TROUPE_LOG(log_level::debug, "collectives", o.group, " shares memory between its ",
-             o.size, " members (", seg->slot_bytes_, " bytes per slot)");
+  seg->check_liveness_ = my_ns != 0;
+  for (int r = 0; r < o.size; ++r)
+    seg->check_liveness_ = seg->check_liveness_ && seg->at(r).pid_ns.load() == my_ns;
+  TROUPE_LOG(log_level::debug, "collectives", o.group, " shares memory between its ", o.size,
+             " members (", seg->slot_bytes_, " bytes per slot)");
   return seg;
 }
 
@@ -361,22 +350,27 @@ segment::~segment() {
   if (map_) ::munmap(map_, map_bytes_);
 }
 
-void segment::mark_failed() noexcept {
-  if (!map_) return;
+void segment::wake_all() noexcept {
   auto& h = head();
-  std::int32_t none = 0;
-  h.failed_by.compare_exchange_strong(none, rank_ + 1);
   h.wake.fetch_add(1);
   futex(&h.wake, FUTEX_WAKE, INT32_MAX, nullptr);
 }
 
+void segment::mark_failed() noexcept {
+  if (!map_) return;
+  std::int32_t none = 0;
+  head().failed_by.compare_exchange_strong(none, rank_ + 1);
+  wake_all();
+}
+
 void segment::abort() noexcept {
   aborted_.store(true);
-  if (!map_) return;
-  auto& h = head();
-  h.wake.fetch_add(1);
-  futex(&h.wake, FUTEX_WAKE, INT32_MAX, nullptr);
+  if (map_) wake_all();
 }
+
+int segment::world(int r) const { return world_ranks_[static_cast<std::size_t>(r)]; }
+
+std::string segment::what() const { return describe_op(kind_, bytes_, detail_); }
 
 void segment::fail(troupe::error e) { throw troupe::exception(std::move(e)); }
 
@@ -388,7 +382,6 @@ void segment::begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
   bytes_ = bytes;
   detail_ = detail;
   agreed_ = false;
-  what_ = describe_op(kind, bytes, detail);
   auto& d = at(rank_).desc[seq % descs];
   d.bytes.store(bytes, std::memory_order_relaxed);
   d.kind.store(kind, std::memory_order_relaxed);
@@ -407,8 +400,9 @@ void segment::publish() noexcept {
 
 bool segment::alive(int r) const {
   if (!check_liveness_) return true;
-  auto ps = read_proc(pids_[static_cast<std::size_t>(r)]);
-  return ps && ps->running && ps->start == starts_[static_cast<std::size_t>(r)];
+  auto& m = at(r);
+  auto ps = read_proc(static_cast<int>(m.pid.load()));
+  return ps && ps->running && ps->start == m.start.load();
 }
 
 void segment::check_agreement(int r) {
@@ -418,12 +412,9 @@ void segment::check_agreement(int r) {
   const auto bytes = d.bytes.load(std::memory_order_relaxed);
   const auto detail = d.detail.load(std::memory_order_relaxed);
   if (seq == seq_ && kind == kind_ && bytes == bytes_ && detail == detail_) return;
-  auto world = [&](int m) {
-    return world_ranks_.empty() ? m : world_ranks_[static_cast<std::size_t>(m)];
-  };
   mark_failed();
-  fail(make_error(errc::invalid_argument, "the members disagree on collective #", seq_,
-                  ": rank ", world(rank_), " (this one) runs ", what_, ", rank ", world(r),
+  fail(make_error(errc::invalid_argument, "the members disagree on collective #", seq_, ": rank ",
+                  world(rank_), " (this one) runs ", what(), ", rank ", world(r),
                   seq == seq_ ? strcat(" runs ", describe_op(kind, bytes, detail))
                               : strcat(" is at collective #", seq),
                   "; every member must call the same collectives with the same sizes, "
@@ -433,9 +424,6 @@ void segment::check_agreement(int r) {
 template <class Missing>
 void segment::wait(Missing&& missing, clock::time_point deadline, const char* step) {
   auto& h = head();
-  auto world = [&](int m) {
-    return world_ranks_.empty() ? m : world_ranks_[static_cast<std::size_t>(m)];
-  };
   // Compares with member r if it started this collective: whether or not it got as far
   // as this member waits for.
   auto compare_if_started = [&](int r) {
@@ -480,17 +468,16 @@ void segment::wait(Missing&& missing, clock::time_point deadline, const char* st
     if (now >= next_liveness) {
       for (int r : waiting)
         if (!alive(r))
-          fail(make_error(errc::connection_lost, "rank ", world(r), " (pid ",
-                          pids_[static_cast<std::size_t>(r)], ") exited during ", what_,
-                          " (collective #", seq_, ")"));
+          fail(make_error(errc::connection_lost, "rank ", world(r), " (pid ", at(r).pid.load(),
+                          ") exited during ", what(), " (collective #", seq_, ")"));
       next_liveness = now + liveness_period;
     }
     if (now >= deadline) {
       std::vector<int> ranks;
       for (int r : waiting) ranks.push_back(world(r));
-      fail(make_error(errc::timeout, what_, " (collective #", seq_, "): ",
-                      ranks.size() == 1 ? "rank " : "ranks ", format_ranks(ranks),
-                      " ", step, " in time"));
+      fail(make_error(errc::timeout, what(), " (collective #", seq_,
+                      "): ", ranks.size() == 1 ? "rank " : "ranks ", format_ranks(ranks), " ", step,
+                      " in time"));
     }
     auto nap = std::min<clock::duration>(deadline - now, next_liveness - now);
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(nap).count();

@@ -104,6 +104,15 @@ class segment {
   header& head() const noexcept;
   member& at(int r) const noexcept;
   std::byte* slot(int r, std::uint64_t chunk) const noexcept;
+  // The world rank of member r, and the running operation as errors describe it.
+  int world(int r) const;
+  std::string what() const;
+
+  // Maps `fd` with `slot_bytes` per slot; rank 0 creates the segment `name`, the others
+  // attach to the one offered. Each returns "" or why not.
+  std::string map(int fd, std::size_t slot_bytes);
+  std::string create(const std::string& name, std::uint64_t token, std::size_t slot_bytes);
+  std::string attach(const std::string& name, std::uint64_t token);
 
   void begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes, std::uint32_t detail);
   void publish() noexcept;
@@ -119,6 +128,7 @@ class segment {
   void check_agreement(int r);
   bool alive(int r) const;
   [[noreturn]] void fail(troupe::error e);
+  void wake_all() noexcept;
 
   void* map_ = nullptr;
   std::size_t map_bytes_ = 0;
@@ -127,10 +137,8 @@ class segment {
   int rank_ = 0;
   int size_ = 1;
   std::vector<int> world_ranks_;
-  std::string group_;
-  // The member processes, for liveness checks (only when all share a pid namespace).
-  std::vector<int> pids_;
-  std::vector<std::uint64_t> starts_;
+  // Whether the members' pids (in their member lines) can be checked: they share a pid
+  // namespace.
   bool check_liveness_ = false;
   // Spin before sleeping only when the members are not more than the CPUs.
   bool spin_ = false;
@@ -146,7 +154,6 @@ class segment {
   std::uint64_t bytes_ = 0;
   std::uint32_t detail_ = 0;
   bool agreed_ = false;
-  std::string what_;
   std::atomic<bool> aborted_{false};
 };
 
