@@ -1,0 +1,336 @@
+// The gloo backend's shared-memory segment on its own, members as threads: members that
+// disagree, never come, fail or abort, and how the segment is set up and torn down
+// (fixture in shared_memory_members.hpp).
+#include <doctest/doctest.h>
+
+#include "shared_memory_members.hpp"
+
+using namespace std::chrono_literals;
+using namespace troupe;
+using namespace troupe::collectives;
+using namespace troupe::collectives::testing::shm;
+
+TEST_CASE(
+    "members that disagree on the size of an allreduce all fail naming each other and "
+    "both sizes") {
+  auto start = clock::now();
+  auto out = on_members(group_of(3, {10, 11, 12}), [](member& m) -> std::string {
+    std::uint64_t seq = 5;
+    // Member 2 asks for one chunk more than the others.
+    std::size_t count = m.rank == 2 ? 2048 : 1024;
+    return float_sum(m, seq, count, 0);
+  });
+  CHECK(clock::now() - start < 5s);
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    const auto& msg = out[static_cast<std::size_t>(r)];
+    CAPTURE(msg);
+    CHECK(contains(msg, "threw invalid_argument"));
+    CHECK(contains(msg, "collective #5"));
+    CHECK(contains(msg, "allreduce of 4096 bytes (float32, sum)"));
+    CHECK(contains(msg, "allreduce of 8192 bytes (float32, sum)"));
+    // Each names itself and a member that asked for something else.
+    CHECK(contains(msg, strcat("rank ", 10 + r, " (this one)")));
+    CHECK(contains(msg, r == 2 ? "rank 10 runs" : "rank 12 runs"));
+  }
+}
+
+TEST_CASE("members that disagree on the dtype of an allreduce of the same bytes fail") {
+  auto out = on_members(group_of(2), [](member& m) -> std::string {
+    std::vector<std::int32_t> v(64, 1);
+    auto t = tensor_view::of(std::span(v));
+    if (m.rank == 1) t.type = dtype::float32;
+    m.seg.allreduce(1, t, reduce_op::sum, *cpu_reduce(t.type, reduce_op::sum), in(10s));
+    return "";
+  });
+  for (auto& msg : out) {
+    CAPTURE(msg);
+    CHECK(contains(msg, "threw invalid_argument"));
+    CHECK(contains(msg, "(int32, sum)"));
+    CHECK(contains(msg, "(float32, sum)"));
+  }
+}
+
+TEST_CASE("members that disagree on the size of a broadcast all fail within the deadline") {
+  for (int root : {0, 2}) {
+    CAPTURE(root);
+    auto start = clock::now();
+    auto out = on_members(group_of(3, {10, 11, 12}), [root](member& m) {
+      std::uint64_t seq = 3;
+      // Member 1 asks for more bytes: one chunk more (root 0) or fewer chunks (root 2).
+      std::size_t count = m.rank == 1 ? (root == 0 ? 2048 : 100) : 1024;
+      return float_broadcast(m, seq, count, root, 0);
+    });
+    CHECK(clock::now() - start < 5s);
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      const auto& msg = out[static_cast<std::size_t>(r)];
+      CAPTURE(msg);
+      CHECK(contains(msg, "threw invalid_argument"));
+      CHECK(contains(msg, strcat("broadcast of 4096 bytes from rank ", root)));
+      CHECK(contains(msg, root == 0 ? "broadcast of 8192 bytes" : "broadcast of 400 bytes"));
+    }
+  }
+}
+
+TEST_CASE("members that disagree on the root of a broadcast all fail naming both roots") {
+  // Member 0 takes itself for the root; the others take member 1.
+  auto start = clock::now();
+  auto out = on_members(group_of(3, {10, 11, 12}), [](member& m) {
+    std::uint64_t seq = 7;
+    return float_broadcast(m, seq, 100, m.rank == 0 ? 0 : 1, 0);
+  });
+  CHECK(clock::now() - start < 5s);
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    const auto& msg = out[static_cast<std::size_t>(r)];
+    CAPTURE(msg);
+    CHECK(contains(msg, "threw invalid_argument"));
+    CHECK(contains(msg, "broadcast of 400 bytes from rank 0"));
+    CHECK(contains(msg, "broadcast of 400 bytes from rank 1"));
+  }
+}
+
+TEST_CASE("members that each take the other for the root of a broadcast fail, not wait") {
+  auto start = clock::now();
+  auto out = on_members(group_of(2), [](member& m) {
+    std::uint64_t seq = 2;
+    return float_broadcast(m, seq, 100, 1 - m.rank, 0);
+  });
+  CHECK(clock::now() - start < 5s);
+  for (auto& msg : out) {
+    CAPTURE(msg);
+    CHECK(contains(msg, "threw invalid_argument"));
+  }
+}
+
+TEST_CASE(
+    "a member that never calls the operation makes the others time out at their deadline "
+    "naming its world rank") {
+  constexpr auto timeout = 300ms;
+  enum class op { allreduce, allgather, broadcast_root_missing, broadcast_reader_missing, barrier };
+  for (op which : {op::allreduce, op::allgather, op::broadcast_root_missing,
+                   op::broadcast_reader_missing, op::barrier}) {
+    CAPTURE(static_cast<int>(which));
+    std::vector<duration> took(3);
+    auto out = on_members(group_of(3, {10, 11, 12}), [&](member& m) {
+      if (m.rank == 2) return std::string("skipped");
+      std::uint64_t seq = 9;
+      const auto start = clock::now();
+      std::string e;
+      try {
+        switch (which) {
+          case op::allreduce:
+            e = float_sum(m, seq, 3000, 0, timeout);
+            break;
+          case op::allgather: {
+            std::vector<float> own(10), all(30);
+            m.seg.allgather(seq, tensor_view::of(std::span(own)), tensor_view::of(std::span(all)),
+                            in(timeout));
+            break;
+          }
+          case op::broadcast_root_missing: {
+            std::vector<float> v(10);
+            m.seg.broadcast(seq, tensor_view::of(std::span(v)), 2, in(timeout));
+            break;
+          }
+          case op::broadcast_reader_missing: {
+            // The root too waits until every member has the data (one chunk: with more,
+            // the root waits for the missing member before writing the third one, and
+            // the others then wait for the root).
+            std::vector<float> v(10);
+            m.seg.broadcast(seq, tensor_view::of(std::span(v)), 0, in(timeout));
+            break;
+          }
+          case op::barrier:
+            m.seg.barrier(seq, in(timeout));
+            break;
+        }
+      } catch (...) {
+        took[static_cast<std::size_t>(m.rank)] =
+            std::chrono::duration_cast<duration>(clock::now() - start);
+        throw;
+      }
+      return e;
+    });
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      const auto& msg = out[static_cast<std::size_t>(r)];
+      CAPTURE(msg);
+      CHECK(contains(msg, "threw timeout"));
+      CHECK(contains(msg, "collective #9"));
+      CHECK(contains(msg, "rank [12]"));
+      CHECK_FALSE(contains(msg, "[2]"));
+      CHECK(took[static_cast<std::size_t>(r)] >= timeout);
+      CHECK(took[static_cast<std::size_t>(r)] < timeout + 2s);
+    }
+  }
+}
+
+TEST_CASE("a member that marks the segment failed wakes the others' waits at once") {
+  std::vector<duration> took(3);
+  auto out = on_members(group_of(3, {10, 11, 12}), [&](member& m) {
+    if (m.rank == 0) {
+      // Give the others time to go to sleep in their waits.
+      std::this_thread::sleep_for(100ms);
+      m.seg.mark_failed();
+      return std::string("marked");
+    }
+    const auto start = clock::now();
+    std::vector<float> v(10, 1.0f);
+    try {
+      m.seg.allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum,
+                      *cpu_reduce(dtype::float32, reduce_op::sum), in(20s));
+    } catch (...) {
+      took[static_cast<std::size_t>(m.rank)] =
+          std::chrono::duration_cast<duration>(clock::now() - start);
+      throw;
+    }
+    return std::string();
+  });
+  CHECK(out[0] == "marked");
+  for (int r = 1; r < 3; ++r) {
+    CAPTURE(r);
+    const auto& msg = out[static_cast<std::size_t>(r)];
+    CAPTURE(msg);
+    CHECK(contains(msg, "threw connection_lost"));
+    CHECK(contains(msg, "rank 10 failed"));
+    CHECK(took[static_cast<std::size_t>(r)] < 3s);
+  }
+}
+
+TEST_CASE("abort from another thread ends a waiting operation at once and fails later ones") {
+  duration took{};
+  std::string later;
+  auto out = on_members(group_of(2), [&](member& m) {
+    if (m.rank == 1) {
+      // Never joins the allreduce; aborts member 0's segment while member 0 waits.
+      std::this_thread::sleep_for(100ms);
+      m.all[0]->abort();
+      return std::string("aborted the other");
+    }
+    std::vector<float> v(10, 1.0f);
+    auto fn = *cpu_reduce(dtype::float32, reduce_op::sum);
+    const auto start = clock::now();
+    try {
+      m.seg.allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum, fn, in(20s));
+    } catch (const troupe::exception& e) {
+      took = std::chrono::duration_cast<duration>(clock::now() - start);
+      try {
+        m.seg.broadcast(2, tensor_view::of(std::span(v)), 0, in(20s));
+        later = "a later broadcast succeeded";
+      } catch (const troupe::exception& e2) {
+        later = describe_throw(e2);
+      }
+      throw;
+    }
+    return std::string();
+  });
+  CHECK(out[1] == "aborted the other");
+  CAPTURE(out[0]);
+  CHECK(contains(out[0], "threw aborted"));
+  CHECK(took < 3s);
+  CAPTURE(later);
+  CHECK(contains(later, "threw aborted"));
+}
+
+TEST_CASE(
+    "one member that turns shared memory off leaves every member without a segment and "
+    "nothing in /dev/shm") {
+  REQUIRE(own_shm_names().empty());
+  for (int off : {0, 2}) {
+    CAPTURE(off);
+    auto out = on_members(group_of(3).without_shm(off), [](member&) { return ""; });
+    for (auto& msg : out) CHECK(msg == "no segment");
+    CHECK(own_shm_names().empty());
+  }
+}
+
+TEST_CASE("a segment that every member opened has no name left in /dev/shm") {
+  REQUIRE(own_shm_names().empty());
+  std::vector<std::vector<std::string>> seen(3);
+  check_all(on_members(group_of(3), [&](member& m) {
+    // Every member returned from open: rank 0 unlinked the name.
+    seen[static_cast<std::size_t>(m.rank)] = own_shm_names();
+    return "";
+  }));
+  for (auto& names : seen) CHECK(names.empty());
+}
+
+TEST_CASE(
+    "rank 0 whose members never answer gets an error within the timeout and leaves nothing "
+    "in /dev/shm") {
+  memory_store store;
+  open_options o;
+  o.rank = 0;
+  o.size = 3;
+  o.slot_bytes = small_slot;
+  o.timeout = 200ms;
+  const auto start = clock::now();
+  auto seg = segment::open(store, o);
+  CHECK(clock::now() - start < 3s);
+  REQUIRE_FALSE(seg);
+  CHECK(seg.error().code() == errc::timeout);
+  CHECK(own_shm_names().empty());
+}
+
+TEST_CASE("a group of one gets no segment and does not touch the store") {
+  memory_store store;
+  open_options o;
+  o.size = 1;
+  auto seg = segment::open(store, o);
+  REQUIRE(seg);
+  CHECK(*seg == nullptr);
+  CHECK(store.num_keys(1s).value() == 0);
+}
+
+TEST_CASE("rank 0's slot size holds for every member, rounded up to whole pages") {
+  std::vector<std::size_t> slots(2);
+  memory_store store;
+  std::vector<std::thread> ts;
+  std::vector<std::string> errors(2);
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      open_options o;
+      o.rank = r;
+      o.size = 2;
+      o.slot_bytes = r == 0 ? 5000 : 65536;
+      o.timeout = 10s;
+      auto seg = segment::open(store, o);
+      if (!seg || !*seg)
+        errors[static_cast<std::size_t>(r)] = seg ? "no segment" : seg.error().to_string();
+      else
+        slots[static_cast<std::size_t>(r)] = (*seg)->slot_bytes();
+    });
+  for (auto& t : ts) t.join();
+  CHECK(errors == std::vector<std::string>{"", ""});
+  CHECK(slots == std::vector<std::size_t>{8192, 8192});
+}
+
+TEST_CASE("TROUPE_GLOO_SHM=0 turns shared memory off and TROUPE_GLOO_SHM_SLOT sets the slot size") {
+  auto saved = [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  };
+  const auto shm = saved("TROUPE_GLOO_SHM"), slot = saved("TROUPE_GLOO_SHM_SLOT");
+  auto restore = [](const char* name, const std::optional<std::string>& v) {
+    if (v)
+      ::setenv(name, v->c_str(), 1);
+    else
+      ::unsetenv(name);
+  };
+  ::setenv("TROUPE_GLOO_SHM", "0", 1);
+  ::setenv("TROUPE_GLOO_SHM_SLOT", "65536", 1);
+  open_options a;
+  gloo_shm::apply_env(a);
+  CHECK_FALSE(a.enabled);
+  CHECK(a.slot_bytes == 65536);
+  ::setenv("TROUPE_GLOO_SHM", "1", 1);
+  ::setenv("TROUPE_GLOO_SHM_SLOT", "64k", 1);
+  open_options b;
+  gloo_shm::apply_env(b);
+  CHECK(b.enabled);
+  CHECK(b.slot_bytes == gloo_shm::default_slot_bytes);
+  restore("TROUPE_GLOO_SHM", shm);
+  restore("TROUPE_GLOO_SHM_SLOT", slot);
+}

@@ -1,0 +1,297 @@
+// Members of the gloo backend's shared-memory segment as threads of one test process,
+// each opening the segment with its rank over one in-process store, and the operations
+// they run with their expected results. Small slots (4 KiB) split the tensors into many
+// chunks, so that both buffers of every slot and the guards between them are used.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <latch>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/gloo/cpu_reduce.hpp"
+#include "collectives/gloo/shared_memory.hpp"
+#include "core/strcat.hpp"
+#include "op_suite.hpp"
+#include "store/memory_store.hpp"
+#include "thread_ranks.hpp"
+
+namespace troupe::collectives::testing::shm {
+
+using namespace std::chrono_literals;
+using troupe::collectives::gloo_shm::open_options;
+using troupe::collectives::gloo_shm::segment;
+using troupe::collectives::testing::buffer;
+using troupe::collectives::testing::check_all;
+
+inline constexpr std::size_t small_slot = 4096;
+
+struct setup {
+  int members = 2;
+  std::size_t slot_bytes = small_slot;
+  std::vector<int> world_ranks;  // empty: the group ranks
+  std::vector<int> disabled;     // members that turn shared memory off
+  duration timeout = 10s;
+
+  setup with_slot(std::size_t bytes) const {
+    auto s = *this;
+    s.slot_bytes = bytes;
+    return s;
+  }
+  setup without_shm(int rank) const {
+    auto s = *this;
+    s.disabled.push_back(rank);
+    return s;
+  }
+};
+
+inline setup group_of(int members, std::vector<int> world_ranks = {}) {
+  setup s;
+  s.members = members;
+  s.world_ranks = std::move(world_ranks);
+  return s;
+}
+
+// What a member sees of the others while its body runs.
+struct member {
+  int rank;
+  int size;
+  segment& seg;
+  const std::vector<segment*>& all;  // every member's segment, alive until all bodies end
+};
+
+inline std::string describe_throw(const troupe::exception& e) {
+  return strcat("threw ", to_string(e.code()), ": ", e.err().message());
+}
+
+// Opens one segment per member, each on its own thread over one memory_store, then runs
+// `body(member&)` on every member's thread once all of them opened. Returns what each body
+// returned ("" for success), "no segment", "open: <error>", or "threw <errc>: <message>".
+// Segments are destroyed only after every body returned.
+template <class F>
+std::vector<std::string> on_members(const setup& s, F body) {
+  memory_store store;
+  const auto n = static_cast<std::size_t>(s.members);
+  std::vector<std::string> out(n);
+  std::vector<segment*> all(n, nullptr);
+  std::latch opened(s.members), finished(s.members);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < s.members; ++r)
+    ts.emplace_back([&, r] {
+      auto& msg = out[static_cast<std::size_t>(r)];
+      open_options o;
+      o.rank = r;
+      o.size = s.members;
+      o.world_ranks = s.world_ranks;
+      if (o.world_ranks.empty())
+        for (int m = 0; m < s.members; ++m) o.world_ranks.push_back(m);
+      o.group = "group 'shm-test'";
+      o.enabled = std::find(s.disabled.begin(), s.disabled.end(), r) == s.disabled.end();
+      o.slot_bytes = s.slot_bytes;
+      o.timeout = s.timeout;
+      auto seg = segment::open(store, o);
+      if (seg && *seg) all[static_cast<std::size_t>(r)] = seg->get();
+      opened.arrive_and_wait();
+      if (!seg) {
+        msg = "open: " + seg.error().to_string();
+      } else if (!*seg) {
+        msg = "no segment";
+      } else {
+        member m{r, s.members, **seg, all};
+        try {
+          msg = body(m);
+        } catch (const troupe::exception& e) {
+          msg = describe_throw(e);
+        }
+      }
+      finished.arrive_and_wait();
+    });
+  for (auto& t : ts) t.join();
+  return out;
+}
+
+inline clock::time_point in(duration d) { return clock::now() + d; }
+
+inline std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+// Floats of widely different magnitudes, so that sums depend on the order of the fold.
+inline float fvalue(int rank, std::size_t i, std::uint64_t salt = 0) {
+  const auto h = mix((salt << 40) ^ (static_cast<std::uint64_t>(rank) << 32) ^ (i + 1));
+  const float m = (static_cast<float>(h % 20001) - 10000.0f) / 1000.0f;
+  return std::ldexp(m, static_cast<int>((h >> 20) % 24) - 12);
+}
+
+// (((v0 + v1) + v2) + v3): the rank-order fold every member must reproduce bit for bit.
+inline float rank_order_sum(int members, std::size_t i, std::uint64_t salt = 0) {
+  float acc = fvalue(0, i, salt);
+  for (int r = 1; r < members; ++r) acc = acc + fvalue(r, i, salt);
+  return acc;
+}
+
+inline std::int64_t ivalue(int rank, std::size_t i) {
+  return static_cast<std::int64_t>(mix(static_cast<std::uint64_t>(rank) * 7919 + i) >> 2) -
+         (std::int64_t{1} << 60);
+}
+
+// Element counts for one element of `es` bytes and `slot` bytes per slot: one element,
+// fewer than the members, exactly one slot, several slots plus a remainder shorter than
+// the members and one longer.
+inline std::vector<std::size_t> sizes(std::size_t es, int members, std::size_t slot = small_slot) {
+  const std::size_t per = slot / es;
+  return {1, static_cast<std::size_t>(members - 1), per, 3 * per + 1, 3 * per + 7};
+}
+
+inline std::string bits_mismatch(const char* what, std::size_t count, std::size_t i, float got,
+                                 float want) {
+  return strcat(what, " of ", count, " elements, element ", i, ": got ", got, " (bits ",
+                std::bit_cast<std::uint32_t>(got), "), want ", want, " (bits ",
+                std::bit_cast<std::uint32_t>(want), ")");
+}
+
+// A float32 sum of `count` elements; "" when every element equals the rank-order fold bit
+// for bit.
+inline std::string float_sum(member& m, std::uint64_t& seq, std::size_t count, std::uint64_t salt,
+                             duration timeout = 10s) {
+  static const auto fn = *cpu_reduce(dtype::float32, reduce_op::sum);
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = fvalue(m.rank, i, salt);
+  m.seg.allreduce(seq++, tensor_view::of(std::span(v)), reduce_op::sum, fn, in(timeout));
+  for (std::size_t i = 0; i < count; ++i) {
+    const float want = rank_order_sum(m.size, i, salt);
+    if (std::bit_cast<std::uint32_t>(v[i]) != std::bit_cast<std::uint32_t>(want))
+      return bits_mismatch("float32 sum", count, i, v[i], want);
+  }
+  return "";
+}
+
+// An int64 sum, max or product (of small operands) of `count` elements.
+inline std::string int64_reduce(member& m, std::uint64_t& seq, std::size_t count, reduce_op op) {
+  const auto fn = *cpu_reduce(dtype::int64, op);
+  auto value = [&](int r, std::size_t i) -> std::int64_t {
+    if (op == reduce_op::product) return 1 + static_cast<std::int64_t>((r + i) % 3);
+    return op == reduce_op::sum ? ivalue(r, i) / 16 : ivalue(r, i);
+  };
+  std::vector<std::int64_t> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = value(m.rank, i);
+  m.seg.allreduce(seq++, tensor_view::of(std::span(v)), op, fn, in(10s));
+  for (std::size_t i = 0; i < count; ++i) {
+    std::int64_t want = value(0, i);
+    for (int r = 1; r < m.size; ++r)
+      want = op == reduce_op::product ? want * value(r, i)
+             : op == reduce_op::sum   ? want + value(r, i)
+                                      : std::max(want, value(r, i));
+    if (v[i] != want)
+      return strcat("int64 ", to_string(op), " of ", count, " elements, element ", i, ": got ",
+                    v[i], ", want ", want);
+  }
+  return "";
+}
+
+// A 16-bit float reduction of small integers, which both 16-bit types hold exactly.
+inline std::string half_reduce(member& m, std::uint64_t& seq, dtype t, reduce_op op,
+                               std::size_t count) {
+  const auto fn = *cpu_reduce(t, op);
+  auto value = [](int r, std::size_t i) {
+    return static_cast<double>((r * 13 + static_cast<int>(i % 61)) % 63);
+  };
+  buffer b(t, count);
+  for (std::size_t i = 0; i < count; ++i) b.set(i, value(m.rank, i));
+  m.seg.allreduce(seq++, b.view(), op, fn, in(10s));
+  for (std::size_t i = 0; i < count; ++i) {
+    double want = value(0, i);
+    for (int r = 1; r < m.size; ++r)
+      want = op == reduce_op::sum ? want + value(r, i) : std::min(want, value(r, i));
+    if (b.get(i) != want)
+      return strcat(to_string(t), " ", to_string(op), " of ", count, " elements, element ", i,
+                    ": got ", b.get(i), ", want ", want);
+  }
+  return "";
+}
+
+// A broadcast of `count` float32 elements from `root`; the others start with other data.
+inline std::string float_broadcast(member& m, std::uint64_t& seq, std::size_t count, int root,
+                                   std::uint64_t salt) {
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = fvalue(m.rank, i, salt);
+  m.seg.broadcast(seq++, tensor_view::of(std::span(v)), root, in(10s));
+  for (std::size_t i = 0; i < count; ++i)
+    if (std::bit_cast<std::uint32_t>(v[i]) != std::bit_cast<std::uint32_t>(fvalue(root, i, salt)))
+      return strcat("broadcast from ", root, ": ",
+                    bits_mismatch("broadcast", count, i, v[i], fvalue(root, i, salt)));
+  return "";
+}
+
+// An allgather of `count` int64 elements per member; with `in_place` the input is this
+// member's block of the output.
+inline std::string int64_allgather(member& m, std::uint64_t& seq, std::size_t count,
+                                   bool in_place) {
+  const auto n = static_cast<std::size_t>(m.size), me = static_cast<std::size_t>(m.rank);
+  std::vector<std::int64_t> out(count * n, -1), own(count);
+  for (std::size_t i = 0; i < count; ++i) own[i] = ivalue(m.rank, i);
+  auto out_view = tensor_view::of(std::span(out));
+  tensor_view in_view = tensor_view::of(std::span(own));
+  if (in_place) {
+    std::copy(own.begin(), own.end(), out.begin() + static_cast<std::ptrdiff_t>(me * count));
+    in_view = out_view.slice(me * count, count);
+  }
+  m.seg.allgather(seq++, in_view, out_view, in(10s));
+  for (int r = 0; r < m.size; ++r)
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto got = out[static_cast<std::size_t>(r) * count + i];
+      if (got != ivalue(r, i))
+        return strcat("allgather of ", count, " elements per member", in_place ? " (in place)" : "",
+                      ": block ", r, " element ", i, ": got ", got, ", want ", ivalue(r, i));
+    }
+  return "";
+}
+
+// Entries of /dev/shm that segments opened by this process would have.
+inline std::vector<std::string> own_shm_names() {
+  const std::string prefix = strcat("troupe-", ::getpid(), "-");
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    auto name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+inline bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Runs `body` on groups of 2, 3 and 4 members (with `slot_bytes` per slot when not 0)
+// and checks that every member succeeded.
+template <class F>
+void check_at_2_to_4(F body, std::size_t slot_bytes = 0) {
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    auto s = group_of(n);
+    if (slot_bytes != 0) s = s.with_slot(slot_bytes);
+    check_all(on_members(s, body));
+  }
+}
+
+}  // namespace troupe::collectives::testing::shm
