@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <latch>
 #include <optional>
 #include <span>
@@ -280,6 +281,16 @@ inline std::vector<std::string> own_shm_names() {
 
 inline bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
+}
+
+// Checks that the message of every member (in `out`) contains each of `parts`.
+inline void check_each_contains(const std::vector<std::string>& out,
+                                std::initializer_list<std::string> parts) {
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    CAPTURE(r);
+    CAPTURE(out[r]);
+    for (const auto& part : parts) CHECK(contains(out[r], part));
+  }
 }
 
 // Runs `body` on groups of 2, 3 and 4 members (with `slot_bytes` per slot when not 0)
