@@ -1,8 +1,10 @@
 // Collective throughput in the layout of nccl-tests: for each message size, the time per
 // operation, the algorithm bandwidth (bytes / time) and the bus bandwidth (algbw times the
-// operation's correction: 2(n-1)/n for allreduce, (n-1)/n for allgather, 1 for broadcast).
+// operation's correction: 2(n-1)/n for allreduce, (n-1)/n for allgather and
+// reduce_scatter, 1 for broadcast).
 //
-//   collectives_bench [--world N] [--backend gloo] [--ops allreduce,broadcast,allgather]
+//   collectives_bench [--world N] [--backend gloo]
+//                     [--ops allreduce,broadcast,allgather,reduce_scatter]
 //                     [--min BYTES] [--max BYTES] [--iters N] [--json]
 // --json prints one JSON object per measurement, for bench/compare.py against
 // bench/collectives_torch_gloo.py (PyTorch's gloo backend, same sizes and iterations).
@@ -67,13 +69,19 @@ int run_rank(const args& a) {
     for (std::size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 4) {
       std::size_t count = bytes / sizeof(float);
       std::vector<float> in(count, 1.0f),
-          out(op == "allgather" ? count * static_cast<std::size_t>(n) : 0);
+          out(op == "allgather" || op == "reduce_scatter" ? count : 0);
       std::size_t per_rank = count / static_cast<std::size_t>(n);
       auto run = [&]() -> expected<void> {
         if (op == "allreduce")
           return pg.allreduce(tensor_view::of(std::span(in)), {reduce_op::sum, 60s}).wait(70s);
         if (op == "broadcast")
           return pg.broadcast(tensor_view::of(std::span(in)), {0, 60s}).wait(70s);
+        if (op == "reduce_scatter")  // `bytes` is the input; each rank keeps 1/n of it
+          return pg
+              .reduce_scatter(
+                  tensor_view::of(std::span(in).first(per_rank * static_cast<std::size_t>(n))),
+                  tensor_view::of(std::span(out).first(per_rank)), {reduce_op::sum, 60s})
+              .wait(70s);
         // allgather: `bytes` is the gathered size, as in nccl-tests
         return pg
             .allgather(

@@ -88,7 +88,7 @@ inline std::optional<rank_bench_args> parse_rank_bench_args(int argc, char** arg
 /// (n-1)/n for allgather, 1 for broadcast.
 inline double bus_factor(const std::string& op, int n) {
   if (op == "allreduce") return 2.0 * (n - 1) / n;
-  if (op == "allgather") return static_cast<double>(n - 1) / n;
+  if (op == "allgather" || op == "reduce_scatter") return static_cast<double>(n - 1) / n;
   return 1.0;
 }
 

@@ -2,7 +2,8 @@
 # Installs everything troupe needs to build and test, by Debian package name (Debian 12).
 # Idempotent: when every package is present it only checks and returns.
 #   scripts/install-deps.sh           build and test dependencies
-#   scripts/install-deps.sh --bench   also the benchmark anchor (PyTorch 1.13, python3-torch)
+#   scripts/install-deps.sh --bench   also the benchmark anchors (PyTorch 1.13: python3-torch;
+#                                     Open MPI: openmpi-bin, libopenmpi-dev)
 set -euo pipefail
 
 packages=(
@@ -11,7 +12,7 @@ packages=(
   etcd-server etcd-client libcli11-dev nlohmann-json3-dev clang-format
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch)
+  packages+=(python3-torch openmpi-bin libopenmpi-dev)
 fi
 
 missing=()
