@@ -9,6 +9,7 @@ namespace troupe::collectives {
 namespace detail {
 struct work_state {
   std::string description;
+  std::function<void()> help;  // set before the work is handed out, never changed
   std::mutex mu;
   std::condition_variable cv;
   std::optional<expected<void>> result;
@@ -17,8 +18,13 @@ struct work_state {
 }  // namespace detail
 
 std::pair<work, work::completer> work::make(std::string description) {
+  return make(std::move(description), {});
+}
+
+std::pair<work, work::completer> work::make(std::string description, std::function<void()> help) {
   auto s = std::make_shared<detail::work_state>();
   s->description = std::move(description);
+  s->help = std::move(help);
   work w;
   w.state_ = s;
   completer c;
@@ -59,6 +65,7 @@ static troupe::error empty_work_error() {
 
 expected<void> work::wait(duration timeout) const {
   if (!state_) return empty_work_error();
+  if (state_->help && !is_completed()) state_->help();
   std::unique_lock lk(state_->mu);
   if (!state_->cv.wait_until(lk, deadline::after(timeout).time_point(),
                              [&] { return state_->result.has_value(); }))

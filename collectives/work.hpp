@@ -2,6 +2,7 @@
 // backend, with success or with the error that ended it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,11 @@ class work {
   };
   /// A pending work described as e.g. "allreduce #4 on group 'world'".
   static std::pair<work, completer> make(std::string description);
+  /// The same, for an operation that its waiter may run itself: wait() calls `help` on the
+  /// waiting thread, before it blocks, whenever the work is still pending. `help` runs the
+  /// operation there if it has not started yet (and completes the work), or returns at
+  /// once; it must not throw. A waiter so spares the two thread hops of a backend worker.
+  static std::pair<work, completer> make(std::string description, std::function<void()> help);
 
   work() = default;
 

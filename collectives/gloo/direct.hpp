@@ -25,8 +25,9 @@ class Context;
 
 namespace troupe::collectives::gloo_direct {
 
-/// Scratch memory reused across operations of one group (worker thread only), so that
-/// large operations do not map and fault in fresh pages each time.
+/// Scratch memory reused across operations of one group (used only by the thread running
+/// the group's current operation), so that large operations do not map and fault in fresh
+/// pages each time.
 class scratch {
  public:
   /// At least `bytes` bytes, valid until the next call.

@@ -139,7 +139,7 @@ void size_local_send_buffers(gloo::Context& ctx) {
   gloo_sockets::size_local_send_buffers(gloo_sockets::connections_from(locals), bytes);
 }
 
-class gloo_group final : public process_group {
+class gloo_group final : public process_group, public std::enable_shared_from_this<gloo_group> {
  public:
   explicit gloo_group(const group_spec& spec)
       : process_group(spec),
@@ -462,7 +462,7 @@ class gloo_group final : public process_group {
   }
 
   // Allreduce in place (avg combines as sum), through shared memory when the members
-  // share it. Worker thread only.
+  // share it. On the thread running the group's operation (busy_).
   void run_allreduce(const run_ctx& rc, tensor_view t, reduce_op op, const cpu_reduce_fn& fn) {
     if (size() == 1) return;
     if (shm_)
@@ -491,7 +491,11 @@ class gloo_group final : public process_group {
     std::unique_lock lk(mu_);
     std::uint64_t seq = peer < 0 ? ++seq_ : ++p2p_seq_;
     std::string what = strcat(op, peer < 0 ? " #" : " #p", seq, " on ", describe(*this));
-    auto [w, done] = work::make(what);
+    // A collective's waiter may run it itself (run_inline); transfers stay with the worker.
+    auto [w, done] = peer >= 0 ? work::make(what)
+                               : work::make(what, [weak = weak_from_this(), seq] {
+                                   if (auto g = weak.lock()) g->run_inline(seq);
+                                 });
     if (stopping_) {
       lk.unlock();
       done.complete(make_error(errc::shut_down, what, ": the group was shut down"));
@@ -533,12 +537,16 @@ class gloo_group final : public process_group {
     std::chrono::milliseconds timeout;
   };
 
+  // The worker runs the queued operations in order, one at a time. An operation runs on
+  // whichever thread takes it first: this worker, or a waiter in run_inline. busy_ (under
+  // mu_) says one is running; the other never starts another meanwhile, so the group's
+  // per-operation state (scratch_, shm_, the Gloo context) has one user at a time.
   void run_worker() {
     for (;;) {
       task t;
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+        cv_.wait(lk, [&] { return !busy_ && (stopping_ || !queue_.empty()); });
         if (queue_.empty()) return;
         t = std::move(queue_.front());
         queue_.pop_front();
@@ -556,27 +564,50 @@ class gloo_group final : public process_group {
         }
         busy_ = true;
       }
-      auto budget = roll_call_budget(t.timeout);
-      run_ctx rc{static_cast<std::uint32_t>(t.seq & 0xffffffu),
-                 std::max(t.timeout - budget, duration(1)), t.seq};
-      try {
-        t.body(rc);
-        t.done.complete(ok());
-      } catch (handed_off& h) {
-        std::lock_guard lk(mu_);
-        p2p_queue_.push_back(p2p_wait{t.what, std::move(h.buffer), h.is_send, h.peer,
-                                      clock::now() + h.timeout, t.timeout, t.done});
-        p2p_cv_.notify_one();
-      } catch (...) {
-        auto cause = current_error();
-        fail_group(t, cause, budget);
-      }
-      {
-        std::lock_guard lk(mu_);
-        busy_ = false;
-      }
-      idle_cv_.notify_all();
+      execute(t);
     }
+  }
+
+  // Runs collective `seq` on the calling (waiting) thread if it is next in line and nothing
+  // runs: the caller spares the hand-off to the worker and back, which costs more than a
+  // small operation itself. Otherwise returns at once and the caller waits as usual.
+  void run_inline(std::uint64_t seq) {
+    task t;
+    {
+      std::lock_guard lk(mu_);
+      if (busy_ || stopping_ || failure_ || queue_.empty() || queue_.front().peer >= 0 ||
+          queue_.front().seq != seq)
+        return;
+      t = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    execute(t);
+  }
+
+  // Runs a task taken from the queue with busy_ set, completes its work and clears busy_.
+  void execute(task& t) {
+    auto budget = roll_call_budget(t.timeout);
+    run_ctx rc{static_cast<std::uint32_t>(t.seq & 0xffffffu),
+               std::max(t.timeout - budget, duration(1)), t.seq};
+    try {
+      t.body(rc);
+      t.done.complete(ok());
+    } catch (handed_off& h) {
+      std::lock_guard lk(mu_);
+      p2p_queue_.push_back(p2p_wait{t.what, std::move(h.buffer), h.is_send, h.peer,
+                                    clock::now() + h.timeout, t.timeout, t.done});
+      p2p_cv_.notify_one();
+    } catch (...) {
+      auto cause = current_error();
+      fail_group(t, cause, budget);
+    }
+    {
+      std::lock_guard lk(mu_);
+      busy_ = false;
+    }
+    cv_.notify_one();  // the next queued operation, if a waiter ran this one
+    idle_cv_.notify_all();
   }
 
   // Records the sticky error, closes every connection so that peers still inside the
@@ -640,7 +671,7 @@ class gloo_group final : public process_group {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<gloo_shm::segment> shm_;  // null: the members do not share memory
-  gloo_direct::scratch scratch_;  // worker thread only
+  gloo_direct::scratch scratch_;  // the thread running the group's operation (busy_) only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -1,5 +1,6 @@
 // Shared memory between the members of a gloo group on one host. Internal to
-// collectives/gloo; used by the group's worker thread only (abort() excepted).
+// collectives/gloo; used by the thread running the group's current operation only
+// (abort() excepted).
 //
 // Over loopback TCP every byte of a collective is copied into the kernel by the sender and
 // out of it by the receiver, with a system call per transfer. When every member runs on
