@@ -4,6 +4,8 @@
 #   mh_start NAME HOST SECONDS cmd...  runs cmd on HOST in the background, killed after
 #                                      SECONDS; its output goes to the log NAME
 #   mh_wait NAME                       waits for it and returns its exit status
+#   mh_signal NAME HOST SIGNAL         sends SIGNAL to that command itself (by the pid it
+#                                      wrote in HOST's private /tmp), e.g. a launcher
 #   mh_log NAME                        prints its output
 #   mh_expect "sentence" cmd...        records a check; mh_finish prints every log on
 #                                      failure and exits with the verdict
@@ -21,8 +23,13 @@ mh_skip_unless_hosts() {
 mh_start() {
   local name=$1 host=$2 seconds=$3
   shift 3
-  sim_host "$host" timeout -k 5 "$seconds" "$@" >"$mh_logs_dir/$name.log" 2>&1 &
+  sim_host "$host" timeout -k 5 "$seconds" \
+    sh -c 'echo $$ >"/tmp/mh-$0.pid" && exec "$@"' "$name" "$@" >"$mh_logs_dir/$name.log" 2>&1 &
   mh_pids[$name]=$!
+}
+
+mh_signal() {
+  sim_host "$2" sh -c 'kill -"$1" "$(cat "/tmp/mh-$0.pid")"' "$1" "$3"
 }
 
 mh_wait() { wait "${mh_pids[$1]}"; }
