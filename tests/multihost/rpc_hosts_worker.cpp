@@ -3,6 +3,9 @@
 //                                           every worker (itself included): add, a tensor
 //                                           echo, a nested call to a third worker, and a
 //                                           remote reference created here and resolved there
+//   rpc_hosts_worker static_restart         the same, except that rank 1 exits with code 1
+//                                           before init on attempt 0 (TROUPE_RESTART_COUNT
+//                                           0), so the job completes only on a restart
 //   rpc_hosts_worker dynamic <store_url> <name> <wait_for>
 //                                           joins the dynamic group at <store_url> as <name>,
 //                                           calls every member, prints "<name>: ready",
@@ -68,23 +71,27 @@ int fail(const std::string& me, const std::string& what) {
 int call_everything(agent& a, const std::string& to, const std::string& other) {
   auto me = a.self();
   auto sum = a.rpc_sync<int>(to, "add", me.id, 1000);
-  if (!sum || *sum != me.id + 1000) return fail(me.name, "add on " + to + ": " + (sum ? "" : sum.error().to_string()));
+  if (!sum || *sum != me.id + 1000)
+    return fail(me.name, "add on " + to + ": " + (sum ? "" : sum.error().to_string()));
   auto host = a.rpc_sync<std::string>(to, "hostname");
   if (!host) return fail(me.name, "hostname of " + to + ": " + host.error().to_string());
   std::vector<float> v(4096);
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.5f + static_cast<float>(me.id);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(i) * 0.5f + static_cast<float>(me.id);
   auto t = tensor::from<float>(v, dtype::f32);
   auto back = a.rpc_sync<tensor>(to, "echo", t);
   if (!back || !same_values(*back, t)) return fail(me.name, "tensor echo on " + to);
   auto nested = a.rpc_sync<int>(to, "call_other", other, 7, me.id);
-  if (!nested || *nested != 7 + me.id) return fail(me.name, "nested call through " + to + " to " + other);
+  if (!nested || *nested != 7 + me.id)
+    return fail(me.name, "nested call through " + to + " to " + other);
   // A remote reference owned by `to`, resolved here, and one owned here, resolved there.
   auto theirs = a.remote<int>(to, "add", 20, me.id);
   auto got = theirs.to_here(20s);
   if (!got || *got != 20 + me.id) return fail(me.name, "remote reference owned by " + to);
   auto mine = a.remote<int>(me.name, "add", 30, me.id);
   auto resolved = a.rpc_sync<int>(to, "resolve", mine);
-  if (!resolved || *resolved != 30 + me.id) return fail(me.name, "remote reference resolved on " + to);
+  if (!resolved || *resolved != 30 + me.id)
+    return fail(me.name, "remote reference resolved on " + to);
   auto hello = a.rpc_sync<bool>(to, "hello");
   if (!hello) return fail(me.name, "hello on " + to + ": " + hello.error().to_string());
   std::printf("%s: called %s on host %s\n", me.name.c_str(), to.c_str(), host->c_str());
@@ -138,7 +145,14 @@ int main(int argc, char** argv) {
   o.rpc_timeout = 20s;
   o.init_timeout = 30s;
   o.shutdown_timeout = 30s;
-  if (mode == "static") {
+  if (mode == "static" || mode == "static_restart") {
+    const char* attempt = std::getenv("TROUPE_RESTART_COUNT");
+    const char* rank = std::getenv("RANK");
+    if (mode == "static_restart" && attempt && std::string(attempt) == "0" && rank &&
+        std::string(rank) == "1") {
+      std::cerr << "worker1: exiting on attempt 0 on purpose" << std::endl;
+      return 1;
+    }
     auto a = init_rpc_from_env(o);
     if (!a) {
       std::cerr << "init failed: " << a.error().to_string() << std::endl;
@@ -165,7 +179,8 @@ int main(int argc, char** argv) {
       auto until = deadline::after(40s);
       while (!greeted_by(joiner) && !until.expired()) std::this_thread::sleep_for(20ms);
       if (!greeted_by(joiner)) rc = fail(name, joiner + " never joined and called");
-      while (rc == 0 && is_member(**a, joiner) && !until.expired()) std::this_thread::sleep_for(20ms);
+      while (rc == 0 && is_member(**a, joiner) && !until.expired())
+        std::this_thread::sleep_for(20ms);
       if (rc == 0 && is_member(**a, joiner)) rc = fail(name, joiner + " never left");
       if (rc == 0) rc = call_all(**a);
     }
