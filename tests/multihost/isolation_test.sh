@@ -92,7 +92,7 @@ check "etcd is not running on the hosts themselves" fails connects 0 tcp "127.0.
 
 # Teardown: normal exit, SIGTERM and SIGKILL of the shell that made the hosts all leave
 # no process and no namespace behind.
-holders_file=$(mktemp)
+holders_file=$sim_hosts_dir/teardown-pids
 for how in exit TERM KILL; do
   bash -c '
     source "$1/sim_hosts.sh"
@@ -107,21 +107,22 @@ for how in exit TERM KILL; do
         [[ "$(readlink "$p/ns/net" 2>/dev/null)" == "$ns" ]] && inside+=("${p#/proc/}")
       done
     done
-    echo "${inside[*]} $sim_hosts_bridge_pid ${sim_hosts_outer[*]}" >"$2"
+    echo "$sim_hosts_dir ${inside[*]} $sim_hosts_bridge_pid ${sim_hosts_outer[*]}" >"$2"
     [[ "$3" == exit ]] && exit 0
     kill -"$3" $$; sleep 30' _ "$here" "$holders_file" "$how" >/dev/null 2>&1
-  read -r -a pids <"$holders_file"
+  read -r dir pids_line <"$holders_file"
+  read -r -a pids <<<"$pids_line"
   gone=1
   for ((i = 0; i < 50; ++i)); do
     gone=1
     for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && gone=0; done
+    [[ -e "$dir" ]] && gone=0
     ((gone)) && break
     sleep 0.1
   done
-  check "after $how of the harness's shell, none of the ${#pids[@]} processes it made or ran on its hosts is left" \
+  check "after $how of the harness's shell, none of the ${#pids[@]} processes it made or ran on its hosts, nor its directory, is left" \
     test "$gone" = 1 -a "${#pids[@]}" -ge 10
 done
-rm -f "$holders_file"
 
 sim_hosts_down
 echo "isolation: $failures failure(s)"

@@ -17,12 +17,14 @@ mh_logs_dir=""
 mh_skip_unless_hosts() {
   local reason
   reason=$(sim_hosts_check) || { echo "[troupe-skip] $reason"; exit 77; }
-  mh_logs_dir=$(mktemp -d "${TMPDIR:-/tmp}/multihost-logs.$$.XXXXXX")
 }
 
+# The logs live in the harness's directory, which goes away with the hosts.
 mh_start() {
   local name=$1 host=$2 seconds=$3
   shift 3
+  mh_logs_dir=$sim_hosts_dir/logs
+  mkdir -p "$mh_logs_dir"
   sim_host "$host" timeout -k 5 "$seconds" \
     sh -c 'echo $$ >"/tmp/mh-$0.pid" && exec "$@"' "$name" "$@" >"$mh_logs_dir/$name.log" 2>&1 &
   mh_pids[$name]=$!
@@ -55,7 +57,6 @@ mh_finish() {
       tail -n 60 "$f"
     done
   fi
-  rm -rf "$mh_logs_dir"
   sim_hosts_down
   echo "$mh_failures failure(s)"
   ((mh_failures == 0))

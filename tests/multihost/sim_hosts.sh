@@ -20,7 +20,8 @@
 #   tests/multihost/sim_hosts.sh shell 2 [--etcd]   # one shell per host, see docs/testing.md
 #
 # Every holder dies with the shell that made it (parent-death signal) and at the latest
-# after SIM_HOSTS_LIFETIME seconds (default 600), so nothing outlives a killed test.
+# after SIM_HOSTS_LIFETIME seconds (default 600), and the harness's directory (the hosts
+# file, logs) goes with the bridge's holder, so nothing outlives a killed test.
 
 SIM_HOSTS_SUBNET=${SIM_HOSTS_SUBNET:-10.213.0}
 SIM_HOSTS_LIFETIME=${SIM_HOSTS_LIFETIME:-600}
@@ -33,6 +34,17 @@ sim_hosts_bridge_pid=""
 sim_hosts_etcd_pid=""
 sim_hosts_etcd_host=""
 sim_hosts_dir=""
+
+sim_hosts_bridge_script=$(cat <<'EOF'
+s=""
+trap 'kill -KILL $s 2>/dev/null; rm -rf "$1"; exit 0' TERM
+ip link add br0 type bridge && ip link set br0 up && ip link set lo up || exit 1
+sleep "$0" &
+s=$!
+wait "$s"
+rm -rf "$1"
+EOF
+)
 
 # sim_hosts_check: returns 0 when hosts can be made here, else prints the reason.
 sim_hosts_check() {
@@ -132,9 +144,10 @@ sim_hosts_up() {
     for ((i = 0; i < n; ++i)); do echo "$(sim_host_addr $i) $(sim_host_name $i)"; done
     echo "$(sim_host_addr etcd) etcd"
   } >"$sim_hosts_dir/hosts"
-  setpriv --pdeathsig KILL -- unshare --net sh -c \
-    'ip link add br0 type bridge && ip link set br0 up && ip link set lo up && exec sleep "$0"' \
-    "$SIM_HOSTS_LIFETIME" &
+  # The bridge's holder also removes the harness's directory when it ends, even when the
+  # shell that made it was killed (its parent-death signal is TERM, which it traps).
+  setpriv --pdeathsig TERM -- unshare --net sh -c "$sim_hosts_bridge_script" \
+    "$SIM_HOSTS_LIFETIME" "$sim_hosts_dir" &
   sim_hosts_bridge_pid=$!
   for ((i = 0; i < 100; ++i)); do
     nsenter -t "$sim_hosts_bridge_pid" -n ip link show br0 >/dev/null 2>&1 && break
@@ -185,9 +198,10 @@ sim_host_heal() { nsenter -t "$(sim_host_pid "$1")" -n ip link set eth0 up; }
 # pid 1 of its host), then the bridge; idempotent.
 sim_hosts_down() {
   local pid
-  for pid in "${sim_hosts_pids[@]}" "$sim_hosts_etcd_host" "$sim_hosts_bridge_pid"; do
+  for pid in "${sim_hosts_pids[@]}" "$sim_hosts_etcd_host"; do
     [[ -n "$pid" ]] && kill -KILL "$pid" 2>/dev/null
   done
+  [[ -n "$sim_hosts_bridge_pid" ]] && kill -TERM "$sim_hosts_bridge_pid" 2>/dev/null
   for pid in "${sim_hosts_outer[@]}" "$sim_hosts_bridge_pid"; do
     [[ -n "$pid" ]] && wait "$pid" 2>/dev/null
   done
