@@ -225,7 +225,7 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
   sim_hosts_up "$2" "${3:-}" || exit 1
   echo "hosts: $(cat "$sim_hosts_dir/hosts" | tr '\n' ';')"
   [[ -n "$sim_hosts_etcd_host" ]] && echo "etcd: $(sim_hosts_etcd_endpoint)"
-  echo "holders (enter with: nsenter -t PID -n -u -m): ${sim_hosts_pids[*]} ${sim_hosts_etcd_host}"
+  echo "holders (enter with: nsenter -t PID -n -u -m -p --wd=\"\$PWD\" bash): ${sim_hosts_pids[*]} ${sim_hosts_etcd_host}"
   echo "a shell on host0 follows; exit it to tear everything down"
   sim_host 0 bash -i
 fi
