@@ -10,6 +10,7 @@ packages=(
   build-essential g++ cmake make git pkg-config ca-certificates python3 procps
   libcaf-dev libboost-dev libboost-filesystem-dev doctest-dev libgloo-dev
   etcd-server etcd-client libcli11-dev nlohmann-json3-dev clang-format
+  iproute2 util-linux
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch openmpi-bin libopenmpi-dev)
