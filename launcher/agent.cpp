@@ -83,7 +83,9 @@ expected<job_store> open_job_store(const run_config& c, const std::string& run_i
     }
     j.url = "tcp://" + c.rdzv_endpoint;
   } else if (c.backend == rdzv_backend::etcd) {
-    j.url = "etcd://" + c.rdzv_endpoint;
+    std::string_view endpoint = c.rdzv_endpoint;
+    if (endpoint.starts_with("http://")) endpoint.remove_prefix(7);  // a client URL
+    j.url = strcat("etcd://", endpoint);
   } else {
     return j;  // static with several nodes: no store
   }
