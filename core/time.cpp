@@ -12,7 +12,8 @@ namespace troupe {
 expected<duration> parse_duration(std::string_view text) {
   auto bad = [&](std::string_view why) {
     return make_error(errc::invalid_argument, "invalid duration '", text, "': ", why,
-                      "; write a whole number with a unit, e.g. 500ms, 30s, 5m or 1h");
+                      "; write a number with a unit, e.g. 500ms, 30s, 5m or 1h, or plain "
+                      "seconds such as 0.1 or 30");
   };
   std::string_view s = text;
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
@@ -20,10 +21,27 @@ expected<duration> parse_duration(std::string_view text) {
   if (s.empty()) return bad("it is empty");
   if (s.front() == '-') return bad("it must not be negative");
   long long n = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  const char* end = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(s.data(), end, n);
   if (ec == std::errc::result_out_of_range) return bad("the number is too large");
-  if (ec != std::errc()) return bad("it does not start with a number");
-  std::string_view unit(ptr, static_cast<std::size_t>(s.data() + s.size() - ptr));
+  if (ec != std::errc() && s.front() != '.') return bad("it does not start with a number");
+  if (ec != std::errc()) ptr = s.data();  // ".5": no whole part
+  // An optional decimal fraction, as torchrun's float seconds ("0.1") need.
+  long long frac = 0;
+  long long frac_scale = 1;
+  if (ptr != end && *ptr == '.') {
+    ++ptr;
+    const char* digits = ptr;
+    while (ptr != end && std::isdigit(static_cast<unsigned char>(*ptr))) {
+      if (frac_scale < 1'000'000'000LL) {
+        frac = frac * 10 + (*ptr - '0');
+        frac_scale *= 10;
+      }
+      ++ptr;
+    }
+    if (ptr == digits) return bad("a decimal point must be followed by digits");
+  }
+  std::string_view unit(ptr, static_cast<std::size_t>(end - ptr));
   long long factor_ms = 0;
   if (unit.empty() || unit == "s")
     factor_ms = 1000;
@@ -36,7 +54,10 @@ expected<duration> parse_duration(std::string_view text) {
   else
     return bad("unknown unit (use ms, s, m or h)");
   if (n > (1LL << 50) / factor_ms) return bad("the number is too large");
-  return duration(n * factor_ms);
+  // The fraction, rounded to the nearest millisecond (frac < frac_scale <= 1e9, so the
+  // product stays below 2^63 for factor_ms <= 3.6e6).
+  const long long frac_ms = (frac * factor_ms + frac_scale / 2) / frac_scale;
+  return duration(n * factor_ms + frac_ms);
 }
 
 std::string format_duration(duration d) {

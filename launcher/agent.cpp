@@ -5,11 +5,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <random>
 
+#include "core/error_file.hpp"
 #include "core/log.hpp"
 #include "launcher/node_rendezvous.hpp"
 #include "launcher/signals.hpp"
@@ -52,7 +56,9 @@ struct job_store {
 expected<job_store> open_job_store(const run_config& c, const std::string& run_id) {
   job_store j;
   store_options so;
-  so.timeout = std::chrono::seconds(30);
+  // No request waits longer than the join timeout (--rdzv-conf timeout): an unreachable
+  // store or etcd fails within it.
+  so.timeout = std::min<duration>(std::chrono::seconds(30), c.join_timeout);
   so.connect_timeout = c.join_timeout;
   if (c.standalone || (c.backend == rdzv_backend::fixed && c.nnodes.max == 1)) {
     auto server = tcp_store_server::start({});
@@ -77,7 +83,9 @@ expected<job_store> open_job_store(const run_config& c, const std::string& run_i
     }
     j.url = "tcp://" + c.rdzv_endpoint;
   } else if (c.backend == rdzv_backend::etcd) {
-    j.url = "etcd://" + c.rdzv_endpoint;
+    std::string_view endpoint = c.rdzv_endpoint;
+    if (endpoint.starts_with("http://")) endpoint.remove_prefix(7);  // a client URL
+    j.url = strcat("etcd://", endpoint);
   } else {
     return j;  // static with several nodes: no store
   }
@@ -90,9 +98,16 @@ expected<job_store> open_job_store(const run_config& c, const std::string& run_i
   return j;
 }
 
-void report_failure(const worker_exit& e, int attempt, const std::string& log_path) {
+void report_failure(const worker_exit& e, int attempt, const std::string& log_path,
+                    const std::string& error_path, const std::string& node) {
   std::string text = strcat("worker rank ", e.rank, " (local rank ", e.local_rank, ", pid ", e.pid,
-                            ") failed on attempt ", attempt, ": ", e.describe());
+                            node, ") failed on attempt ", attempt, ": ", e.describe());
+  if (auto root = read_error_file(error_path); !root.message.empty()) {
+    text += strcat("\n--- root cause (", error_path, root.timestamp.empty() ? "" : ", timestamp ",
+                   root.timestamp, ") ---\n", root.message);
+    if (!root.stack.empty()) text += strcat("\n", root.stack);
+    text += "\n--- end of root cause ---";
+  }
   if (!e.stderr_tail.empty()) {
     text += strcat("\n--- last lines of its stderr (", log_path, ") ---\n", e.stderr_tail,
                    "\n--- end of stderr ---");
@@ -128,13 +143,21 @@ int pick_free_port() {
 }
 
 int run_agent(const run_config& c) {
+  // Before any rendezvous: a typo in the program fails at once, not after every node joined.
+  if (auto p = check_program(c.program, std::getenv("PATH")); !p) {
+    say(p.error().message());
+    return 2;
+  }
   auto sigfd = install_signal_pipe();
   if (!sigfd) {
     say(sigfd.error().message());
     return 1;
   }
-  std::string run_id = c.rdzv_id;
-  if (c.standalone && run_id == "none") run_id = fresh_run_id();
+  // finish_config refuses a job of several nodes without an id, so a missing id here means
+  // one node: a fresh id keeps this run's logs and store keys apart from every other run's.
+  const std::string run_id = c.rdzv_id.empty() ? fresh_run_id() : c.rdzv_id;
+  say(strcat("run id ", run_id, ", logs in ", c.log_dir, "/", run_id, ", program ", c.program,
+             " (", c.nproc_per_node, " workers on this node)"));
   auto job = open_job_store(c, run_id);
   if (!job) {
     say(job.error().message());
@@ -153,7 +176,9 @@ int run_agent(const run_config& c) {
   node_info me;
   if (!c.local_addr.empty()) {
     me.addr = c.local_addr;
-  } else if (auto hp = parse_host_port(c.rdzv_endpoint);
+  } else if (auto hp = parse_host_port(std::string_view(c.rdzv_endpoint).starts_with("http://")
+                                           ? std::string_view(c.rdzv_endpoint).substr(7)
+                                           : std::string_view(c.rdzv_endpoint));
              c.standalone || (hp && is_loopback(hp->first))) {
     me.addr = "127.0.0.1";
   } else {
@@ -253,10 +278,24 @@ int run_agent(const run_config& c) {
       s.rank = a.rank;
       s.program = c.program;
       s.args = c.args;
-      s.env = merged_environment(environ, worker_environment(a, limit_omp));
       s.log_dir = strcat(attempt_dir, "/", a.rank);
+      // The worker's root-cause file (torchrun's TORCHELASTIC_ERROR_FILE); a stale one from
+      // an earlier run with the same id is removed so that it is not quoted.
+      auto vars = worker_environment(a, limit_omp);
+      const std::string error_path = s.log_dir + "/error.json";
+      std::error_code ignored;
+      std::filesystem::remove(error_path, ignored);
+      vars.emplace_back("TROUPE_ERROR_FILE", error_path);
+      vars.emplace_back("TORCHELASTIC_ERROR_FILE", error_path);
+      s.env = merged_environment(environ, vars);
       s.redirect = c.redirects.for_local_rank(i);
       s.tee = c.tee.for_local_rank(i);
+      if (!c.local_ranks_filter.empty() &&
+          std::find(c.local_ranks_filter.begin(), c.local_ranks_filter.end(), i) ==
+              c.local_ranks_filter.end()) {
+        s.redirect = stream_stdout | stream_stderr;  // filtered out: logs only
+        s.tee = 0;
+      }
       specs.push_back(std::move(s));
     }
     worker_group group;
@@ -290,9 +329,27 @@ int run_agent(const run_config& c) {
           failure = &e;
           break;
         }
+      // The first failure is the one whose error file says it failed first; without error
+      // files, the first one reaped.
+      std::string first_time;
+      for (const auto& e : exits) {
+        if (!e.failed()) continue;
+        auto root = read_error_file(strcat(attempt_dir, "/", e.rank, "/error.json"));
+        if (!root.timestamp.empty() &&
+            (first_time.empty() ||
+             std::strtoll(root.timestamp.c_str(), nullptr, 10) <
+                 std::strtoll(first_time.c_str(), nullptr, 10))) {
+          first_time = root.timestamp;
+          failure = &e;
+        }
+      }
       if (failure != nullptr) {
         const auto log_path = strcat(attempt_dir, "/", failure->rank, "/stderr");
-        report_failure(*failure, attempt, log_path);
+        report_failure(*failure, attempt, log_path,
+                       strcat(attempt_dir, "/", failure->rank, "/error.json"),
+                       c.nnodes.max > 1 ? strcat(", on node ", this_host(), " (group rank ",
+                                                 rr.group_rank, ")")
+                                        : std::string());
         if (restarts >= c.max_restarts) {
           group.stop(SIGTERM, c.stop_grace, interrupted);
           if (rdzv) (void)rdzv->request_reform();

@@ -1,6 +1,7 @@
 #include "launcher/cli.hpp"
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 
 namespace troupe::launcher {
 
@@ -26,7 +27,7 @@ struct raw_flags {
   std::string conf;
   bool standalone = false;
   std::string max_restarts = "0";
-  std::string monitor_interval = "100ms";
+  std::string monitor_interval = "0.1";
   std::string stop_grace = "5s";
   std::string role = "default";
   std::string log_dir;
@@ -34,6 +35,9 @@ struct raw_flags {
   std::string tee = "0";
   std::string master_addr;
   std::string master_port;
+  std::string start_method = "spawn";
+  bool no_python = false;
+  std::string local_ranks_filter;
 };
 
 expected<run_config> convert(const raw_flags& f, std::vector<std::string> rest) {
@@ -65,7 +69,7 @@ expected<run_config> convert(const raw_flags& f, std::vector<std::string> rest) 
   if (!mi) return std::move(mi).error();
   if (mi->count() <= 0)
     return make_error(errc::invalid_argument, "--monitor-interval: '", f.monitor_interval,
-                      "' is not valid; it must be positive (e.g. 100ms)");
+                      "' is not valid; it must be positive (e.g. 0.1 or 100ms)");
   c.monitor_interval = *mi;
   auto sg = parse_flag_duration("--stop-grace", f.stop_grace);
   if (!sg) return std::move(sg).error();
@@ -78,6 +82,13 @@ expected<run_config> convert(const raw_flags& f, std::vector<std::string> rest) 
   auto te = parse_stream_selection("--tee", f.tee);
   if (!te) return std::move(te).error();
   c.tee = std::move(*te);
+  auto lf = parse_local_ranks_filter(f.local_ranks_filter);
+  if (!lf) return std::move(lf).error();
+  c.local_ranks_filter = std::move(*lf);
+  if (f.start_method != "spawn" && f.start_method != "fork" && f.start_method != "forkserver")
+    return make_error(errc::invalid_argument, "--start-method: '", f.start_method,
+                      "' is not valid; write spawn, fork or forkserver (troupe-run always "
+                      "starts workers with fork and exec, so the choice has no effect)");
   c.master_addr = f.master_addr;
   if (!f.master_port.empty()) {
     auto p = parse_flag_int("--master-port", f.master_port, 1, 65535);
@@ -117,10 +128,11 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
                  "is an alias) or etcd (default static)");
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", f.endpoint,
                  "host:port of the rendezvous store (store: hosted by the first node able to "
-                 "bind it unless is_host says otherwise; etcd: an etcd client URL)");
+                 "bind it unless is_host says otherwise; etcd: host:port or http://host:port; "
+                 "https is not supported yet)");
   app.add_option("--rdzv-id,--rdzv_id", f.id,
-                 "The job id shared by all its nodes; also TROUPE_RUN_ID (default none; "
-                 "--standalone makes a fresh one)");
+                 "The job id shared by all its nodes; becomes TROUPE_RUN_ID (default: a fresh "
+                 "unique id on a job of one node; a job of several nodes must give one)");
   app.add_option("--rdzv-conf,--rdzv_conf", f.conf,
                  "k=v,... : timeout (wait for MIN nodes, default 600s), last_call_timeout "
                  "(wait for more nodes once MIN are in, default 1s), heartbeat_timeout (a node "
@@ -151,13 +163,38 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
                  "MASTER_ADDR for the workers (default: the address of the node holding rank 0)");
   app.add_option("--master-port,--master_port", f.master_port,
                  "MASTER_PORT for the workers (default: a free port on that node, per round)");
+  app.add_option("--local-ranks-filter,--local_ranks_filter", f.local_ranks_filter,
+                 "Only these local ranks' output reaches the console, e.g. 0 or 0,2 (all "
+                 "ranks' output still reaches the log files) (default: all)");
+  app.add_option("--start-method,--start_method", f.start_method,
+                 "Accepted for torchrun compatibility: spawn, fork or forkserver; troupe-run "
+                 "always starts workers with fork and exec, so it has no effect");
+  app.add_flag("--no-python,--no_python", f.no_python,
+               "Accepted for torchrun compatibility: troupe-run always runs PROGRAM directly "
+               "and never prepends python, so it has no effect");
+  app.set_version_flag("--version", std::string("troupe-run ") + TROUPE_VERSION_STRING);
+  // torchrun's convention: every flag can also come from PET_<FLAG> (upper case, '_' for
+  // '-'); the command line wins over the environment.
+  for (CLI::Option* o : app.get_options()) {
+    std::string name = o->get_single_name();
+    if (name.empty() || name == "help" || name == "version" || name.size() < 2) continue;
+    std::string env = "PET_";
+    for (char ch : name) env += ch == '-' ? '_' : static_cast<char>(std::toupper(
+                                                     static_cast<unsigned char>(ch)));
+    o->envname(env);
+  }
   app.footer(
       "After the flags: PROGRAM [ARGS...] (a leading -- is allowed). Workers see RANK, "
       "LOCAL_RANK, GROUP_RANK, ROLE_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, ROLE_WORLD_SIZE, "
       "GROUP_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT, TROUPE_RESTART_COUNT, "
       "TROUPE_MAX_RESTARTS, TROUPE_RUN_ID, TROUPE_ROUND, TROUPE_STORE_URL, TROUPE_STORE_PREFIX, "
       "TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, and "
-      "OMP_NUM_THREADS=1 when several run on a node and it is not set already.");
+      "OMP_NUM_THREADS=1 when several run on a node and it is not set already, and "
+      "TROUPE_ERROR_FILE and TORCHELASTIC_ERROR_FILE (where a failing worker records its root "
+      "cause; the failure report quotes it). Every flag can also be set as PET_<FLAG> "
+      "(e.g. PET_NPROC_PER_NODE=4); the command line wins. Durations: 250ms, 5s, 2m or "
+      "seconds such as 0.1. Exit codes: 0 success, 1 failure, 2 bad usage, 128+N after "
+      "signal N.");
 
   cli_outcome out;
   try {
@@ -165,6 +202,10 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
   } catch (const CLI::CallForHelp&) {
     out.exit_code = 0;
     out.message = app.help();
+    return out;
+  } catch (const CLI::CallForVersion& v) {
+    out.exit_code = 0;
+    out.message = v.what();
     return out;
   } catch (const CLI::ParseError& e) {
     out.exit_code = 2;

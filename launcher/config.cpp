@@ -1,5 +1,6 @@
 #include "launcher/config.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -36,6 +37,40 @@ int cpu_count() {
 
 }  // namespace
 
+const std::vector<rdzv_conf_key>& rdzv_conf_keys() {
+  static const std::vector<rdzv_conf_key> keys{
+      {"timeout", rdzv_conf_setting::join_timeout, false},
+      {"join_timeout", rdzv_conf_setting::join_timeout, false},
+      {"last_call_timeout", rdzv_conf_setting::last_call, false},
+      {"last_call", rdzv_conf_setting::last_call, false},
+      {"heartbeat_timeout", rdzv_conf_setting::heartbeat_timeout, false},
+      {"exit_barrier_timeout", rdzv_conf_setting::exit_barrier_timeout, false},
+      {"is_host", rdzv_conf_setting::is_host, false},
+      {"local_addr", rdzv_conf_setting::local_addr, false},
+      {"read_timeout", rdzv_conf_setting::ignored, true},
+      {"keep_alive_interval", rdzv_conf_setting::ignored, true},
+      {"store_type", rdzv_conf_setting::ignored, true},
+  };
+  return keys;
+}
+
+const rdzv_conf_key* find_rdzv_conf_key(std::string_view name) {
+  for (const auto& k : rdzv_conf_keys())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+std::string rdzv_conf_key_list() {
+  std::string out;
+  const auto& keys = rdzv_conf_keys();
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (i > 0) out += i + 1 == keys.size() ? " and " : ", ";
+    out += keys[i].name;
+    if (keys[i].torchrun_only) out += " (accepted, unused)";
+  }
+  return out;
+}
+
 std::string_view to_string(rdzv_backend b) noexcept {
   switch (b) {
     case rdzv_backend::fixed:
@@ -62,7 +97,7 @@ expected<int> parse_flag_int(std::string_view flag, std::string_view text, int m
 
 expected<duration> parse_flag_duration(std::string_view flag, std::string_view text) {
   auto d = parse_duration(trim(text));
-  if (!d) return bad(flag, text, "write a duration such as 250ms, 5s, 2m or a number of seconds");
+  if (!d) return bad(flag, text, "write a duration such as 250ms, 5s, 2m or seconds as torchrun takes them (0.1, 30)");
   return *d;
 }
 
@@ -106,6 +141,53 @@ expected<rdzv_backend> parse_rdzv_backend(std::string_view text) {
   if (text == "store" || text == "c10d" || text == "tcp") return rdzv_backend::store;
   if (text == "etcd" || text == "etcd-v2" || text == "etcd-v3") return rdzv_backend::etcd;
   return bad("--rdzv-backend", text, "write static, store (alias c10d) or etcd");
+}
+
+expected<std::string> check_program(std::string_view program, const char* path_env) {
+  auto check = [](const std::string& file) -> expected<void> {
+    struct stat st {};
+    if (::stat(file.c_str(), &st) != 0)
+      return make_error(errc::not_found, "the worker program '", file,
+                        "' does not exist; check its spelling and path");
+    if (!S_ISREG(st.st_mode))
+      return make_error(errc::invalid_argument, "the worker program '", file,
+                        "' is not a regular file");
+    if (::access(file.c_str(), X_OK) != 0)
+      return make_error(errc::invalid_argument, "the worker program '", file,
+                        "' is not executable; chmod +x it or name its interpreter first");
+    return ok();
+  };
+  if (program.find('/') != std::string_view::npos) {
+    TROUPE_TRY(check(std::string(program)));
+    return std::string(program);
+  }
+  std::string_view dirs = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  while (true) {
+    auto colon = dirs.find(':');
+    std::string_view dir = dirs.substr(0, colon);
+    std::string file = strcat(dir.empty() ? "." : dir, "/", program);
+    if (check(file)) return file;
+    if (colon == std::string_view::npos) break;
+    dirs.remove_prefix(colon + 1);
+  }
+  return make_error(errc::not_found, "the worker program '", program,
+                    "' is not found on PATH; check its spelling, or give a path such as ./",
+                    program);
+}
+
+expected<std::vector<int>> parse_local_ranks_filter(std::string_view text) {
+  std::vector<int> out;
+  std::string_view rest = trim(text);
+  while (!rest.empty()) {
+    auto comma = rest.find(',');
+    int v = 0;
+    if (!to_int(rest.substr(0, comma), v) || v < 0)
+      return bad("--local-ranks-filter", text,
+                 "write local ranks separated by commas (e.g. 0 or 0,2)");
+    out.push_back(v);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+  }
+  return out;
 }
 
 expected<std::map<std::string, std::string>> parse_rdzv_conf(std::string_view text) {
@@ -166,41 +248,45 @@ expected<void> finish_config(run_config& c) {
     c.backend = rdzv_backend::store;
   }
   for (const auto& [key, value] : c.rdzv_conf) {
-    if (key == "timeout" || key == "join_timeout") {
-      auto d = parse_flag_duration("--rdzv-conf timeout", value);
+    const rdzv_conf_key* known = find_rdzv_conf_key(key);
+    if (known == nullptr)
+      return make_error(errc::invalid_argument, "--rdzv-conf: unknown key '", key,
+                        "'; known keys are ", rdzv_conf_key_list());
+    const std::string flag = strcat("--rdzv-conf ", known->name);
+    duration* target = nullptr;
+    switch (known->what) {
+      case rdzv_conf_setting::join_timeout:
+        target = &c.join_timeout;
+        break;
+      case rdzv_conf_setting::last_call:
+        target = &c.last_call;
+        break;
+      case rdzv_conf_setting::heartbeat_timeout:
+        target = &c.heartbeat_timeout;
+        break;
+      case rdzv_conf_setting::exit_barrier_timeout:
+        target = &c.exit_barrier_timeout;
+        break;
+      case rdzv_conf_setting::is_host:
+        if (value == "true" || value == "1" || value == "yes") {
+          c.is_host = 1;
+        } else if (value == "false" || value == "0" || value == "no") {
+          c.is_host = 0;
+        } else {
+          return bad(flag, value, "write true or false");
+        }
+        break;
+      case rdzv_conf_setting::local_addr:
+        if (value.empty()) return bad(flag, value, "write a host name or address");
+        c.local_addr = value;
+        break;
+      case rdzv_conf_setting::ignored:
+        break;  // accepted for torchrun compatibility; troupe-run has no use for it
+    }
+    if (target != nullptr) {
+      auto d = parse_flag_duration(flag, value);
       if (!d) return std::move(d).error();
-      c.join_timeout = *d;
-    } else if (key == "last_call_timeout" || key == "last_call") {
-      auto d = parse_flag_duration("--rdzv-conf last_call_timeout", value);
-      if (!d) return std::move(d).error();
-      c.last_call = *d;
-    } else if (key == "heartbeat_timeout") {
-      auto d = parse_flag_duration("--rdzv-conf heartbeat_timeout", value);
-      if (!d) return std::move(d).error();
-      c.heartbeat_timeout = *d;
-    } else if (key == "exit_barrier_timeout") {
-      auto d = parse_flag_duration("--rdzv-conf exit_barrier_timeout", value);
-      if (!d) return std::move(d).error();
-      c.exit_barrier_timeout = *d;
-    } else if (key == "is_host") {
-      if (value == "true" || value == "1" || value == "yes") {
-        c.is_host = 1;
-      } else if (value == "false" || value == "0" || value == "no") {
-        c.is_host = 0;
-      } else {
-        return bad("--rdzv-conf is_host", value, "write true or false");
-      }
-    } else if (key == "local_addr") {
-      if (value.empty())
-        return bad("--rdzv-conf local_addr", value, "write a host name or address");
-      c.local_addr = value;
-    } else if (key == "read_timeout" || key == "keep_alive_interval" || key == "store_type") {
-      // Accepted for torchrun compatibility; troupe-run has no use for them.
-    } else {
-      return make_error(
-          errc::invalid_argument, "--rdzv-conf: unknown key '", key,
-          "'; known keys are timeout, last_call_timeout, exit_barrier_timeout, is_host and ",
-          "local_addr");
+      *target = *d;
     }
   }
   if (c.heartbeat_timeout > duration::zero() && c.heartbeat_timeout < 4 * c.monitor_interval)
@@ -221,14 +307,30 @@ expected<void> finish_config(run_config& c) {
     if (c.rdzv_endpoint.empty())
       return make_error(errc::invalid_argument, "--rdzv-backend ", to_string(c.backend),
                         " needs --rdzv-endpoint host:port");
-    auto hp = parse_host_port(c.rdzv_endpoint);
+    std::string_view endpoint = c.rdzv_endpoint;
+    if (endpoint.starts_with("https://"))
+      return make_error(errc::invalid_argument, "--rdzv-endpoint: '", c.rdzv_endpoint,
+                        "' asks for TLS, which troupe-run cannot speak yet; give a plain "
+                        "http://host:port client URL (e.g. an etcd gateway on the node's "
+                        "loopback) or use --rdzv-backend store");
+    if (c.backend == rdzv_backend::etcd && endpoint.starts_with("http://"))
+      endpoint.remove_prefix(7);  // an etcd client URL; the etcd client reads the same
+    auto hp = parse_host_port(endpoint);
     if (!hp)
-      return bad("--rdzv-endpoint", c.rdzv_endpoint, "write host:port (e.g. 10.0.0.1:29400)");
+      return bad("--rdzv-endpoint", c.rdzv_endpoint,
+                 c.backend == rdzv_backend::etcd
+                     ? "write host:port or http://host:port (e.g. 10.0.0.1:2379)"
+                     : "write host:port (e.g. 10.0.0.1:29400)");
   }
   if (c.node_rank >= c.nnodes.max)
     return make_error(errc::invalid_argument, "--node-rank: ", c.node_rank,
                       " is not valid; with --nnodes ", c.nnodes.max, " it must be 0 to ",
                       c.nnodes.max - 1);
+  if (c.rdzv_id.empty() && c.nnodes.max > 1)
+    return make_error(errc::invalid_argument, "--nnodes ", c.nnodes.min, ":", c.nnodes.max,
+                      " is a job of several nodes, which must share an id: give every node the "
+                      "same --rdzv-id (or PET_RDZV_ID), e.g. the scheduler's job id; without one, "
+                      "two jobs on the same endpoint could mix");
   if (c.role.empty()) return bad("--role", c.role, "write a non-empty name");
   if (c.log_dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");

@@ -51,8 +51,9 @@ struct run_config {
   rdzv_backend backend = rdzv_backend::fixed;
   /// host:port of the rendezvous store (store and etcd backends).
   std::string rdzv_endpoint;
-  /// The job's id, shared by all its nodes; also the run id the workers see.
-  std::string rdzv_id = "none";
+  /// The job's id, shared by all its nodes; also the run id the workers see. Empty: a fresh
+  /// unique id (allowed only for a job of one node).
+  std::string rdzv_id;
   /// --rdzv-conf as given, and the values read from it.
   std::map<std::string, std::string> rdzv_conf;
   /// How long to wait for MIN nodes (rdzv-conf timeout / join_timeout).
@@ -81,6 +82,9 @@ struct run_config {
   std::string log_dir;
   stream_selection redirects;
   stream_selection tee;
+  /// --local-ranks-filter: only these local ranks' output reaches the console (their logs
+  /// are written all the same); empty: every local rank.
+  std::vector<int> local_ranks_filter;
   /// Empty: taken from the rank-0 node at each round.
   std::string master_addr;
   /// -1: picked free by the rank-0 node at each round.
@@ -97,8 +101,42 @@ expected<node_range> parse_nnodes(std::string_view text);
 expected<int> parse_nproc_per_node(std::string_view text);
 /// "--rdzv-backend": static, store (c10d is accepted as an alias) or etcd.
 expected<rdzv_backend> parse_rdzv_backend(std::string_view text);
+/// Resolves PROGRAM as exec would (a name without '/' is looked up on PATH) and checks that it
+/// is an executable file; the error names what was wrong. Done before any rendezvous, so a
+/// typo fails at once rather than after every node joined.
+expected<std::string> check_program(std::string_view program, const char* path_env);
+/// "--local-ranks-filter": "0,1,3" (empty: all).
+expected<std::vector<int>> parse_local_ranks_filter(std::string_view text);
 /// "--rdzv-conf": "k=v,k=v" (empty allowed).
 expected<std::map<std::string, std::string>> parse_rdzv_conf(std::string_view text);
+
+/// What a --rdzv-conf key sets.
+enum class rdzv_conf_setting {
+  join_timeout,
+  last_call,
+  heartbeat_timeout,
+  exit_barrier_timeout,
+  is_host,
+  local_addr,
+  ignored,
+};
+
+/// One key --rdzv-conf accepts. The table is the single source of the keys: finish_config reads
+/// values through it and every refusal lists it, so the two cannot drift apart.
+struct rdzv_conf_key {
+  std::string_view name;
+  rdzv_conf_setting what;
+  bool torchrun_only;  ///< accepted for torchrun compatibility, no effect
+};
+
+/// Every key --rdzv-conf accepts, aliases included, in the order the help lists them.
+const std::vector<rdzv_conf_key>& rdzv_conf_keys();
+
+/// The entry for `name`, or nullptr when --rdzv-conf does not know it.
+const rdzv_conf_key* find_rdzv_conf_key(std::string_view name);
+
+/// "timeout, join_timeout, ... and store_type (accepted, unused)": for error messages.
+std::string rdzv_conf_key_list();
 /// "--redirects" / "--tee": "0".."3", or "local_rank:bits,..." such as "0:1,1:3".
 expected<stream_selection> parse_stream_selection(std::string_view flag, std::string_view text);
 /// A non-negative integer for `flag`; the error names the flag and the value.

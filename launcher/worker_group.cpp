@@ -53,6 +53,11 @@ struct worker_group::worker {
   int rank = 0;
   pid_t pid = -1;
   int pidfd = -1;
+  /// The worker's watchdog (in the worker's process group) and the write end of its guard
+  /// pipe: when the pipe closes, because troupe-run closed it or died however it died, the
+  /// watchdog SIGKILLs the whole group, grandchildren included.
+  pid_t watchdog = -1;
+  int guard = -1;
   bool exited = false;
   int status = 0;
   struct stream {
@@ -115,14 +120,46 @@ struct worker_group::worker {
     close_fd(out.file);
     close_fd(err.file);
     close_fd(pidfd);
+    close_fd(guard);
   }
 };
 
 worker_group::worker_group() = default;
 
 worker_group::~worker_group() {
-  if (running() > 0) stop(SIGKILL, duration::zero());
+  if (!workers_.empty()) stop(SIGKILL, duration::zero());
 }
+
+namespace {
+
+// Forks the watchdog of the worker `pid` (whose process group is `pid`): it joins that group,
+// ignores the polite stop signals sent to it, and waits for EOF on `guard_read`; then it
+// SIGKILLs its group, itself included. Returns its pid, or -1 (the worker then runs without
+// one, as before). Only async-signal-safe calls in the child.
+pid_t start_watchdog(pid_t pid, int guard_read) {
+  const pid_t w = ::fork();
+  if (w != 0) return w;
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2})
+    ::signal(sig, SIG_IGN);
+  if (::setpgid(0, pid) != 0) ::_exit(0);  // the group is gone already: nothing to guard
+  if (guard_read != 3) {
+    ::dup2(guard_read, 3);
+  }
+  ::syscall(SYS_close_range, 0U, 2U, 0U);
+  ::syscall(SYS_close_range, 4U, ~0U, 0U);
+  char c = 0;
+  for (;;) {
+    const ssize_t n = ::read(3, &c, 1);
+    if (n == 0 || (n < 0 && errno != EINTR)) break;
+  }
+  ::kill(0, SIGKILL);
+  ::_exit(0);
+}
+
+}  // namespace
 
 std::string resolve_program(const std::string& program) {
   if (program.find('/') != std::string::npos) return program;
@@ -222,6 +259,15 @@ expected<void> worker_group::start(std::vector<worker_spec> specs) {
     }
     ::setpgid(pid, pid);  // also done by the child; whichever runs first wins the race
     w->pid = pid;
+    if (int guard[2]; ::pipe2(guard, O_CLOEXEC) == 0) {
+      w->watchdog = start_watchdog(pid, guard[0]);
+      ::close(guard[0]);
+      if (w->watchdog > 0) {
+        w->guard = guard[1];
+      } else {
+        ::close(guard[1]);
+      }
+    }
     w->pidfd = open_pidfd(pid);
     w->out.pipe = out_pipe[0];
     w->err.pipe = err_pipe[0];
@@ -343,8 +389,18 @@ std::vector<worker_exit> worker_group::stop(int sig, duration grace,
     auto more = reap();
     exits.insert(exits.end(), more.begin(), more.end());
   }
-  // Whatever is left, and anything the workers started in their process groups.
+  // Whatever is left, and anything the workers started in their process groups (their
+  // watchdogs included; closing the guard alone would do it too, but not at once).
   for (auto& w : workers_) ::kill(-w->pid, SIGKILL);
+  for (auto& w : workers_) {
+    close_fd(w->guard);
+    if (w->watchdog > 0) {
+      ::kill(w->watchdog, SIGKILL);  // in case it had not joined the group yet
+      while (::waitpid(w->watchdog, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      w->watchdog = -1;
+    }
+  }
   for (auto& w : workers_) {
     if (w->exited) continue;
     int status = 0;

@@ -1,6 +1,7 @@
 // troupe-store: runs a standalone TCP store server until SIGINT or SIGTERM.
 //   troupe-store --host 127.0.0.1 --port 29500 --secret-file /run/secrets/store
-// Prints "listening on HOST:PORT" once it accepts connections.
+// Prints "listening on HOST:PORT" once it accepts connections. Exit codes as troupe-run's:
+// 0 after a clean shutdown, 1 on a failure, 2 for bad usage.
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
@@ -41,7 +42,16 @@ int main(int argc, char** argv) {
                  "Event loops serving the connections; 0: one per hardware thread, at most 4")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{0}, std::size_t{64}));
-  CLI11_PARSE(app, argc, argv);
+  // The exit codes of troupe-run: 0 done, 1 failure, 2 bad usage (not CLI11's own codes).
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "troupe-store: " << e.what() << "\nRun with --help for the flags.\n";
+    return 2;
+  }
   options.max_frame_size = max_frame_bytes;
 
   if (!secret_file.empty()) {

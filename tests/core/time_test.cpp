@@ -11,13 +11,18 @@ TEST_CASE("durations parse with units and print in the shortest exact unit") {
   CHECK(*parse_duration("30") == 30s);
   CHECK(*parse_duration("5m") == 5min);
   CHECK(*parse_duration("2h") == 2h);
+  CHECK(*parse_duration("0.1") == 100ms);
+  CHECK(*parse_duration(".5") == 500ms);
+  CHECK(*parse_duration("1.5s") == 1500ms);
+  CHECK(*parse_duration("2.25m") == 135s);
+  CHECK(*parse_duration("0.0004") == 0ms);
   CHECK(format_duration(1500ms) == "1500ms");
   CHECK(format_duration(120s) == "2m");
   CHECK(format_duration(0ms) == "0ms");
 }
 
 TEST_CASE("bad durations are refused with the input quoted") {
-  for (const char* text : {"", "-1s", "abc", "5 parsecs", "10d", "99999999999999999999h"}) {
+  for (const char* text : {"", "-1s", "abc", "5 parsecs", "10d", "99999999999999999999h", "1.", "1.s", ".", "0.1.2"}) {
     auto d = parse_duration(text);
     CHECK_MESSAGE(!d, text);
     if (!d) CHECK(d.error().message().find(std::string("'") + text + "'") != std::string::npos);

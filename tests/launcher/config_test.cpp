@@ -132,7 +132,9 @@ TEST_CASE("help documents every flag of the launcher") {
   for (const char* flag :
        {"--nnodes", "--nproc-per-node", "--node-rank", "--rdzv-backend", "--rdzv-endpoint",
         "--rdzv-id", "--rdzv-conf", "--standalone", "--max-restarts", "--monitor-interval",
-        "--role", "--log-dir", "--redirects", "--tee", "--master-addr", "--master-port"})
+        "--role", "--log-dir", "--redirects", "--tee", "--master-addr", "--master-port",
+        "--local-ranks-filter", "--start-method", "--no-python", "--version", "PET_",
+        "TROUPE_ERROR_FILE", "TORCHELASTIC_ERROR_FILE"})
     CHECK_MESSAGE(o.message.find(flag) != std::string::npos, flag);
 }
 

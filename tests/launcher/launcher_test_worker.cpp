@@ -3,6 +3,8 @@
 //   fail-first  records; local rank 1 fails (exit 1) on attempt 0, the rest exit 0
 //   fail        records; local rank 0 writes to stderr and exits 7, the rest exit 0
 //   wait        records, then runs until DIR/stop exists (or it is signalled)
+//   throw       records; local rank 1 throws out of troupe::run_main (an error file), the
+//               rest exit 0
 // The record is DIR/round<TROUPE_ROUND>.rank<RANK>: "KEY=VALUE" lines and "PID=<pid>",
 // written to a temporary name and renamed, so a reader never sees half a file.
 #include <unistd.h>
@@ -13,7 +15,10 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <stdexcept>
 #include <thread>
+
+#include "core/error_file.hpp"
 
 namespace {
 
@@ -43,7 +48,9 @@ void record(const std::string& dir) {
                          "TORCHELASTIC_RESTART_COUNT",
                          "TORCHELASTIC_MAX_RESTARTS",
                          "TORCHELASTIC_RUN_ID",
-                         "OMP_NUM_THREADS"};
+                         "OMP_NUM_THREADS",
+                         "TROUPE_ERROR_FILE",
+                         "TORCHELASTIC_ERROR_FILE"};
   const std::string name = dir + "/round" + env("TROUPE_ROUND") + ".rank" + env("RANK");
   {
     std::ofstream out(name + ".tmp");
@@ -79,6 +86,13 @@ int main(int argc, char** argv) {
       return 7;
     }
     return 0;
+  }
+  if (mode == "throw") {
+    return troupe::run_main([] {
+      if (env("LOCAL_RANK") == "1")
+        throw std::runtime_error("rank " + env("RANK") + ": the loss became NaN");
+      return 0;
+    });
   }
   if (mode == "wait") {
     // Polling a file is this worker's own business; the tests wait on conditions.

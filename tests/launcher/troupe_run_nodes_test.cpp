@@ -218,3 +218,36 @@ TEST_CASE("a killed launcher in an elastic 2:3 job goes silent and the others re
     CHECK(nodes[i]->exit_code() == 0);
   }
 }
+
+TEST_CASE("on a job of several nodes the failure report quotes the error file and names the node") {
+  auto dir = fresh_dir("errfile-nodes");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto a = start(node_args(dir, "2", "store", endpoint, "errfile-job", "throw",
+                           {"--node-rank", "0"}, ",is_host=true"),
+                 dir / "a.txt");
+  auto b = start(node_args(dir, "2", "store", endpoint, "errfile-job", "throw",
+                           {"--node-rank", "1"}, ",is_host=false"),
+                 dir / "b.txt");
+  REQUIRE(a->wait(30s));
+  REQUIRE(b->wait(30s));
+  const std::string text = a->text() + b->text();
+  INFO(text);
+  CHECK(a->exit_code() != 0);
+  CHECK(text.find("--- root cause (") != std::string::npos);
+  CHECK(text.find("the loss became NaN") != std::string::npos);
+  CHECK(text.find(", on node ") != std::string::npos);
+  CHECK(text.find(" (group rank ") != std::string::npos);
+}
+
+TEST_CASE("an etcd endpoint written as an http:// client URL works") {
+  auto* etcd = etcd_server::shared();
+  if (etcd == nullptr) TROUPE_SKIP_TEST(etcd_server::skip_reason());
+  auto dir = fresh_dir("etcd-http");
+  const std::string id = "http-" + std::to_string(::getpid());
+  auto p = start(node_args(dir, "1", "etcd", "http://" + etcd->endpoint(), id, "env"),
+                 dir / "out.txt");
+  REQUIRE(p->wait(30s));
+  INFO(p->text());
+  CHECK(p->exit_code() == 0);
+  CHECK(records_of_round(dir, 0).size() == 2);
+}

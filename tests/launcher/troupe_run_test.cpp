@@ -146,7 +146,7 @@ TEST_CASE("a worker program that cannot be executed is reported by name") {
                   "no-such-program-anywhere", "x"},
                  dir / "out.txt");
   REQUIRE(p->wait(20s));
-  CHECK(p->exit_code() == 1);
-  CHECK(p->text().find("cannot execute the worker program 'no-such-program-anywhere'") !=
+  CHECK(p->exit_code() == 2);
+  CHECK(p->text().find("the worker program 'no-such-program-anywhere' is not found on PATH") !=
         std::string::npos);
 }
