@@ -14,6 +14,7 @@
 
 #include "group_fixture.hpp"
 #include "core/log.hpp"
+#include "support/skip.hpp"
 #include "rpc/detail/agent_core.hpp"
 
 using namespace troupe;
@@ -163,6 +164,11 @@ bool handshake_answered(std::uint16_t port) {
 }  // namespace
 
 TEST_CASE("out of descriptors, an agent backs off, logs rarely, serves its peers and accepts again") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // The sanitizer runtimes need descriptors of their own (UBSan's vptr check opens a pipe
+  // to probe memory) and misreport when there are none; the release run covers this.
+  TROUPE_SKIP_TEST("descriptor exhaustion is not tested under sanitizers");
+#endif
   auto s = std::make_shared<memory_store>();
   auto g = make_group(2, s, [](int, rpc_backend_options&) {});
   auto port = port_of(*s, 1);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/log.hpp"
+#include "support/skip.hpp"
 #include "raw_socket.hpp"
 #include "store/detail/wire.hpp"
 #include "store/tcp_store.hpp"
@@ -146,6 +147,11 @@ TEST_CASE("an authenticated client's large frame is read as its bytes arrive, no
 }
 
 TEST_CASE("out of descriptors, the server backs off, logs rarely, serves its clients and recovers") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // The sanitizer runtimes need descriptors of their own (UBSan's vptr check opens a pipe
+  // to probe memory) and misreport when there are none; the release run covers this.
+  TROUPE_SKIP_TEST("descriptor exhaustion is not tested under sanitizers");
+#endif
   auto server = start_server();
   auto keeper = connect_to(*server);
   REQUIRE(keeper->set("a", std::string_view("1")));
