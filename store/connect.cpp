@@ -45,6 +45,12 @@ expected<std::pair<std::string, std::uint16_t>> parse_host_port(std::string_view
   return std::pair{std::move(host), static_cast<std::uint16_t>(port)};
 }
 
+std::string job_secret_from_env() {
+  for (const char* name : {"TROUPE_JOB_SECRET", "TROUPE_STORE_SECRET"})
+    if (const char* v = std::getenv(name); v && *v) return v;
+  return {};
+}
+
 expected<std::unique_ptr<store>> connect_store(std::string_view url, const store_options& options) {
   auto scheme = store_url_scheme(url);
   if (!scheme) return std::move(scheme).error();
@@ -66,9 +72,7 @@ expected<std::unique_ptr<store>> connect_store(std::string_view url, const store
     o.host = std::move(hp->first);
     o.port = hp->second;
     o.secret = options.secret;
-    if (o.secret.empty()) {
-      if (const char* env = std::getenv("TROUPE_STORE_SECRET")) o.secret = env;
-    }
+    if (o.secret.empty()) o.secret = job_secret_from_env();
     o.connect_timeout = options.connect_timeout;
     o.timeout = options.timeout;
     o.max_frame_size = options.max_frame_size;

@@ -17,11 +17,15 @@ struct store_options {
   duration timeout = default_timeout();
   /// How long to keep retrying the first connection.
   duration connect_timeout = default_timeout();
-  /// Shared secret for tcp://. When empty, TROUPE_STORE_SECRET is used if set.
+  /// Shared secret for tcp://. When empty, job_secret_from_env() is used.
   std::string secret;
   /// Largest frame for tcp://, in bytes.
   std::size_t max_frame_size = std::size_t{64} << 20;
 };
+
+/// The job's secret from the environment: TROUPE_JOB_SECRET, else TROUPE_STORE_SECRET (its
+/// older name, still read), else empty. Empty values count as unset.
+std::string job_secret_from_env();
 
 /// The scheme of a store URL ("tcp", "memory", ...), or invalid_argument.
 expected<std::string> store_url_scheme(std::string_view url);

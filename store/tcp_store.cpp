@@ -185,8 +185,8 @@ struct tcp_store::impl {
       if (!st && st.error().code() == errc::unauthorized)
         return make_error(errc::unauthorized, st.error().message(),
                           "; set the same secret on this client (tcp_store_options::secret or "
-                          "TROUPE_STORE_SECRET) as on the server (--secret-file or "
-                          "TROUPE_STORE_SECRET)");
+                          "TROUPE_JOB_SECRET) as on the server (--secret-file or "
+                          "TROUPE_JOB_SECRET)");
       if (!st) return std::move(st).error();
     }
     return make_error(errc::protocol_error,

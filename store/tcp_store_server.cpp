@@ -61,6 +61,13 @@ struct tcp_store_server::impl {
   std::string host;
   std::uint16_t port = 0;
   std::size_t next_loop = 0;  // only on loops[0]: round-robin placement of connections
+  // Only on loops[0]: the pause after failed accepts (EMFILE and the like).
+  std::optional<asio::steady_timer> accept_timer;
+  std::chrono::milliseconds accept_delay{0};
+  std::size_t accept_failures = 0;
+  std::chrono::steady_clock::time_point last_accept_log{};
+  std::size_t refused_connections = 0;
+  std::chrono::steady_clock::time_point last_refusal_log{};
   std::mutex shutdown_mu;
   bool stopped = false;
 
@@ -76,19 +83,69 @@ struct tcp_store_server::impl {
                                                     typename Acceptor::protocol_type::socket s) {
       if (ec == asio::error::operation_aborted || !from.is_open()) return;
       if (ec) {
-        TROUPE_LOG(log_level::warn, "store", core->name, ": accept failed: ", ec.message());
-      } else {
+        if (!back_off(ec)) return;
+        // Out of descriptors or memory: wait before the next accept, so that a full fd
+        // table costs neither a core nor the log; open connections are served meanwhile.
+        accept_timer->expires_after(accept_delay);
+        accept_timer->async_wait([this, &from](boost::system::error_code e) {
+          if (!e && from.is_open()) accept_on(from);
+        });
+        return;
+      }
+      accept_delay = std::chrono::milliseconds(0);
+      {
         std::string peer = describe_peer(s);
         auto c = std::make_shared<server_connection>(
             loop.io, server_connection::stream_socket(std::move(s)), std::move(peer), core);
+        bool full = false;
         {
           std::lock_guard lk(core->mu);
-          core->connections.emplace(c.get(), c);
+          full = core->connections.size() >= core->options.max_connections;
+          if (!full) core->connections.emplace(c.get(), c);
         }
-        c->start();
+        if (full) {
+          refused_full(c);
+        } else {
+          c->start();
+        }
       }
       accept_on(from);
     });
+  }
+
+  // After a failed accept: doubles the pause before the next one (10 ms up to 1 s) and
+  // logs at most once a second, with the count of failures since the last line. False
+  // when the failure is not worth retrying (the acceptor is gone).
+  bool back_off(boost::system::error_code ec) {
+    if (ec == asio::error::bad_descriptor) return false;
+    using std::chrono::milliseconds;
+    accept_delay = std::clamp(accept_delay * 2, milliseconds(10), milliseconds(1000));
+    ++accept_failures;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_accept_log >= std::chrono::seconds(1)) {
+      TROUPE_LOG(log_level::warn, "store", core->name, ": accept failed ", accept_failures,
+                 " time(s) since the last report: ", ec.message(), "; retrying in ",
+                 accept_delay.count(), " ms (raise the open-file limit, ulimit -n, if this "
+                 "persists)");
+      accept_failures = 0;
+      last_accept_log = now;
+    }
+    return true;
+  }
+
+  // A connection past max_connections: closed at once, logged at most once a second.
+  void refused_full(const std::shared_ptr<server_connection>& c) {
+    ++refused_connections;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_refusal_log >= std::chrono::seconds(1)) {
+      TROUPE_LOG(log_level::warn, "store", core->name, ": ", refused_connections,
+                 " connection(s) refused since the last report (the latest from ", c->peer(),
+                 "): ", core->options.max_connections,
+                 " are open, the limit (raise max_connections if intended)");
+      refused_connections = 0;
+      last_refusal_log = now;
+    }
+    c->drop();
   }
 
   static std::string describe_peer(tcp::socket& s) {
@@ -149,6 +206,7 @@ expected<std::unique_ptr<tcp_store_server>> tcp_store_server::start(
   auto i = std::make_unique<impl>();
   for (std::size_t n = 0; n < threads; ++n) i->loops.push_back(std::make_unique<event_loop>());
   i->acceptor.emplace(i->loops[0]->io);
+  i->accept_timer.emplace(i->loops[0]->io);
   boost::system::error_code ec;
   tcp::endpoint ep;
   auto addr = asio::ip::make_address(options.host, ec);
@@ -230,6 +288,7 @@ void tcp_store_server::shutdown(duration timeout) {
     boost::system::error_code ec;
     i.acceptor->close(ec);
     if (i.local_acceptor) i.local_acceptor->close(ec);
+    i.accept_timer->cancel();
     std::vector<std::shared_ptr<server_connection>> open;
     {
       std::lock_guard clk(i.core->mu);

@@ -7,6 +7,12 @@
 // - A frame that is malformed, truncated or larger than max_frame_size closes only the
 //   connection that sent it (logged at warn); everyone else is served on.
 // - With a secret, clients whose hello does not carry the same secret are refused.
+// - Before its hello a connection may send one frame of at most 8 KiB (wire::max_hello_size)
+//   and the server holds no more than that for it; a larger frame is read as its bytes
+//   arrive, never allocated at the length it claims. A peer that does not finish its hello
+//   within hello_timeout is dropped; connections past max_connections are closed at once.
+// - When accept() fails (out of descriptors), the server pauses accepting (10 ms doubling
+//   to 1 s), logs at most once a second, serves the connections it has and resumes alone.
 // - A connection whose unsent replies pass max_queued_output is not read from until they
 //   drain (backpressure on a client that does not read).
 // - shutdown() is idempotent and bounded; the destructor calls it.
@@ -37,6 +43,9 @@ struct tcp_store_server_options {
   /// stops reading that connection's requests until they drain: a client that sends but
   /// never reads cannot make the server buffer without bound. 16 MiB by default.
   std::size_t max_queued_output = std::size_t{16} << 20;
+  /// Connections open at once; one more is closed as soon as it is accepted (logged at
+  /// most once a second). Each costs a descriptor and at most a few KiB until its hello.
+  std::size_t max_connections = 4096;
   /// Event loops (one thread each) that the connections are spread over; 0 picks one per
   /// hardware thread, at most 4. At most 64.
   std::size_t io_threads = 0;

@@ -2,6 +2,7 @@
 
 #include "core/cuda_runtime.hpp"
 #include "core/log.hpp"
+#include "rpc/detail/accept_pause.hpp"
 #include "store/connect.hpp"
 #include "store/rendezvous.hpp"
 
@@ -98,12 +99,15 @@ expected<void> agent_core::start_io() {
     }
     c->start(std::chrono::seconds(10));
   };
-  *accept = [this, weak, adopt, accept_w = std::weak_ptr<std::function<void()>>(accept)] {
-    acceptor_->async_accept(asio::make_strand(io_), [this, weak, adopt, accept_w](
+  auto pause = std::make_shared<accept_pause>(io_);
+  *accept = [this, weak, adopt, pause, accept_w = std::weak_ptr<std::function<void()>>(accept)] {
+    acceptor_->async_accept(asio::make_strand(io_), [this, weak, adopt, pause, accept_w](
                                                         const boost::system::error_code& ec,
                                                         asio::ip::tcp::socket sock) {
       auto self = weak.lock();
-      if (!self || ec || stopping_.load()) return;
+      if (!self || stopping_.load() || ec == asio::error::operation_aborted) return;
+      if (ec) return pause->retry_after_failure(ec, "rpc", accept_w);
+      pause->succeeded();
       adopt(connection::socket_type(std::move(sock)));
       if (auto again = accept_w.lock()) (*again)();
     });
@@ -112,13 +116,17 @@ expected<void> agent_core::start_io() {
   (*accept)();
   if (local_acceptor_) {
     auto accept_local = std::make_shared<std::function<void()>>();
-    *accept_local = [this, weak, adopt,
+    auto local_pause = std::make_shared<accept_pause>(io_);
+    *accept_local = [this, weak, adopt, local_pause,
                      again_w = std::weak_ptr<std::function<void()>>(accept_local)] {
       local_acceptor_->async_accept(
-          asio::make_strand(io_), [this, weak, adopt, again_w](const boost::system::error_code& ec,
-                                                               asio::local::stream_protocol::socket sock) {
+          asio::make_strand(io_), [this, weak, adopt, local_pause, again_w](
+                                      const boost::system::error_code& ec,
+                                      asio::local::stream_protocol::socket sock) {
             auto self = weak.lock();
-            if (!self || ec || stopping_.load()) return;
+            if (!self || stopping_.load() || ec == asio::error::operation_aborted) return;
+            if (ec) return local_pause->retry_after_failure(ec, "rpc (local socket)", again_w);
+            local_pause->succeeded();
             adopt(connection::socket_type(std::move(sock)));
             if (auto again = again_w.lock()) (*again)();
           });

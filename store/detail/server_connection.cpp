@@ -54,12 +54,18 @@ std::size_t server_connection::prepare_read() {
     in_begin_ = 0;
     in_end_ = kept;
   }
-  std::size_t want = read_chunk;
-  if (kept >= wire::length_size) want = std::max(want, wire::length_size + frame_length());
+  // Before the hello a connection holds at most one small frame; after it, a large frame's
+  // buffer grows (doubling) as its bytes actually arrive, never to the length it claims.
+  std::size_t chunk = authenticated_ ? read_chunk : wire::length_size + wire::max_hello_size;
+  std::size_t want = chunk;
+  if (kept >= wire::length_size) {
+    std::size_t need = wire::length_size + frame_length();
+    want = std::max(chunk, std::min(need, 2 * kept));
+  }
   if (in_.size() < want) {
     in_.resize(want);
-  } else if (kept == 0 && in_.size() > read_chunk) {
-    bytes fresh(read_chunk);  // give back the room a large frame needed
+  } else if (kept == 0 && in_.size() > chunk) {
+    bytes fresh(chunk);  // give back the room a large frame needed
     in_.swap(fresh);
   }
   return in_.size() - in_end_;
@@ -157,6 +163,12 @@ bool server_connection::parse_frames() {
   while (!closed_ && !closing_ && in_end_ - in_begin_ >= wire::length_size) {
     if (over_limit()) return true;
     std::size_t n = frame_length();
+    if (!authenticated_ && n > wire::max_hello_size) {
+      close(strcat("first frame of ", n, " bytes exceeds the ", wire::max_hello_size,
+                   "-byte limit on a hello (is this a troupe store client?)"),
+            true);
+      return false;
+    }
     if (n > core_->options.max_frame_size) {
       close(strcat("frame of ", n, " bytes exceeds the limit of ", core_->options.max_frame_size,
                    " bytes (raise max_frame_size on server and clients if intended)"),

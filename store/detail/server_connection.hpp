@@ -47,6 +47,12 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   void close(const std::string& reason, bool warn);
 
   boost::asio::io_context& loop() noexcept { return loop_; }
+  const std::string& peer() const noexcept { return peer_; }
+  /// Any thread, before start(): closes the socket of a connection never started.
+  void drop() noexcept {
+    boost::system::error_code ec;
+    socket_.close(ec);
+  }
 
  private:
   std::size_t prepare_read();

@@ -21,6 +21,10 @@ inline constexpr std::size_t length_size = 4;
 /// kind (u8) + request id (u64): the smallest valid body.
 inline constexpr std::size_t min_body = 9;
 inline constexpr std::size_t default_max_frame = std::size_t{64} << 20;
+/// The largest frame a server reads from a peer that has not completed its hello: a hello
+/// (a secret of at most 4096 bytes and a few fixed fields) fits with room to spare, and an
+/// unauthenticated peer cannot make the server allocate more than this.
+inline constexpr std::size_t max_hello_size = 8192;
 
 enum class kind : std::uint8_t {
   hello = 1,

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/log.hpp"
+#include "store/connect.hpp"
 #include "store/tcp_store_server.hpp"
 
 namespace {
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--secret-file", secret_file,
                  "File holding the shared secret clients must present (else "
-                 "TROUPE_STORE_SECRET, else none)")
+                 "TROUPE_JOB_SECRET or its alias TROUPE_STORE_SECRET, else none)")
       ->check(CLI::ExistingFile);
   app.add_option("--max-frame-size", max_frame_bytes, "Largest frame accepted, in bytes")
       ->capture_default_str()
@@ -64,8 +65,8 @@ int main(int argc, char** argv) {
            (options.secret.back() == '\n' || options.secret.back() == '\r'))
       options.secret.pop_back();
     if (options.secret.empty()) return fail("the secret file '" + secret_file + "' is empty");
-  } else if (const char* env = std::getenv("TROUPE_STORE_SECRET"); env && *env) {
-    options.secret = env;
+  } else {
+    options.secret = troupe::job_secret_from_env();
   }
 
   // Block the signals before any thread starts, so that only sigwait below sees them.

@@ -1,6 +1,8 @@
 // prefix_store namespacing and counting; connect_store URLs.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include "store/connect.hpp"
 #include "store/memory_store.hpp"
 #include "store/prefix_store.hpp"
@@ -110,6 +112,30 @@ TEST_CASE("connect_store opens a tcp url") {
   REQUIRE(s.has_value());
   REQUIRE((*s)->set("k", std::string_view("v")));
   CHECK((*s)->describe().find(std::to_string(server->port())) != std::string::npos);
+}
+
+TEST_CASE("connect_store sends TROUPE_JOB_SECRET, else TROUPE_STORE_SECRET, and a wrong one is refused") {
+  troupe::tcp_store_server_options so;
+  so.secret = "job-secret";
+  auto server = troupe::tcp_store_server::start(so).value();
+  troupe::store_options o;
+  o.connect_timeout = 5s;
+  auto attempt = [&] { return troupe::connect_store(server->url(), o); };
+  ::unsetenv("TROUPE_JOB_SECRET");
+  ::unsetenv("TROUPE_STORE_SECRET");
+  auto none = attempt();
+  REQUIRE_FALSE(none.has_value());
+  CHECK(none.error().code() == troupe::errc::unauthorized);
+  ::setenv("TROUPE_STORE_SECRET", "job-secret", 1);  // the older name
+  CHECK(attempt().has_value());
+  ::setenv("TROUPE_JOB_SECRET", "another-job", 1);  // the new name wins
+  auto wrong = attempt();
+  REQUIRE_FALSE(wrong.has_value());
+  CHECK(wrong.error().code() == troupe::errc::unauthorized);
+  ::setenv("TROUPE_JOB_SECRET", "job-secret", 1);
+  CHECK(attempt().has_value());
+  ::unsetenv("TROUPE_JOB_SECRET");
+  ::unsetenv("TROUPE_STORE_SECRET");
 }
 
 TEST_CASE("connect_store refuses an unknown scheme and names the supported ones") {

@@ -1,10 +1,10 @@
-// libFuzzer target over the frame decoder and the message deserializer. Built only with
-// clang (-DTROUPE_BUILD_FUZZERS=ON); CI runs it for a bounded time:
-//   rpc_frame_fuzz -max_total_time=30 -rss_limit_mb=1024
+// Fuzz target over the RPC frame decoder and the message deserializer (tests/fuzz/README
+// in tests/fuzz/CMakeLists.txt says how it is built and run).
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "fuzz/fuzz_seeds.hpp"
 #include "rpc/serializer.hpp"
 #include "rpc/wire.hpp"
 
@@ -29,3 +29,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   return 0;
 }
+
+namespace troupe::fuzz {
+
+std::vector<std::vector<std::uint8_t>> seeds() {
+  using namespace troupe::rpc;
+  wire::frame_builder f(wire::kind::request, 3);
+  (void)serialize(f.message(), nullptr, std::string("add"), std::vector<std::int64_t>{1, 2});
+  (void)f.finish();
+  auto h = f.head();
+  auto* p = reinterpret_cast<const std::uint8_t*>(h.data());
+  return {std::vector<std::uint8_t>(p, p + h.size())};
+}
+
+}  // namespace troupe::fuzz
