@@ -218,7 +218,14 @@ expected<std::string> local_address() {
     if (eq == std::string_view::npos) continue;
     vars.emplace(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
   }
-  return decide_local_address(vars, current_host_facts());
+  // Resolving the host name can take a while: only when the decision needs it.
+  host_facts f;
+  f.interfaces = host_interface_addresses();
+  f.host_name = host_name();
+  if (!find(vars, "TROUPE_LOCAL_ADDR") && !find(vars, "TROUPE_SOCKET_IFNAME"))
+    if (auto env = detect_cluster_env(vars); env && env->local_world_size < env->world_size)
+      f.host_name_addresses = resolve_all(f.host_name);
+  return decide_local_address(vars, f);
 }
 
 expected<void> check_reachable(std::span<const advertised_address> members, std::string_view group) {
@@ -233,7 +240,10 @@ expected<void> check_reachable(std::span<const advertised_address> members, std:
     if (!is_loopback_address(m.address) && m.address != "0.0.0.0" && m.address != "::") continue;
     return make_error(errc::invalid_argument, group, " spans ", keys.size(), " hosts (", hosts,
                       "), but ", m.who, " on host ", m.host_name, " advertises ", m.address,
-                      ", which the other hosts cannot reach; on that host ", how_to_choose);
+                      ", which the other hosts cannot reach; on ", m.host_name,
+                      ", set TROUPE_LOCAL_ADDR to the host's address on the network the hosts "
+                      "share, or TROUPE_SOCKET_IFNAME to that network's interface (e.g. eth0), "
+                      "or start the job with troupe-run --local-addr ADDR (docs/multi-node.md)");
   }
   return ok();
 }
