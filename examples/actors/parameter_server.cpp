@@ -107,11 +107,6 @@ caf::behavior parameter_server(caf::stateful_actor<server_state>* self, int dim,
   };
 }
 
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -136,7 +131,6 @@ int main(int argc, char** argv) {
 
   rpc::rpc_backend_options o;
   o.device_count = 0;
-  o.group = "examples/parameter_server/" + env_or("TROUPE_STORE_PREFIX", "");
   auto a = rpc::init_rpc_from_env(o);
   if (!a) {
     std::fprintf(stderr, "parameter_server: %s\n", a.error().to_string().c_str());

@@ -29,11 +29,6 @@ caf::behavior pong(caf::event_based_actor*) {
   return {[](ping_atom, std::int64_t n) { return caf::make_message(pong_atom::value, n); }};
 }
 
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,7 +50,6 @@ int main(int argc, char** argv) {
 
   rpc::rpc_backend_options o;
   o.device_count = 0;
-  o.group = "examples/ping_pong/" + env_or("TROUPE_STORE_PREFIX", "");
   auto a = rpc::init_rpc_from_env(o);
   if (!a) {
     std::fprintf(stderr, "ping_pong: %s\n", a.error().to_string().c_str());
