@@ -30,6 +30,7 @@
 #include <memory>
 #include <string>
 
+#include "collectives/process_group.hpp"
 #include "core/cluster_env.hpp"
 #include "core/expected.hpp"
 #include "core/time.hpp"
@@ -38,10 +39,6 @@
 namespace troupe {
 
 class store;
-
-namespace collectives {
-class process_group;
-}
 
 namespace rpc {
 class agent;
