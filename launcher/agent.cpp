@@ -79,6 +79,20 @@ expected<std::string> node_address(const run_config& c) {
                     "set TROUPE_SOCKET_IFNAME to the interface of the network the nodes share");
 }
 
+// Where the store backend's server binds: the endpoint's host, except that a host *name*
+// that resolves to loopback here (Debian maps a host's own name to 127.0.1.1) in a job of
+// several nodes binds every interface, so that the other nodes reach it. A literal
+// loopback address stays loopback (several nodes on one host, as in tests).
+std::string store_bind_address(const run_config& c, const std::string& host) {
+  if (c.nnodes.max <= 1 || is_loopback_address(host)) return host;
+  const auto facts = current_host_facts();
+  if (host == facts.host_name || host.find_first_not_of("0123456789.:") != std::string::npos) {
+    auto a = check_local_address(facts, host, "--rdzv-endpoint");
+    if (a && is_loopback_address(*a)) return "0.0.0.0";
+  }
+  return host;
+}
+
 // Where this node's job lives: the store, the embedded server when we host it, and the
 // URL workers get.
 struct job_store {
@@ -105,9 +119,15 @@ expected<job_store> open_job_store(const run_config& c, const std::string& run_i
     if (!hp) return std::move(hp).error();
     if (c.is_host != 0) {
       tcp_store_server_options o;
-      o.host = hp->first;
+      o.host = store_bind_address(c, hp->first);
       o.port = hp->second;
       auto server = tcp_store_server::start(o);
+      if (!server && c.is_host == 1 && o.host != "0.0.0.0") {
+        // Told to host an endpoint that is not an address of this node (a name other
+        // nodes resolve differently, an address behind NAT): every interface then.
+        o.host = "0.0.0.0";
+        server = tcp_store_server::start(o);
+      }
       if (server) {
         j.server = std::move(*server);
         say(strcat("hosting the rendezvous store at ", c.rdzv_endpoint));
