@@ -1,6 +1,7 @@
 #include "store/cluster_store.hpp"
 
 #include <netdb.h>
+#include <cstdlib>
 #include <sys/socket.h>
 
 #include "core/log.hpp"
@@ -42,8 +43,15 @@ expected<std::string> resolve(const std::string& host, std::string_view setting)
     return make_error(errc::invalid_argument, setting, "='", host,
                       "' does not resolve (", ::gai_strerror(rc),
                       "); set it to the address (or a resolvable name) of the host of rank 0");
+  // IPv4 first, as the clients' connect and the servers' default binds are.
+  const addrinfo* pick = res;
+  for (const addrinfo* p = res; p; p = p->ai_next)
+    if (p->ai_family == AF_INET) {
+      pick = p;
+      break;
+    }
   char buf[NI_MAXHOST] = {};
-  int n = ::getnameinfo(res->ai_addr, res->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST);
+  int n = ::getnameinfo(pick->ai_addr, pick->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST);
   ::freeaddrinfo(res);
   if (n != 0) return make_error(errc::invalid_argument, setting, "='", host, "' does not resolve");
   return std::string(buf);
@@ -74,13 +82,19 @@ expected<cluster_store> open_cluster_store(const cluster_env& env, duration time
       if (!hp) return std::move(hp).error();
       auto addr = resolve(hp->first, setting);
       if (!addr) return std::move(addr).error();
-      // Loopback reaches no other host: a job whose ranks are not all here cannot meet.
-      if (is_loopback_address(*addr) && env.local_world_size < env.world_size)
+      // Loopback reaches no other host: a job whose ranks are not all here cannot meet at
+      // MASTER_ADDR, unless this process was told it stays on loopback (several nodes
+      // simulated on one host: TROUPE_LOCAL_ADDR=127.0.0.1). A launcher's own URL is
+      // trusted (troupe-run gives a loopback one only to nodes on one host).
+      const char* local = std::getenv("TROUPE_LOCAL_ADDR");
+      if (env.store_at_master && is_loopback_address(*addr) &&
+          env.local_world_size < env.world_size && !(local && is_loopback_address(local)))
         return make_error(errc::invalid_argument, setting, "='", hp->first, "' is loopback (",
                           *addr, "), but only ", env.local_world_size, " of the job's ",
                           env.world_size,
                           " ranks run on this host; set it to the address of the host of rank "
-                          "0 that the other hosts reach");
+                          "0 that the other hosts reach (to run several nodes on one host, set "
+                          "TROUPE_LOCAL_ADDR=127.0.0.1)");
       if (env.host_store) {
         // Bind MASTER_ADDR itself when it is this host's, else every interface (a name
         // that other hosts resolve differently, or an address behind NAT).

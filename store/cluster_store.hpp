@@ -38,7 +38,8 @@ struct cluster_store {
 ///   interface) and connects to it like everyone else;
 /// - a fresh in-process store for a world of one with no store named.
 /// Errors, each naming the setting: a host that does not resolve (at once), a loopback
-/// MASTER_ADDR in a job whose ranks are not all on this host (at once), a port rank 0
+/// MASTER_ADDR in a job whose ranks are not all on this host (at once; unless
+/// TROUPE_LOCAL_ADDR is loopback too: several nodes simulated on one host), a port rank 0
 /// cannot bind, and a store not reachable within `timeout` (errc::timeout: where it
 /// looked, and who should host it).
 expected<cluster_store> open_cluster_store(const cluster_env& env, duration timeout);

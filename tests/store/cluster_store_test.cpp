@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "store/cluster_store.hpp"
 #include "store/tcp_store_server.hpp"
 
@@ -97,6 +99,19 @@ TEST_CASE("a loopback MASTER_ADDR in a job spread over hosts is refused, naming 
   INFO(s.error().to_string());
   CHECK(s.error().code() == errc::invalid_argument);
   CHECK(mentions(s.error(), "MASTER_ADDR='localhost' is loopback"));
+  CHECK(mentions(s.error(), "TROUPE_LOCAL_ADDR=127.0.0.1"));
+  // Nodes simulated on one host say so, and then meet on loopback (here: nobody hosts).
+  v["MASTER_PORT"] = std::to_string(free_port());
+  const char* before = std::getenv("TROUPE_LOCAL_ADDR");
+  const std::string saved = before ? before : "";
+  ::setenv("TROUPE_LOCAL_ADDR", "127.0.0.1", 1);
+  s = open_cluster_store(detect_cluster_env(v).value(), 1s);
+  if (before)
+    ::setenv("TROUPE_LOCAL_ADDR", saved.c_str(), 1);
+  else
+    ::unsetenv("TROUPE_LOCAL_ADDR");
+  REQUIRE_FALSE(s);
+  CHECK(s.error().code() == errc::timeout);
 }
 
 TEST_CASE("rank 0 that cannot bind MASTER_PORT says so and names the port") {
