@@ -7,6 +7,8 @@
 # sockets nor loopback cross hosts. The hosts' eth0 are veth pairs into a bridge that
 # lives in a namespace of its own (nothing is added to the root namespace), on the
 # private subnet 10.213.0.0/24. With an etcd host, etcd runs there on 10.213.0.254:2379.
+# A checkout (and its build) under /tmp stays visible on every host at the same path
+# (sim_hosts_shared_tmp_dirs); the rest of /tmp is private to each host.
 #
 # As a library (tests source it; needs root, unshare, nsenter, ip):
 #   source sim_hosts.sh
@@ -34,6 +36,20 @@ sim_hosts_bridge_pid=""
 sim_hosts_etcd_pid=""
 sim_hosts_etcd_host=""
 sim_hosts_dir=""
+sim_hosts_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# The directories under /tmp that every host must still see through its private /tmp:
+# the one holding this checkout (a clone under /tmp builds and runs there), the working
+# directory, and any listed in SIM_HOSTS_SHARE (space-separated). Each is the first
+# component below /tmp, shared as it is; everything else in /tmp stays private per host.
+sim_hosts_shared_tmp_dirs() {
+  local p r
+  for p in "$sim_hosts_here" "$PWD" ${SIM_HOSTS_SHARE:-}; do
+    case $p in
+      /tmp/?*) r=${p#/tmp/}; echo "/tmp/${r%%/*}" ;;
+    esac
+  done | sort -u | head -n 7 | tr '\n' ' '   # fds 3 to 9 carry them into the host
+}
 
 sim_hosts_bridge_script=$(cat <<'EOF'
 s=""
@@ -101,8 +117,15 @@ sim_hosts_start_holder() {
   setpriv --pdeathsig KILL -- unshare --net --uts --mount --pid --fork --kill-child \
     --mount-proc --propagation private \
     sh -c 'mount --bind "$0/hosts" /etc/hosts && mount -t tmpfs -o size=256m tmpfs /dev/shm &&
-           mount -t tmpfs -o size=256m tmpfs /tmp && hostname "$1" && exec sleep "$2"' \
-    "$sim_hosts_dir" "$name" "$SIM_HOSTS_LIFETIME" 2>"$sim_hosts_dir/$name.log" &
+           n=3; for d in $3; do eval "exec $n<\"\$d\"" || exit 1; n=$((n + 1)); done
+           mount -t tmpfs -o size=256m tmpfs /tmp || exit 1
+           n=3; for d in $3; do
+             mkdir -p "$d" && mount --no-canonicalize --bind "/proc/self/fd/$n" "$d" && eval "exec $n<&-" || exit 1
+             n=$((n + 1))
+           done
+           hostname "$1" && exec sleep "$2"' \
+    "$sim_hosts_dir" "$name" "$SIM_HOSTS_LIFETIME" "$(sim_hosts_shared_tmp_dirs)" \
+    2>"$sim_hosts_dir/$name.log" &
   sim_hosts_last_outer=$!
   sim_hosts_last_pid=""
   local i inner
