@@ -191,8 +191,13 @@ expected<std::string> decide_local_address(const vars_t& vars, const host_facts&
   }
   auto env = detect_cluster_env(vars);
   if (!env) {
-    if (env.error().code() == errc::not_found) return std::string("127.0.0.1");  // no launcher
-    return std::move(env).error();
+    if (env.error().code() != errc::not_found) return std::move(env).error();
+    // No launcher: nothing says whether the peers are on this host (a dynamic group, a
+    // store named by URL). The host name's address when it is assigned here, so that a
+    // peer on another host can reach this process; else loopback.
+    for (const auto& a : f.host_name_addresses)
+      if (is_ipv4(a) && !is_loopback_address(a) && assigned_here(f, a)) return a;
+    return std::string("127.0.0.1");
   }
   if (env->local_world_size >= env->world_size) return std::string("127.0.0.1");
   for (const auto& a : f.host_name_addresses)
@@ -222,9 +227,12 @@ expected<std::string> local_address() {
   host_facts f;
   f.interfaces = host_interface_addresses();
   f.host_name = host_name();
-  if (!find(vars, "TROUPE_LOCAL_ADDR") && !find(vars, "TROUPE_SOCKET_IFNAME"))
-    if (auto env = detect_cluster_env(vars); env && env->local_world_size < env->world_size)
+  if (!find(vars, "TROUPE_LOCAL_ADDR") && !find(vars, "TROUPE_SOCKET_IFNAME")) {
+    auto env = detect_cluster_env(vars);
+    bool no_launcher = !env && env.error().code() == errc::not_found;
+    if (no_launcher || (env && env->local_world_size < env->world_size))
       f.host_name_addresses = resolve_all(f.host_name);
+  }
   return decide_local_address(vars, f);
 }
 

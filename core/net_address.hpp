@@ -63,8 +63,11 @@ expected<std::string> check_local_address(const host_facts& facts, const std::st
 ///     name whose address is assigned on this host (loopback counts);
 ///  2. else the first IPv4 address of the interface TROUPE_SOCKET_IFNAME names;
 ///  3. else 127.0.0.1 when every rank of the job runs on this host (LOCAL_WORLD_SIZE
-///     equals WORLD_SIZE, or SLURM's equivalents; or no launcher's variables at all);
-///  4. else the address this host's name resolves to, when that is not loopback.
+///     equals WORLD_SIZE, or SLURM's equivalents);
+///  4. else the address this host's name resolves to, when that is not loopback;
+///  5. with no launcher's variables at all (a dynamic group joined by store URL), the host
+///     name's IPv4 address when it is not loopback and is assigned on this host, else
+///     127.0.0.1.
 /// Otherwise errc::invalid_argument naming TROUPE_LOCAL_ADDR, TROUPE_SOCKET_IFNAME and
 /// troupe-run's --local-addr. A TROUPE_LOCAL_ADDR that is not this host's, and a
 /// TROUPE_SOCKET_IFNAME that names no interface, are errors too (never a fallback).

@@ -92,7 +92,6 @@ TEST_CASE("an interface that does not exist, or has no IPv4 address, is an error
 
 TEST_CASE("a job whose ranks all run on this host stays on loopback") {
   CHECK(decide_local_address(ranks(4), two_interfaces()).value() == "127.0.0.1");
-  CHECK(decide_local_address({}, two_interfaces()).value() == "127.0.0.1");  // no launcher
   vars slurm{{"SLURM_PROCID", "1"},   {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "1"},
              {"SLURM_JOB_ID", "42"}, {"SLURM_STEP_NODELIST", "localhost"}};
   CHECK(decide_local_address(slurm, two_interfaces()).value() == "127.0.0.1");
@@ -150,4 +149,13 @@ TEST_CASE("a group on one host may use loopback; across hosts a loopback member 
   std::vector<advertised_address> containers{{"rank 0", "a ns1", "a", "127.0.0.1"},
                                              {"rank 1", "a ns2", "a", "127.0.0.1"}};
   CHECK_FALSE(check_reachable(containers, "group 'world'"));
+}
+
+TEST_CASE("a process with no launcher offers its host name's address when that is assigned here") {
+  CHECK(decide_local_address({}, two_interfaces()).value() == "10.9.0.2");
+  // A name resolving to loopback (Debian's 127.0.1.1), or to an address another host holds
+  // (DNS behind NAT), or not at all: loopback.
+  CHECK(decide_local_address({}, two_interfaces({"127.0.1.1"})).value() == "127.0.0.1");
+  CHECK(decide_local_address({}, two_interfaces({"10.9.0.99"})).value() == "127.0.0.1");
+  CHECK(decide_local_address({}, two_interfaces({})).value() == "127.0.0.1");
 }
