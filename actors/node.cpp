@@ -405,6 +405,16 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
   }
 };
 
+expected<std::shared_ptr<node>> node::make(caf::actor_system& sys, const troupe::world& w,
+                                           std::shared_ptr<const message_types> types,
+                                           node_options options) {
+  if (!w.rpc())
+    return make_error(errc::invalid_argument,
+                      "actors::node::make needs a world with an RPC agent: call troupe::init "
+                      "with init_options::rpc = true");
+  return attach(sys, w.rpc(), std::move(types), std::move(options));
+}
+
 expected<std::shared_ptr<node>> node::attach(caf::actor_system& sys,
                                              std::shared_ptr<rpc::agent> agent,
                                              std::shared_ptr<const message_types> types,

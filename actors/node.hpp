@@ -6,8 +6,8 @@
 //   auto types = std::make_shared<troupe::actors::message_types>();
 //   troupe::actors::add_message_type<my_msg>(cfg, *types, "my_msg");
 //   caf::actor_system sys{cfg};
-//   auto agent = ...;                                     // rpc::init_rpc(...)
-//   auto n = troupe::actors::node::attach(sys, agent, types).value();
+//   auto w = troupe::init({.rpc = true}).value();        // any launcher (world/world.hpp)
+//   auto n = troupe::actors::node::make(sys, w, types).value();   // or attach(sys, agent, types)
 //   n->publish(sys.spawn(my_server), "server");           // "<this worker>/server"
 //   caf::actor ps = n->remote_actor("w0/server").value(); // send / request as usual
 //
@@ -42,6 +42,7 @@
 #include "core/time.hpp"
 #include "core/worker_info.hpp"
 #include "rpc/agent.hpp"
+#include "world/world.hpp"
 
 namespace troupe::actors {
 
@@ -66,6 +67,13 @@ class node : public std::enable_shared_from_this<node> {
                                                 std::shared_ptr<rpc::agent> agent,
                                                 std::shared_ptr<const message_types> types,
                                                 node_options options = {});
+  /// attach() to the RPC agent of the world `w` (troupe::init with init_options::rpc set):
+  ///   auto w = troupe::init({.rpc = true}).value();
+  ///   auto n = troupe::actors::node::make(sys, w, types).value();
+  /// errc::invalid_argument when the world has no agent.
+  static expected<std::shared_ptr<node>> make(caf::actor_system& sys, const troupe::world& w,
+                                              std::shared_ptr<const message_types> types,
+                                              node_options options = {});
   ~node();
   node(const node&) = delete;
   node& operator=(const node&) = delete;

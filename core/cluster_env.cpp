@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "core/strcat.hpp"
+
 extern char** environ;
 
 namespace troupe {
@@ -126,7 +128,13 @@ expected<cluster_env> detect_cluster_env(const vars_t& v) {
     auto restarts = integer_or(v, "TROUPE_RESTART_COUNT", 0, 1 << 30, 0);
     if (!restarts) return std::move(restarts).error();
     e->restart_count = *restarts;
-    if (const auto* url = find(v, "TROUPE_STORE_URL")) e->store_url = *url;
+    if (const auto* prefix = find(v, "TROUPE_STORE_PREFIX")) {
+      e->store_scope = *prefix;
+    } else {
+      auto round = integer_or(v, "TROUPE_ROUND", 0, 1 << 30, 0);
+      if (!round) return std::move(round).error();
+      e->store_scope = strcat("troupe-run/", e->run_id, "/round-", *round);
+    }
   } else if (find(v, "TORCHELASTIC_RUN_ID") || (find(v, "RANK") && find(v, "WORLD_SIZE"))) {
     bool elastic = find(v, "TORCHELASTIC_RUN_ID") != nullptr;
     e = from_rank_variables(v, elastic ? cluster_kind::torchrun : cluster_kind::environment);
@@ -136,6 +144,7 @@ expected<cluster_env> detect_cluster_env(const vars_t& v) {
       auto restarts = integer_or(v, "TORCHELASTIC_RESTART_COUNT", 0, 1 << 30, 0);
       if (!restarts) return std::move(restarts).error();
       e->restart_count = *restarts;
+      e->store_scope = strcat("torchrun/", e->run_id, "/attempt-", e->restart_count);
     }
   } else if (find(v, "SLURM_PROCID") && find(v, "SLURM_NTASKS")) {
     cluster_env s;
@@ -180,6 +189,11 @@ expected<cluster_env> detect_cluster_env(const vars_t& v) {
     if (!port) return std::move(port).error();
     s.master_port = *port;
     if (const auto* id = find(v, "SLURM_JOB_ID")) s.run_id = *id;
+    auto requeues = integer_or(v, "SLURM_RESTART_COUNT", 0, 1 << 30, 0);
+    if (!requeues) return std::move(requeues).error();
+    s.restart_count = *requeues;
+    s.store_scope = strcat("slurm/", s.run_id.empty() ? std::string("job") : s.run_id,
+                           "/attempt-", s.restart_count);
     e = std::move(s);
   } else {
     return make_error(errc::not_found,
@@ -187,13 +201,28 @@ expected<cluster_env> detect_cluster_env(const vars_t& v) {
                       "torchrun or srun, or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
   }
   TROUPE_TRY(check_consistent(*e));
+  // A store named by hand wins under any launcher (troupe-run sets it itself).
+  if (const auto* url = find(v, "TROUPE_STORE_URL")) e->store_url = *url;
   if (e->store_url.empty()) {
     if (e->world_size > 1 && (e->master_addr.empty() || e->master_port == 0))
       return make_error(errc::not_found, "the ", to_string(e->kind),
                         " environment gives no store: set MASTER_ADDR and MASTER_PORT (rank 0 "
                         "hosts the store there)");
     if (!e->master_addr.empty() && e->master_port != 0) {
-      e->store_url = "tcp://" + e->master_addr + ":" + std::to_string(e->master_port);
+      // torchrun's own agent may listen on MASTER_PORT (its c10d store, which troupe does
+      // not speak): troupe's store then goes on the next port.
+      int port = e->master_port;
+      if (const auto* agent = find(v, "TORCHELASTIC_USE_AGENT_STORE");
+          agent && (*agent == "True" || *agent == "true" || *agent == "1")) {
+        if (port == 65535)
+          return make_error(errc::invalid_argument,
+                            "MASTER_PORT=65535 is held by torchrun's agent store and troupe's "
+                            "store takes the next port; choose a lower --master-port, or set "
+                            "TROUPE_STORE_URL");
+        ++port;
+      }
+      e->store_url = "tcp://" + e->master_addr + ":" + std::to_string(port);
+      e->store_at_master = true;
       e->host_store = e->rank == 0;
     }
   }

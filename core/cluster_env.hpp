@@ -35,13 +35,24 @@ struct cluster_env {
   int node_rank = 0;
   std::string master_addr;
   int master_port = 0;
-  /// The store every rank opens (connect_store). troupe-run names its own store; under
-  /// the other launchers it is tcp://MASTER_ADDR:MASTER_PORT, hosted by rank 0.
+  /// The store every rank opens (connect_store). TROUPE_STORE_URL when set (troupe-run
+  /// names its own store; under other launchers it may point at a troupe-store); else
+  /// tcp://MASTER_ADDR:MASTER_PORT, hosted by rank 0 (MASTER_PORT + 1 when torchrun's
+  /// agent holds MASTER_PORT itself: TORCHELASTIC_USE_AGENT_STORE=True).
   std::string store_url;
-  /// Whether this process must host the store at store_url (rank 0 outside troupe-run).
+  /// Whether the store is the one rank 0 hosts at MASTER_ADDR (no launcher's store and no
+  /// TROUPE_STORE_URL), and whether this process is that rank 0 and must host it.
+  bool store_at_master = false;
   bool host_store = false;
   std::string run_id;
   int restart_count = 0;
+  /// The key prefix that keeps this attempt's records apart from every other attempt's
+  /// in the job's store, so that a restarted worker never reads a dead attempt's:
+  /// TROUPE_STORE_PREFIX under troupe-run (one per rendezvous round), else
+  /// "troupe-run/<run id>/round-<TROUPE_ROUND>"; "torchrun/<run id>/attempt-<restart
+  /// count>" under torchrun; "slurm/<job id>/attempt-<SLURM_RESTART_COUNT>" under Slurm;
+  /// empty with bare RANK/WORLD_SIZE variables, whose store rank 0 hosts anew each time.
+  std::string store_scope;
 };
 
 /// Reads the environment of this process. errc::not_found when no launcher's variables

@@ -15,6 +15,7 @@
 
 #include "core/error_file.hpp"
 #include "core/log.hpp"
+#include "core/net_address.hpp"
 #include "launcher/node_rendezvous.hpp"
 #include "launcher/signals.hpp"
 #include "launcher/worker_env.hpp"
@@ -34,14 +35,62 @@ void say(const std::string& text) {
   [[maybe_unused]] auto n = ::write(2, line.data(), line.size());
 }
 
-bool is_loopback(std::string_view host) {
-  return host == "localhost" || host.starts_with("127.") || host == "::1";
-}
-
 std::string this_host() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "127.0.0.1";
   return buf;
+}
+
+std::string socket_ifname() {
+  const char* v = std::getenv("TROUPE_SOCKET_IFNAME");
+  return v != nullptr ? v : "";
+}
+
+// This node's address as the other nodes reach it (exported as TROUPE_LOCAL_ADDR):
+// --local-addr (or --rdzv-conf local_addr), which must be this host's; 127.0.0.1 for a job
+// that cannot leave this host (--standalone, one node of the static backend, a loopback
+// endpoint); else the first IPv4 address of the interface TROUPE_SOCKET_IFNAME names;
+// else the address the host name resolves to, when that is not loopback. An explicit
+// setting that is wrong is an error, never a fallback.
+expected<std::string> node_address(const run_config& c) {
+  const host_facts here = current_host_facts();
+  if (!c.local_addr.empty()) {
+    return check_local_address(here, c.local_addr, "--local-addr (or --rdzv-conf local_addr)");
+  }
+  std::string_view endpoint = c.rdzv_endpoint;
+  if (endpoint.starts_with("http://")) endpoint.remove_prefix(7);
+  auto hp = parse_host_port(endpoint);
+  if (c.standalone || (c.backend == rdzv_backend::fixed && c.nnodes.max == 1) ||
+      (hp && is_loopback_address(hp->first)))
+    return std::string("127.0.0.1");
+  if (auto ifname = socket_ifname(); !ifname.empty()) {
+    auto a = interface_ipv4(here, ifname, "TROUPE_SOCKET_IFNAME");
+    if (!a) return make_error(errc::invalid_argument, a.error().message());
+    return a;
+  }
+  for (const auto& a : here.host_name_addresses)
+    if (a.find(':') == std::string::npos && !is_loopback_address(a)) return a;
+  return make_error(errc::invalid_argument, "cannot tell this node's address for a job across ",
+                    "nodes: the host name '", here.host_name, "' ",
+                    here.host_name_addresses.empty()
+                        ? std::string("does not resolve")
+                        : strcat("resolves only to loopback (", here.host_name_addresses.front(), ")"),
+                    "; pass --local-addr with the address the other nodes reach this one on, or "
+                    "set TROUPE_SOCKET_IFNAME to the interface of the network the nodes share");
+}
+
+// Where the store backend's server binds: the endpoint's host, except that a host *name*
+// that resolves to loopback here (Debian maps a host's own name to 127.0.1.1) in a job of
+// several nodes binds every interface, so that the other nodes reach it. A literal
+// loopback address stays loopback (several nodes on one host, as in tests).
+std::string store_bind_address(const run_config& c, const std::string& host) {
+  if (c.nnodes.max <= 1 || is_loopback_address(host)) return host;
+  const auto facts = current_host_facts();
+  if (host == facts.host_name || host.find_first_not_of("0123456789.:") != std::string::npos) {
+    auto a = check_local_address(facts, host, "--rdzv-endpoint");
+    if (a && is_loopback_address(*a)) return "0.0.0.0";
+  }
+  return host;
 }
 
 // Where this node's job lives: the store, the embedded server when we host it, and the
@@ -70,9 +119,15 @@ expected<job_store> open_job_store(const run_config& c, const std::string& run_i
     if (!hp) return std::move(hp).error();
     if (c.is_host != 0) {
       tcp_store_server_options o;
-      o.host = hp->first;
+      o.host = store_bind_address(c, hp->first);
       o.port = hp->second;
       auto server = tcp_store_server::start(o);
+      if (!server && c.is_host == 1 && o.host != "0.0.0.0") {
+        // Told to host an endpoint that is not an address of this node (a name other
+        // nodes resolve differently, an address behind NAT): every interface then.
+        o.host = "0.0.0.0";
+        server = tcp_store_server::start(o);
+      }
       if (server) {
         j.server = std::move(*server);
         say(strcat("hosting the rendezvous store at ", c.rdzv_endpoint));
@@ -148,6 +203,12 @@ int run_agent(const run_config& c) {
     say(p.error().message());
     return 2;
   }
+  // So is an address setting that is wrong.
+  auto addr = node_address(c);
+  if (!addr) {
+    say(addr.error().message());
+    return 2;
+  }
   auto sigfd = install_signal_pipe();
   if (!sigfd) {
     say(sigfd.error().message());
@@ -174,16 +235,7 @@ int run_agent(const run_config& c) {
   if (coordinated) rdzv = std::make_unique<node_rendezvous>(*job->scoped, rs);
 
   node_info me;
-  if (!c.local_addr.empty()) {
-    me.addr = c.local_addr;
-  } else if (auto hp = parse_host_port(std::string_view(c.rdzv_endpoint).starts_with("http://")
-                                           ? std::string_view(c.rdzv_endpoint).substr(7)
-                                           : std::string_view(c.rdzv_endpoint));
-             c.standalone || (hp && is_loopback(hp->first))) {
-    me.addr = "127.0.0.1";
-  } else {
-    me.addr = this_host();
-  }
+  me.addr = *addr;
   me.nproc = c.nproc_per_node;
   me.node_rank = c.node_rank;
   me.id = strcat(this_host(), ":", ::getpid());
@@ -266,6 +318,8 @@ int run_agent(const run_config& c) {
       a.role = c.role;
       a.master_addr = master_addr;
       a.master_port = master_port;
+      a.local_addr = me.addr;
+      a.socket_ifname = socket_ifname();
       a.restart_count = restarts;
       a.max_restarts = c.max_restarts;
       a.run_id = run_id;

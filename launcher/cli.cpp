@@ -35,6 +35,7 @@ struct raw_flags {
   std::string tee = "0";
   std::string master_addr;
   std::string master_port;
+  std::string local_addr;
   std::string start_method = "spawn";
   bool no_python = false;
   std::string local_ranks_filter;
@@ -105,6 +106,7 @@ expected<run_config> convert(const raw_flags& f, std::vector<std::string> rest) 
     c.args.assign(rest.begin() + 1, rest.end());
   }
   TROUPE_TRY(finish_config(c));
+  if (!f.local_addr.empty()) c.local_addr = f.local_addr;  // wins over --rdzv-conf local_addr
   return c;
 }
 
@@ -163,6 +165,12 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
                  "MASTER_ADDR for the workers (default: the address of the node holding rank 0)");
   app.add_option("--master-port,--master_port", f.master_port,
                  "MASTER_PORT for the workers (default: a free port on that node, per round)");
+  app.add_option("--local-addr,--local_addr", f.local_addr,
+                 "This node's address as the other nodes reach it, exported to the workers as "
+                 "TROUPE_LOCAL_ADDR (every worker binds and advertises it) and MASTER_ADDR on "
+                 "rank 0's node (default: --rdzv-conf local_addr, else the address of the "
+                 "interface TROUPE_SOCKET_IFNAME names, else the host name's address; "
+                 "127.0.0.1 for --standalone, one node, or a loopback endpoint)");
   app.add_option("--local-ranks-filter,--local_ranks_filter", f.local_ranks_filter,
                  "Only these local ranks' output reaches the console, e.g. 0 or 0,2 (all "
                  "ranks' output still reaches the log files) (default: all)");
@@ -188,8 +196,9 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
       "LOCAL_RANK, GROUP_RANK, ROLE_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, ROLE_WORLD_SIZE, "
       "GROUP_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT, TROUPE_RESTART_COUNT, "
       "TROUPE_MAX_RESTARTS, TROUPE_RUN_ID, TROUPE_ROUND, TROUPE_STORE_URL, TROUPE_STORE_PREFIX, "
-      "TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, and "
-      "OMP_NUM_THREADS=1 when several run on a node and it is not set already, and "
+      "TROUPE_LOCAL_ADDR, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, and "
+      "OMP_NUM_THREADS=1 when several run on a node and it is not set already, "
+      "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME when TROUPE_SOCKET_IFNAME is given, and "
       "TROUPE_ERROR_FILE and TORCHELASTIC_ERROR_FILE (where a failing worker records its root "
       "cause; the failure report quotes it). Every flag can also be set as PET_<FLAG> "
       "(e.g. PET_NPROC_PER_NODE=4); the command line wins. Durations: 250ms, 5s, 2m or "

@@ -20,6 +20,7 @@ env_list worker_environment(const worker_assignment& a, bool limit_omp_threads) 
       {"ROLE_WORLD_SIZE", s(a.role_world_size)},
       {"MASTER_ADDR", a.master_addr},
       {"MASTER_PORT", s(a.master_port)},
+      {"TROUPE_LOCAL_ADDR", a.local_addr},
       {"TROUPE_RESTART_COUNT", s(a.restart_count)},
       {"TROUPE_MAX_RESTARTS", s(a.max_restarts)},
       {"TROUPE_RUN_ID", a.run_id},
@@ -33,6 +34,12 @@ env_list worker_environment(const worker_assignment& a, bool limit_omp_threads) 
     e.emplace_back("TROUPE_STORE_PREFIX", a.store_prefix);
   }
   if (limit_omp_threads) e.emplace_back("OMP_NUM_THREADS", "1");
+  // One interface named once: NCCL's and Gloo's own bootstrap follow it too, unless they
+  // were told otherwise.
+  if (!a.socket_ifname.empty())
+    for (const char* name : {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"})
+      if (const char* set = std::getenv(name); set == nullptr || *set == '\0')
+        e.emplace_back(name, a.socket_ifname);
   return e;
 }
 

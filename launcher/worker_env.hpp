@@ -22,6 +22,11 @@ struct worker_assignment {
   std::string role = "default";
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
+  /// This node's address as the other nodes reach it (TROUPE_LOCAL_ADDR).
+  std::string local_addr = "127.0.0.1";
+  /// TROUPE_SOCKET_IFNAME as troupe-run saw it (empty: unset): NCCL_SOCKET_IFNAME and
+  /// GLOO_SOCKET_IFNAME follow it unless troupe-run's own environment sets them.
+  std::string socket_ifname;
   int restart_count = 0;
   int max_restarts = 0;
   std::string run_id = "none";
@@ -35,7 +40,9 @@ struct worker_assignment {
 using env_list = std::vector<std::pair<std::string, std::string>>;
 
 /// The variables troupe-run sets for this worker (not including the inherited ones).
-/// OMP_NUM_THREADS=1 is added when `limit_omp_threads` is true.
+/// OMP_NUM_THREADS=1 is added when `limit_omp_threads` is true; NCCL_SOCKET_IFNAME and
+/// GLOO_SOCKET_IFNAME when a.socket_ifname is set and the launcher's environment does not
+/// set them.
 env_list worker_environment(const worker_assignment& a, bool limit_omp_threads);
 
 /// `base` ("K=V" strings, e.g. environ) with `overrides` replacing or adding variables;

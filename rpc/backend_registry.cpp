@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "core/cluster_env.hpp"
+#include "store/cluster_store.hpp"
 
 namespace troupe::rpc {
 
@@ -147,7 +148,16 @@ expected<std::unique_ptr<agent>> init_rpc_from_env(rpc_backend_options options, 
                                                    std::string_view prefix, std::string_view backend) {
   auto env = detect_cluster_env();
   if (!env) return std::move(env).error();
-  if (options.init_method.empty() && !options.store) options.init_method = env->store_url;
+  if (options.init_method.empty() && !options.store) {
+    // The launcher's store, or the one rank 0 hosts at MASTER_ADDR:MASTER_PORT (it lives
+    // as long as the agent holds it).
+    auto st = open_cluster_store(*env, options.init_timeout);
+    if (!st) return std::move(st).error().with_operation("rpc init");
+    options.store = std::move(st->base);
+  }
+  // This attempt's records only, whichever store: a restarted worker never reads a dead
+  // attempt's.
+  if (!env->store_scope.empty()) options.group = strcat(env->store_scope, "/", options.group);
   if (name.empty()) name = strcat(prefix, env->rank);
   return init_rpc(std::move(name), env->rank, env->world_size, std::move(options), backend);
 }

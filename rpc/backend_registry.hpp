@@ -47,9 +47,12 @@ expected<std::unique_ptr<agent>> init_rpc(std::string name, int rank, std::optio
                                           rpc_backend_options options,
                                           std::string_view backend = default_backend);
 
-/// init_rpc from the job environment (RANK, WORLD_SIZE, store URL; core/cluster_env.hpp):
-/// a static group named "<prefix><rank>" unless `name` is given. options.init_method is
-/// taken from the environment when empty.
+/// init_rpc from the job environment (troupe-run, torchrun, Slurm, or RANK/WORLD_SIZE/
+/// MASTER_ADDR/MASTER_PORT; core/cluster_env.hpp): a static group named "<prefix><rank>"
+/// unless `name` is given. Without options.init_method and options.store, the job's store
+/// is opened as open_cluster_store() does (store/cluster_store.hpp: rank 0 hosts it when
+/// the launcher does not). options.group is put under the attempt's scope
+/// (cluster_env::store_scope), so a restarted worker never meets a dead attempt's records.
 expected<std::unique_ptr<agent>> init_rpc_from_env(rpc_backend_options options, std::string name = {},
                                                    std::string_view prefix = "worker",
                                                    std::string_view backend = default_backend);

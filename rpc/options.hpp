@@ -41,8 +41,14 @@ struct rpc_backend_options {
   /// Secret every connection must present. Empty: the first worker generates one and
   /// shares it through the store, so only processes that can read the store may connect.
   std::string job_token;
-  /// Interface the agent listens on; port 0 picks a free one.
-  std::string listen_host = "127.0.0.1";
+  /// Address the agent listens on and advertises to the other workers; port 0 picks a
+  /// free one. Empty (the default): this process's address for its job
+  /// (core/net_address.hpp local_address(): TROUPE_LOCAL_ADDR, which troupe-run sets;
+  /// TROUPE_SOCKET_IFNAME's interface; 127.0.0.1 when every rank runs on this host; else
+  /// the host name's address). "0.0.0.0" listens on every interface and advertises that
+  /// address. A loopback address in a group across hosts fails init with a message naming
+  /// what to set.
+  std::string listen_host;
   std::uint16_t listen_port = 0;
   /// When listening on a loopback address, also accept on a local (Unix domain) socket in
   /// the abstract namespace named after that address, and reach peers on this host through

@@ -39,8 +39,11 @@
 #include "collectives/gloo/store_adapter.hpp"
 #include "collectives/op_checks.hpp"
 #include "collectives/roll_call.hpp"
+#include "core/codec.hpp"
 #include "core/log.hpp"
+#include "core/net_address.hpp"
 #include "store/prefix_store.hpp"
+#include "store/rendezvous.hpp"
 
 namespace troupe::collectives {
 
@@ -149,10 +152,11 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
 
   expected<void> connect() {
     ignore_sigpipe_once();
+    auto host = choose_address();
+    if (!host) return std::move(host).error().with_operation("collectives.gloo.connect");
     try {
       gloo::transport::tcp::attr attr;
-      const char* host = std::getenv("TROUPE_GLOO_HOST");
-      attr.hostname = host && *host ? host : "127.0.0.1";
+      attr.hostname = *host;
       auto before = thread_ids();
       device_ = gloo::transport::tcp::CreateDevice(attr);
       batch_loop_threads(before, thread_ids());
@@ -187,6 +191,47 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     worker_ = std::thread([this] { run_worker(); });
     p2p_thread_ = std::thread([this] { run_p2p(); });
     return ok();
+  }
+
+  // The address this member's device binds and the others connect to: TROUPE_GLOO_HOST
+  // when set, else this process's address for its job (core/net_address.hpp). Every
+  // member publishes it with its host; a loopback address in a group across hosts is
+  // refused here, naming the member and what to set, before any connection is tried.
+  expected<std::string> choose_address() {
+    std::string host;
+    if (const char* h = std::getenv("TROUPE_GLOO_HOST"); h && *h) {
+      host = h;
+    } else if (auto here = local_address()) {
+      host = *here;
+    } else {
+      return make_error(here.error().code(), "connecting the members of ", describe(*this),
+                        ": cannot choose this member's address: ", here.error().message(),
+                        " (TROUPE_GLOO_HOST sets gloo's alone)");
+    }
+    if (size() == 1) return host;
+    bytes mine;
+    byte_writer w(mine);
+    w.str(host_key());
+    w.str(host_name());
+    w.str(host);
+    auto all = all_gather(*store_, "hosts", rank(), size(), mine, spec().timeout);
+    if (!all)
+      return make_error(all.error().code(), "connecting the members of ", describe(*this),
+                        ": exchanging addresses: ", all.error().message());
+    std::vector<advertised_address> members;
+    for (int r = 0; r < size(); ++r) {
+      byte_reader rd((*all)[static_cast<std::size_t>(r)]);
+      auto key = rd.str("host key");
+      auto name = rd.str("host name");
+      auto address = rd.str("address");
+      if (!key || !name || !address)
+        return make_error(errc::protocol_error, describe(*this), ": rank ", r,
+                          " published a malformed address record");
+      members.push_back({strcat("rank ", r), *key, *name, *address});
+    }
+    auto reachable = check_reachable(members, describe(*this));
+    if (!reachable) return std::move(reachable).error();
+    return host;
   }
 
   std::string_view backend_name() const noexcept override { return "gloo"; }

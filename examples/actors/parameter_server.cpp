@@ -24,7 +24,7 @@
 
 #include "actors/node.hpp"
 #include "actors/system.hpp"
-#include "rpc/backend_registry.hpp"
+#include "world/world.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -107,11 +107,6 @@ caf::behavior parameter_server(caf::stateful_actor<server_state>* self, int dim,
   };
 }
 
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,22 +129,22 @@ int main(int argc, char** argv) {
   if (auto r = actors::add_message_type<weights>(cfg, *types, "weights"); !r) return 1;
   caf::actor_system sys{cfg};
 
-  rpc::rpc_backend_options o;
-  o.device_count = 0;
-  o.group = "examples/parameter_server/" + env_or("TROUPE_STORE_PREFIX", "");
-  auto a = rpc::init_rpc_from_env(o);
-  if (!a) {
-    std::fprintf(stderr, "parameter_server: %s\n", a.error().to_string().c_str());
+  // The job from any launcher, with an RPC agent; this worker's node in the actor world.
+  init_options o;
+  o.rpc = true;
+  o.rpc_options.device_count = 0;
+  auto job = troupe::init(o);
+  if (!job) {
+    std::fprintf(stderr, "parameter_server: %s\n", job.error().to_string().c_str());
     return 1;
   }
-  std::shared_ptr<rpc::agent> agent(std::move(*a));
-  const int world = static_cast<int>(agent->workers().size());
-  const int rank = agent->self().id;
+  const int world = job->size();
+  const int rank = job->rank();
   if (world < 2) {
     std::fprintf(stderr, "parameter_server needs at least 2 workers\n");
     return 2;
   }
-  auto n = actors::node::attach(sys, agent, types);
+  auto n = actors::node::make(sys, *job, types);
   if (!n) {
     std::fprintf(stderr, "parameter_server: %s\n", n.error().to_string().c_str());
     return 1;
@@ -207,7 +202,7 @@ int main(int argc, char** argv) {
     }
     if (rc == 0) self->send(*ps, done_atom::value);
   }
-  if (auto r = agent->shutdown(); !r) {
+  if (auto r = job->shutdown(); !r) {
     std::fprintf(stderr, "parameter_server: shutdown: %s\n", r.error().to_string().c_str());
     rc = rc ? rc : 1;
   }

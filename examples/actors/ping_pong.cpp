@@ -3,8 +3,8 @@
 //
 //   troupe-run --standalone --nproc-per-node 2 ping_pong [--rounds N]
 //
-// Each worker reads RANK, WORLD_SIZE and TROUPE_STORE_URL from the launcher, joins a
-// static RPC group of two, and attaches its CAF actor system to it.
+// Each worker joins its job with troupe::init (any launcher: troupe-run, torchrun, srun),
+// which starts a static RPC group of two, and attaches its CAF actor system to it.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -15,7 +15,7 @@
 
 #include "actors/node.hpp"
 #include "actors/system.hpp"
-#include "rpc/backend_registry.hpp"
+#include "world/world.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -27,11 +27,6 @@ using pong_atom = caf::atom_constant<caf::atom("pong")>;
 
 caf::behavior pong(caf::event_based_actor*) {
   return {[](ping_atom, std::int64_t n) { return caf::make_message(pong_atom::value, n); }};
-}
-
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
 }
 
 }  // namespace
@@ -53,26 +48,26 @@ int main(int argc, char** argv) {
   auto types = std::make_shared<actors::message_types>();  // atoms and integers are built in
   caf::actor_system sys{cfg};
 
-  rpc::rpc_backend_options o;
-  o.device_count = 0;
-  o.group = "examples/ping_pong/" + env_or("TROUPE_STORE_PREFIX", "");
-  auto a = rpc::init_rpc_from_env(o);
-  if (!a) {
-    std::fprintf(stderr, "ping_pong: %s\n", a.error().to_string().c_str());
+  // The job from any launcher, with an RPC agent; this worker's node in the actor world.
+  init_options o;
+  o.rpc = true;
+  o.rpc_options.device_count = 0;
+  auto w = troupe::init(o);
+  if (!w) {
+    std::fprintf(stderr, "ping_pong: %s\n", w.error().to_string().c_str());
     return 1;
   }
-  std::shared_ptr<rpc::agent> agent(std::move(*a));
-  if (agent->workers().size() != 2) {
+  if (w->size() != 2) {
     std::fprintf(stderr, "ping_pong needs exactly 2 workers (--nproc-per-node 2)\n");
     return 2;
   }
-  auto n = actors::node::attach(sys, agent, types);
+  auto n = actors::node::make(sys, *w, types);
   if (!n) {
     std::fprintf(stderr, "ping_pong: %s\n", n.error().to_string().c_str());
     return 1;
   }
   int rc = 0;
-  if (agent->self().id == 1) {
+  if (w->rank() == 1) {
     if (auto r = (*n)->publish(sys.spawn(pong), "pong"); !r) {
       std::fprintf(stderr, "ping_pong: %s\n", r.error().to_string().c_str());
       rc = 1;
@@ -104,7 +99,7 @@ int main(int argc, char** argv) {
   }
   // A static group ends together: the agent's shutdown waits for every worker, so
   // worker 1 keeps serving until worker 0 is done; then the node lets go of CAF.
-  if (auto r = agent->shutdown(); !r) {
+  if (auto r = w->shutdown(); !r) {
     std::fprintf(stderr, "ping_pong: shutdown: %s\n", r.error().to_string().c_str());
     rc = rc ? rc : 1;
   }

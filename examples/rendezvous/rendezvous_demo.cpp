@@ -3,9 +3,9 @@
 // reverse device maps and device list. What an RPC agent does at init, in ~150 lines.
 //
 //   troupe-run --standalone --nproc-per-node 4 rendezvous_demo
-//                                            under the launcher: each worker reads RANK,
-//                                            WORLD_SIZE, TROUPE_STORE_URL and
-//                                            TROUPE_STORE_PREFIX from its environment
+//                                            under a launcher (troupe-run, torchrun,
+//                                            srun): each worker opens the job's store from
+//                                            its environment, scoped to this attempt
 //   rendezvous_demo --workers 4              without a launcher: host the store, start
 //                                            4 workers, wait
 //   rendezvous_demo --workers 4 --bad-map    one worker maps to a worker that does not
@@ -25,6 +25,8 @@
 #include "devicemap/derive.hpp"
 #include "devicemap/validate.hpp"
 #include "devicemap/worker_device_info.hpp"
+#include "core/cluster_env.hpp"
+#include "store/cluster_store.hpp"
 #include "store/connect.hpp"
 #include "store/rendezvous.hpp"
 #include "store/tcp_store_server.hpp"
@@ -40,6 +42,7 @@ struct options {
   int workers = 4;
   int rank = -1;  // -1: the launching process
   std::string store_url;
+  bool from_launcher = false;   // the store from the launcher's environment
   std::string prefix = "demo";  // key prefix of this run's exchange
   bool bad_map = false;
   duration timeout = 30s;
@@ -73,10 +76,23 @@ worker_device_info my_record(const options& o) {
 
 int run_worker(const options& o) {
   set_log_identity(name_of(o.rank));
-  store_options so;
-  so.timeout = o.timeout;
-  so.connect_timeout = o.timeout;
-  auto s = connect_store(o.store_url, so);
+  // Under a launcher, the job's store scoped to this attempt (a restart never reads the
+  // records of an earlier one); by hand, the store named on the command line.
+  expected<std::shared_ptr<store>> s = make_error(errc::not_found, "no store");
+  if (o.from_launcher) {
+    auto env = detect_cluster_env();
+    if (!env) return std::fprintf(stderr, "%s\n", env.error().to_string().c_str()), 1;
+    auto job = open_cluster_store(*env, o.timeout);
+    if (job) s = job->scoped;
+    else s = std::move(job).error();
+  } else {
+    store_options so;
+    so.timeout = o.timeout;
+    so.connect_timeout = o.timeout;
+    auto c = connect_store(o.store_url, so);
+    if (c) s = std::shared_ptr<store>(std::move(*c));
+    else s = std::move(c).error();
+  }
   if (!s) {
     std::fprintf(stderr, "%s: %s\n", name_of(o.rank).c_str(), s.error().to_string().c_str());
     return 1;
@@ -186,20 +202,18 @@ int main(int argc, char** argv) {
       return usage("unknown argument '" + a + "'");
     }
   }
-  // Started by troupe-run (or any launcher that sets these): one worker, from the environment.
-  const char* env_rank = std::getenv("RANK");
-  const char* env_world = std::getenv("WORLD_SIZE");
-  const char* env_store = std::getenv("TROUPE_STORE_URL");
-  if (o.rank < 0 && env_rank && env_world && env_store) {
-    o.rank = std::atoi(env_rank);
-    o.workers = std::atoi(env_world);
-    o.store_url = env_store;
-    if (const char* p = std::getenv("TROUPE_STORE_PREFIX"); p && *p)
-      o.prefix = std::string(p) + "/demo";
-    if (o.workers < 1 || o.rank < 0) return usage("RANK/WORLD_SIZE from the launcher are invalid");
+  // Started by a launcher (troupe-run, torchrun, srun): one worker, from the environment.
+  if (o.rank < 0) {
+    if (auto env = detect_cluster_env()) {
+      o.rank = env->rank;
+      o.workers = env->world_size;
+      o.from_launcher = true;
+    } else if (env.error().code() != errc::not_found) {
+      return usage(env.error().message());
+    }
   }
   if (o.rank >= 0) {
-    if (o.store_url.empty()) return usage("--rank needs --store");
+    if (o.store_url.empty() && !o.from_launcher) return usage("--rank needs --store");
     if (o.rank >= o.workers) return usage("--rank must be below --workers");
     return run_worker(o);
   }

@@ -6,6 +6,7 @@
 // within --tolerance; any mismatch exits non-zero.
 //
 //   troupe-run --standalone --nproc-per-node 4 train_demo [--epochs 5] [--samples 8192]
+//   torchrun --no-python --nproc-per-node 4 train_demo     (or srun, or RANK/WORLD_SIZE/...)
 //   train_demo                      one process (world size 1), no launcher needed
 #include <chrono>
 #include <cstdio>
@@ -14,12 +15,9 @@
 #include <string>
 
 #include "actors/training/ddp.hpp"
-#include "collectives/group.hpp"
-#include "core/cluster_env.hpp"
 #include "core/log.hpp"
 #include "mlp.hpp"
-#include "store/connect.hpp"
-#include "store/memory_store.hpp"
+#include "world/world.hpp"
 
 namespace {
 
@@ -52,39 +50,17 @@ int fail(int rank, const std::string& what) {
 }
 
 int train(const options& o) {
-  // Where this worker stands: from troupe-run's environment, or alone.
-  int rank = 0, world = 1;
-  std::shared_ptr<store> st;
-  std::string name = "train";
-  if (auto env = detect_cluster_env()) {
-    rank = env->rank;
-    world = env->world_size;
-    if (env->host_store || env->store_url.empty())
-      return usage("no store to join: start the workers with troupe-run, which hosts one");
-    store_options so;
-    so.timeout = o.timeout;
-    so.connect_timeout = o.timeout;
-    auto s = connect_store(env->store_url, so);
-    if (!s) return fail(rank, s.error().to_string());
-    st = std::move(*s);
-    if (const char* p = std::getenv("TROUPE_STORE_PREFIX"); p && *p)
-      name = std::string(p) + "/train";
-  } else if (env.error().code() == errc::not_found) {
-    st = std::make_shared<memory_store>();
-  } else {
-    return fail(rank, env.error().to_string());
+  // Where this worker stands, from any launcher (troupe-run, torchrun, srun) or alone.
+  init_options io;
+  io.timeout = o.timeout;
+  io.backend = "gloo";
+  auto w = troupe::init(io);
+  if (!w) {
+    std::fprintf(stderr, "train_demo: %s\n", w.error().to_string().c_str());
+    return 1;
   }
+  const int rank = w->rank(), world = w->size();
   set_log_identity("rank " + std::to_string(rank));
-
-  world_options wo;
-  wo.rank = rank;
-  wo.size = world;
-  wo.store = st;
-  wo.backend = "gloo";
-  wo.name = name;
-  wo.timeout = o.timeout;
-  auto group = init_world(wo);
-  if (!group) return fail(rank, group.error().to_string());
 
   const std::uint64_t data_seed = 7, model_seed = 11;
   auto data = examples::make_dataset(o.samples, o.features, o.classes, data_seed);
@@ -92,7 +68,7 @@ int train(const options& o) {
   examples::mlp model(o.features, o.hidden, o.classes, model_seed + static_cast<std::uint64_t>(rank));
   training::ddp_options dopt;
   dopt.timeout = o.timeout;
-  auto ddp = training::ddp::make(*group, model.parameters(), dopt);
+  auto ddp = training::ddp::make(w->group_ptr(), model.parameters(), dopt);
   if (!ddp) return fail(rank, ddp.error().to_string());
   auto& d = **ddp;
 

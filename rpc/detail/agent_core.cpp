@@ -2,6 +2,7 @@
 
 #include "core/cuda_runtime.hpp"
 #include "core/log.hpp"
+#include "core/net_address.hpp"
 #include "rpc/detail/accept_pause.hpp"
 #include "store/connect.hpp"
 #include "store/rendezvous.hpp"
@@ -69,6 +70,15 @@ expected<std::shared_ptr<agent_core>> agent_core::create(std::string name, int r
 }
 
 expected<void> agent_core::start_io() {
+  // Where to listen: the options' address, else this process's address for its job.
+  if (opts_.listen_host.empty()) {
+    auto here = local_address();
+    if (!here)
+      return make_error(here.error().code(), "worker '", name_,
+                        "' cannot choose the address to listen on: ", here.error().message(),
+                        " (or set rpc_backend_options::listen_host)");
+    opts_.listen_host = *here;
+  }
   try {
     asio::ip::tcp::resolver resolver(io_);
     auto eps = resolver.resolve(opts_.listen_host, std::to_string(opts_.listen_port),
@@ -83,7 +93,17 @@ expected<void> agent_core::start_io() {
     port_ = acceptor_->local_endpoint().port();
   } catch (const boost::system::system_error& e) {
     return make_error(errc::unavailable, "cannot listen on ", opts_.listen_host, ":",
-                      opts_.listen_port, ": ", e.what(), "; set options.listen_host/listen_port");
+                      opts_.listen_port, ": ", e.what(), "; set options.listen_host/listen_port",
+                      " (or TROUPE_LOCAL_ADDR) to an address of this host");
+  }
+  // Listening on every interface: the others are told this process's address for its job.
+  if (acceptor_->local_endpoint().address().is_unspecified()) {
+    auto here = local_address();
+    if (!here)
+      return make_error(here.error().code(), "worker '", name_, "' listens on ", host_,
+                        " but cannot tell which of its addresses to advertise: ",
+                        here.error().message());
+    host_ = *here;
   }
   work_.emplace(io_.get_executor());
   listen_locally();

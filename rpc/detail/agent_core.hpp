@@ -40,6 +40,10 @@ struct member {
   std::string host;
   std::uint16_t port = 0;
   worker_device_info devices;
+  /// The worker's host (core/net_address.hpp host_key() and host name), so that a loopback
+  /// address in a group across hosts is refused by name instead of refused by the kernel.
+  std::string host_key;
+  std::string host_name;
 };
 bytes encode_member(const member& m);
 expected<member> decode_member(std::span<const std::byte> data);

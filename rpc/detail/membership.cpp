@@ -2,6 +2,7 @@
 #include <random>
 
 #include "core/log.hpp"
+#include "core/net_address.hpp"
 #include "rpc/detail/agent_core.hpp"
 #include "store/membership_token.hpp"
 #include "store/rendezvous.hpp"
@@ -21,18 +22,27 @@ std::string random_token() {
   return out;
 }
 
+// The check every member runs on the same records: no loopback address in a group whose
+// members run on more than one host.
+expected<void> check_addresses(const std::vector<const member*>& members, const std::string& group) {
+  std::vector<advertised_address> v;
+  for (const auto* m : members)
+    v.push_back({strcat("worker '", m->info.name, "'"), m->host_key, m->host_name, m->host});
+  return check_reachable(v, strcat("the RPC group '", group, "'"));
+}
+
 }  // namespace
 
 bytes encode_member(const member& m) {
   bytes out;
-  (void)serialize(out, nullptr, m.info, m.host, m.port, encode(m.devices));
+  (void)serialize(out, nullptr, m.info, m.host, m.port, encode(m.devices), m.host_key, m.host_name);
   return out;
 }
 
 expected<member> decode_member(std::span<const std::byte> data) {
   member m;
   bytes dev;
-  TROUPE_TRY(deserialize(data, nullptr, m.info, m.host, m.port, dev));
+  TROUPE_TRY(deserialize(data, nullptr, m.info, m.host, m.port, dev, m.host_key, m.host_name));
   auto d = decode_worker_device_info(dev);
   if (!d) return std::move(d).error();
   m.devices = std::move(*d);
@@ -40,8 +50,12 @@ expected<member> decode_member(std::span<const std::byte> data) {
 }
 
 member agent_core::my_record() const {
-  return member{self_, host_, port_,
-                worker_device_info{name_, device_count_, opts_.device_maps, opts_.devices}};
+  return member{self_,
+                host_,
+                port_,
+                worker_device_info{name_, device_count_, opts_.device_maps, opts_.devices},
+                host_key(),
+                host_name()};
 }
 
 expected<void> agent_core::ensure_token(deadline d) {
@@ -92,6 +106,9 @@ expected<void> agent_core::init_static(deadline d) {
     infos.push_back(m->devices);
     all.emplace(m->info.name, std::move(*m));
   }
+  std::vector<const member*> members;
+  for (const auto& [n, m] : all) members.push_back(&m);
+  TROUPE_TRY(check_addresses(members, opts_.group));
   // The same check on the same records in the same order: every worker fails with the
   // same first error, naming the culprit, before anything else starts.
   auto checked = resolve_device_setup(name_, infos, group_kind::static_group);
@@ -137,13 +154,26 @@ expected<void> agent_core::init_dynamic(deadline d) {
     if (!v) return std::move(v).error();
     TROUPE_TRY(deserialize(*v, nullptr, names));
   }
-  std::vector<member> alive;
-  std::vector<std::string> dead;
+  std::vector<member> listed;
   for (const auto& n : names) {
     auto rec = store_->get(strcat(opts_.group, "/worker/", n), d.remaining());
     if (!rec) return std::move(rec).error();
     auto m = decode_member(*rec);
     if (!m) return std::move(m).error();
+    listed.push_back(std::move(*m));
+  }
+  // Before dialing: a loopback address on another host would reach the wrong process.
+  {
+    auto me = my_record();
+    std::vector<const member*> members{&me};
+    for (const auto& m : listed) members.push_back(&m);
+    TROUPE_TRY(check_addresses(members, opts_.group));
+  }
+  std::vector<member> alive;
+  std::vector<std::string> dead;
+  for (auto& listed_member : listed) {
+    auto* m = &listed_member;
+    const std::string& n = m->info.name;
     auto c = dial(*m, d);
     if (!c) {
       if (c.error().code() != errc::connection_lost) return std::move(c).error();

@@ -2,9 +2,11 @@
 // on port 0 and starts one collectives_test_worker per rank.
 #include <doctest/doctest.h>
 
+#include "collectives/group.hpp"
 #include "spawn.hpp"
 #include "store/connect.hpp"
 #include "store/tcp_store_server.hpp"
+#include "support/skip.hpp"
 
 namespace {
 
@@ -80,4 +82,34 @@ TEST_CASE("killing a rank in a large allreduce fails the survivors in time and t
   auto victim = wait_children({rs.pids.back()}, 5s);
   CHECK(WIFSIGNALED(victim[rs.pids.back()]));
   rs.expect_success(25s, {rs.pids.begin(), rs.pids.end() - 1});
+}
+
+TEST_CASE("a gloo member on another host that would bind loopback fails the group naming it") {
+  pid_t probe = start_process({"/usr/bin/unshare", "--uts", "/bin/true"});
+  if (probe <= 0 || !exited_zero(wait_children({probe}, 10s)[probe]))
+    TROUPE_SKIP_TEST("unshare --uts is not permitted here (needs root)");
+  ranks r;
+  // Rank 1 runs under another host name (a UTS namespace) in this network namespace: both
+  // ranks would bind 127.0.0.1, which a real second host could never reach.
+  r.pids.push_back(start_process({"/usr/bin/unshare", "--uts", "/bin/sh", "-c",
+                                  "hostname troupe-other-host && exec \"$0\" \"$@\"",
+                                  TROUPE_COLLECTIVES_TEST_WORKER, "ops", r.server->url(), "1",
+                                  "2"}));
+  REQUIRE(r.pids.back() > 0);
+  troupe::collectives::world_options o;
+  o.rank = 0;
+  o.size = 2;
+  o.store = troupe::connect_store(r.server->url()).value();
+  o.backend = "gloo";
+  o.timeout = 20s;
+  auto g = troupe::collectives::init_world(o);
+  auto st = wait_children(r.pids, 30s);
+  REQUIRE_FALSE(g);
+  INFO(g.error().to_string());
+  CHECK(g.error().code() == troupe::errc::invalid_argument);
+  CHECK(g.error().message().find("spans 2 hosts") != std::string::npos);
+  CHECK(g.error().message().find("rank 0 on host") != std::string::npos);
+  CHECK(g.error().message().find("advertises 127.0.0.1") != std::string::npos);
+  CHECK(g.error().message().find("TROUPE_SOCKET_IFNAME") != std::string::npos);
+  CHECK_FALSE(exited_zero(st[r.pids.back()]));  // rank 1 failed the same way
 }

@@ -50,7 +50,10 @@ void record(const std::string& dir) {
                          "TORCHELASTIC_RUN_ID",
                          "OMP_NUM_THREADS",
                          "TROUPE_ERROR_FILE",
-                         "TORCHELASTIC_ERROR_FILE"};
+                         "TORCHELASTIC_ERROR_FILE",
+                         "TROUPE_LOCAL_ADDR",
+                         "NCCL_SOCKET_IFNAME",
+                         "GLOO_SOCKET_IFNAME"};
   const std::string name = dir + "/round" + env("TROUPE_ROUND") + ".rank" + env("RANK");
   {
     std::ofstream out(name + ".tmp");

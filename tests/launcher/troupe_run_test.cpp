@@ -50,6 +50,7 @@ TEST_CASE("four workers on one node see correct and distinct environments") {
     CHECK(r.at("TORCHELASTIC_RUN_ID") == r.at("TROUPE_RUN_ID"));
     CHECK(r.at("TROUPE_RUN_ID") == recs.at(0).at("TROUPE_RUN_ID"));
     CHECK(r.at("TROUPE_STORE_URL").rfind("tcp://127.0.0.1:", 0) == 0);
+    CHECK(r.at("TROUPE_LOCAL_ADDR") == "127.0.0.1");  // --standalone stays on loopback
     if (std::getenv("OMP_NUM_THREADS") == nullptr) CHECK(r.at("OMP_NUM_THREADS") == "1");
     pids.insert(r.at("PID"));
   }

@@ -40,6 +40,7 @@ namespace {
 agent* the_agent = nullptr;
 std::mutex greeted_mu;
 std::set<std::string> greeted;  // workers that called "hello" here
+std::set<std::string> finished;  // workers that called "done" here: their calls are over
 
 std::shared_ptr<function_table> functions() {
   auto fns = std::make_shared<function_table>();
@@ -52,6 +53,11 @@ std::shared_ptr<function_table> functions() {
   (void)fns->add("echo", [](tensor x) { return x; });
   (void)fns->add("call_other", [](std::string target, int a, int b) -> expected<int> {
     return the_agent->rpc_sync<int>(target, "add", a, b);
+  });
+  (void)fns->add("done", [](const call_info& c) {
+    std::lock_guard<std::mutex> lk(greeted_mu);
+    finished.insert(c.caller.name);
+    return true;
   });
   (void)fns->add("hello", [](const call_info& c) {
     std::lock_guard<std::mutex> lk(greeted_mu);
@@ -183,6 +189,21 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(20ms);
       if (rc == 0 && is_member(**a, joiner)) rc = fail(name, joiner + " never left");
       if (rc == 0) rc = call_all(**a);
+      // Leave only once every other member has made its last calls, some of which call
+      // back here (remote references): tell each one, then wait to be told by each.
+      std::vector<std::string> others;
+      for (const auto& w : (*a)->workers())
+        if (w.name != name) others.push_back(w.name);
+      for (const auto& other : others)
+        if (rc == 0 && !(*a)->rpc_sync<bool>(other, "done")) rc = fail(name, "done on " + other);
+      auto all_done = [&] {
+        std::lock_guard<std::mutex> lk(greeted_mu);
+        for (const auto& other : others)
+          if (!finished.count(other)) return false;
+        return true;
+      };
+      while (rc == 0 && !all_done() && !until.expired()) std::this_thread::sleep_for(20ms);
+      if (rc == 0 && !all_done()) rc = fail(name, "the other members never finished their calls");
     }
     return finish(std::move(*a), rc, true);
   }

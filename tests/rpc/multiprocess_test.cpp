@@ -8,6 +8,7 @@
 #include "rpc/backend_registry.hpp"
 #include "store/connect.hpp"
 #include "store/tcp_store_server.hpp"
+#include "support/skip.hpp"
 
 using namespace troupe;
 using namespace troupe::rpc;
@@ -202,4 +203,43 @@ TEST_CASE("the owner releases the share of a holder killed with SIGKILL") {
   CHECK(eventually([&] { return d.owned_remote_refs() == 0; }, std::chrono::seconds(5)));
   wait_children({child}, std::chrono::seconds(5));
   (void)d.shutdown();
+}
+
+namespace {
+
+// Whether this process may give a child its own host name (a UTS namespace: root, or
+// CAP_SYS_ADMIN); the reason when it may not.
+std::string why_no_uts_namespace() {
+  pid_t p = start_process({"/usr/bin/unshare", "--uts", "/bin/true"});
+  if (p <= 0) return "cannot run /usr/bin/unshare";
+  auto st = wait_children({p}, std::chrono::seconds(10));
+  return exited_zero(st[p]) ? "" : "unshare --uts is not permitted here (needs root)";
+}
+
+}  // namespace
+
+TEST_CASE("a worker on another host that advertises loopback fails init naming it and what to set") {
+  if (auto why = why_no_uts_namespace(); !why.empty()) TROUPE_SKIP_TEST(why);
+  auto store = start_store();
+  // Worker 1 runs under another host name (a UTS namespace), in this network namespace so
+  // that the test can still meet it: both advertise 127.0.0.1, which a real second host
+  // could never reach.
+  pid_t p = start_process({"/usr/bin/unshare", "--uts", "/bin/sh", "-c",
+                           "hostname troupe-other-host && exec \"$0\" \"$@\"", worker_bin,
+                           "serve_static", store->url(), "w1", "1", "2"});
+  REQUIRE(p > 0);
+  auto o = driver_options(store->url());
+  o.listen_host = "127.0.0.1";
+  auto a = init_rpc("w0", 0, 2, o);
+  auto st = wait_children({p}, std::chrono::seconds(30));
+  REQUIRE_FALSE(a);
+  INFO(a.error().to_string());
+  CHECK(a.error().code() == errc::invalid_argument);
+  CHECK(a.error().message().find("spans 2 hosts") != std::string::npos);
+  CHECK(a.error().message().find("troupe-other-host") != std::string::npos);
+  CHECK(a.error().message().find("advertises 127.0.0.1") != std::string::npos);
+  CHECK(a.error().message().find("TROUPE_LOCAL_ADDR") != std::string::npos);
+  REQUIRE(st[p] != -1);
+  CHECK(WIFEXITED(st[p]));
+  CHECK(WEXITSTATUS(st[p]) == 2);  // the worker's init failed the same way
 }

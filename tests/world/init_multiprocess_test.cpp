@@ -1,0 +1,283 @@
+// troupe::init from every launcher's environment, with real processes on 127.0.0.1: under
+// troupe-run, under a torchrun-style and a Slurm-style environment set here (no launcher),
+// through a restart, and failing clearly when the store or a setting is wrong.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using vars = std::map<std::string, std::string>;
+
+const std::string worker = WORLD_TEST_WORKER;
+const std::string troupe_run = TROUPE_RUN_BINARY;
+
+fs::path fresh_dir(const std::string& name) {
+  auto dir = fs::temp_directory_path() / ("troupe-init-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// This process's environment without any launcher's variables, plus `extra`.
+std::vector<std::string> environment(const vars& extra) {
+  std::vector<std::string> out;
+  for (char** p = environ; p && *p; ++p) {
+    std::string e = *p;
+    auto name = e.substr(0, e.find('='));
+    if (name == "RANK" || name == "WORLD_SIZE" || name == "LOCAL_RANK" ||
+        name == "LOCAL_WORLD_SIZE" || name == "GROUP_RANK" || name == "MASTER_ADDR" ||
+        name == "MASTER_PORT" || name.starts_with("TROUPE_") || name.starts_with("SLURM_") ||
+        name.starts_with("TORCHELASTIC_") || name.starts_with("PET_"))
+      continue;
+    out.push_back(e);
+  }
+  for (const auto& [k, v] : extra) out.push_back(k + "=" + v);
+  return out;
+}
+
+// A process with its output in a file; killed if still running at the end.
+struct process {
+  pid_t pid = -1;
+  fs::path output;
+  int status = -1;
+  bool reaped = false;
+  ~process() {
+    if (pid > 0 && !reaped) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  // Waits at most `timeout` (killed after that); true if it exited by itself.
+  bool wait(std::chrono::milliseconds timeout) {
+    auto until = std::chrono::steady_clock::now() + timeout;
+    while (!reaped) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        reaped = true;
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= until) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        reaped = true;
+        return false;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return true;
+  }
+  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+  std::string text() const {
+    std::ifstream in(output);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+};
+
+std::unique_ptr<process> start(const std::vector<std::string>& args, const vars& env,
+                               const fs::path& output) {
+  auto p = std::make_unique<process>();
+  p->output = output;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  auto e = environment(env);
+  std::vector<char*> envp;
+  for (auto& s : e) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  int rc = ::posix_spawn(&p->pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  REQUIRE_MESSAGE(rc == 0, "cannot start ", args[0]);
+  return p;
+}
+
+bool port_free(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Starts `world` workers, rank r with env_of(r), and checks that each prints its ok line.
+void run_world(const std::string& name, int world, const std::function<vars(int)>& env_of,
+               const std::string& launcher) {
+  auto dir = fresh_dir(name);
+  std::vector<std::unique_ptr<process>> ps;
+  for (int r = 0; r < world; ++r)
+    ps.push_back(start({worker, "--timeout", "30s"}, env_of(r), dir / ("rank" + std::to_string(r))));
+  for (int r = 0; r < world; ++r) {
+    auto& p = *ps[static_cast<std::size_t>(r)];
+    CHECK_MESSAGE(p.wait(60s), "rank ", r, " did not finish: ", p.text());
+    INFO("rank ", r, ": ", p.text());
+    CHECK(p.exit_code() == 0);
+    CHECK(p.text().find("rank " + std::to_string(r) + " of " + std::to_string(world) +
+                        ": ok under " + launcher) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("init works under troupe-run: allreduce, RPC and the store on every rank") {
+  auto dir = fresh_dir("troupe-run");
+  auto p = start({troupe_run, "--standalone", "--nproc-per-node", "3", "--log-dir",
+                  (dir / "logs").string(), worker, "--timeout", "30s"},
+                 {}, dir / "out");
+  REQUIRE(p->wait(90s));
+  INFO(p->text());
+  CHECK(p->exit_code() == 0);
+  for (int r = 0; r < 3; ++r)
+    CHECK(p->text().find("rank " + std::to_string(r) + " of 3: ok under troupe-run, attempt 0, "
+                         "scope 'troupe-run/") != std::string::npos);
+  CHECK(p->text().find("address 127.0.0.1") != std::string::npos);
+}
+
+TEST_CASE("init works under a torchrun-style environment, rank 0 hosting the store") {
+  const std::string port = std::to_string(free_port());
+  run_world(
+      "torchrun", 3,
+      [&](int r) {
+        return vars{{"RANK", std::to_string(r)},
+                    {"LOCAL_RANK", std::to_string(r)},
+                    {"WORLD_SIZE", "3"},
+                    {"LOCAL_WORLD_SIZE", "3"},
+                    {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", port},
+                    {"TORCHELASTIC_RUN_ID", "init-test"},
+                    {"TORCHELASTIC_RESTART_COUNT", "0"}};
+      },
+      "torchrun, attempt 0, scope 'torchrun/init-test/attempt-0'");
+}
+
+TEST_CASE("init works under bare RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT") {
+  const std::string port = std::to_string(free_port());
+  run_world(
+      "bare", 2,
+      [&](int r) {
+        return vars{{"RANK", std::to_string(r)},
+                    {"WORLD_SIZE", "2"},
+                    {"MASTER_ADDR", "localhost"},
+                    {"MASTER_PORT", port}};
+      },
+      "RANK/WORLD_SIZE, attempt 0, scope ''");
+}
+
+TEST_CASE("init works under a Slurm-style environment with the port derived from the job id") {
+  // Slurm gives no port: troupe derives 20000 + job id % 20000. Pick a job id whose port is
+  // free here (bounded search).
+  std::mt19937 rng(static_cast<unsigned>(::getpid()));
+  int job = -1;
+  for (int i = 0; i < 200 && job < 0; ++i) {
+    int candidate = 100000 + static_cast<int>(rng() % 20000);
+    if (port_free(20000 + candidate % 20000)) job = candidate;
+  }
+  REQUIRE(job > 0);
+  run_world(
+      "slurm", 2,
+      [&](int r) {
+        return vars{{"SLURM_PROCID", std::to_string(r)}, {"SLURM_NTASKS", "2"},
+                    {"SLURM_LOCALID", std::to_string(r)}, {"SLURM_NODEID", "0"},
+                    {"SLURM_NNODES", "1"},                {"SLURM_JOB_ID", std::to_string(job)},
+                    {"SLURM_STEP_NODELIST", "localhost"}};
+      },
+      "Slurm, attempt 0, scope 'slurm/" + std::to_string(job) + "/attempt-0'");
+}
+
+TEST_CASE("under troupe-run, a rank that fails on attempt 0 is restarted and attempt 1 completes") {
+  auto dir = fresh_dir("restart");
+  auto p = start({troupe_run, "--standalone", "--nproc-per-node", "3", "--max-restarts", "1",
+                  "--log-dir", (dir / "logs").string(), worker, "--timeout", "30s",
+                  "--rank1-fails-first"},
+                 {}, dir / "out");
+  REQUIRE(p->wait(90s));
+  INFO(p->text());
+  CHECK(p->exit_code() == 0);
+  CHECK(p->text().find("exiting on attempt 0 on purpose") != std::string::npos);
+  for (int r = 0; r < 3; ++r)
+    CHECK(p->text().find("rank " + std::to_string(r) + " of 3: ok under troupe-run, attempt 1") !=
+          std::string::npos);
+}
+
+TEST_CASE("with no store reachable, init fails within its timeout saying where it looked") {
+  auto dir = fresh_dir("nostore");
+  const std::string port = std::to_string(free_port());
+  auto t0 = std::chrono::steady_clock::now();
+  auto p = start({worker, "--timeout", "2s"},
+                 {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                  {"MASTER_PORT", port}, {"TORCHELASTIC_RUN_ID", "lonely"}},
+                 dir / "out");
+  REQUIRE(p->wait(60s));
+  INFO(p->text());
+  CHECK(p->exit_code() == 2);
+  CHECK(std::chrono::steady_clock::now() - t0 < 45s);  // 2 s, with room for a loaded machine
+  CHECK(p->text().find("no store at 127.0.0.1:" + port + " after 2s") != std::string::npos);
+  CHECK(p->text().find("rank 0 hosts it under torchrun-style launch; is rank 0 running, and is "
+                       "MASTER_ADDR its address?") != std::string::npos);
+}
+
+TEST_CASE("an interface that does not exist, or a MASTER_ADDR that does not resolve, fails at once") {
+  auto dir = fresh_dir("bad");
+  const vars base{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29500"}};
+  auto with = [&](vars extra) {
+    extra.insert(base.begin(), base.end());
+    return extra;
+  };
+  struct bad_case {
+    vars env;
+    std::string says;
+  };
+  for (const auto& c : {bad_case{with({{"MASTER_ADDR", "127.0.0.1"},
+                                       {"TROUPE_SOCKET_IFNAME", "nosuch0"}}),
+                                 "TROUPE_SOCKET_IFNAME='nosuch0'"},
+                        bad_case{with({{"MASTER_ADDR", "no-such-host.invalid"}}),
+                                 "MASTER_ADDR='no-such-host.invalid' does not resolve"}}) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto p = start({worker, "--timeout", "60s"}, c.env, dir / "out");
+    REQUIRE(p->wait(60s));
+    INFO(p->text());
+    CHECK(p->exit_code() == 2);
+    CHECK(p->text().find(c.says) != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - t0 < 30s);  // not the 60 s timeout
+  }
+}

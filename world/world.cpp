@@ -1,0 +1,128 @@
+#include "world/world.hpp"
+
+#include <mutex>
+#include <optional>
+
+#include "collectives/group.hpp"
+#include "collectives/process_group.hpp"
+#include "core/log.hpp"
+#include "core/net_address.hpp"
+#include "rpc/agent.hpp"
+#include "rpc/backend_registry.hpp"
+#include "store/cluster_store.hpp"
+
+namespace troupe {
+
+struct world::impl {
+  cluster_env env;
+  std::string address;
+  duration timeout{};
+  cluster_store job;
+  std::shared_ptr<collectives::process_group> group;
+  std::shared_ptr<rpc::agent> agent;
+
+  std::mutex mu;
+  bool done = false;
+  std::optional<error> first_error;
+
+  ~impl() { (void)shutdown(timeout); }
+
+  expected<void> shutdown(duration t) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (done) return first_error ? expected<void>(*first_error) : ok();
+    done = true;
+    auto keep = [&](expected<void> r) {
+      if (!r && !first_error) first_error = std::move(r).error();
+    };
+    if (agent) keep(agent->shutdown(t));
+    if (group) group->shutdown(t);
+    // Every rank says it is done; the rank hosting the store waits for all of them, so
+    // that nobody loses the store while still using it.
+    if (job.scoped && env.world_size > 1) {
+      keep(job.scoped->set(strcat("troupe/finished/", env.rank), "1"));
+      if (job.hosted) {
+        std::vector<std::string> keys;
+        for (int r = 0; r < env.world_size; ++r) keys.push_back(strcat("troupe/finished/", r));
+        if (auto w = job.scoped->wait(keys, t); !w)
+          TROUPE_LOG(log_level::warn, "world", "closing the job's store before every rank shut ",
+                     "down: ", w.error().message());
+      }
+    }
+    agent.reset();
+    group.reset();
+    job = {};
+    if (first_error) return *first_error;
+    return ok();
+  }
+};
+
+world::world(std::shared_ptr<impl> i) : impl_(std::move(i)) {}
+
+int world::rank() const noexcept { return impl_->env.rank; }
+int world::size() const noexcept { return impl_->env.world_size; }
+int world::local_rank() const noexcept { return impl_->env.local_rank; }
+int world::local_size() const noexcept { return impl_->env.local_world_size; }
+const cluster_env& world::env() const noexcept { return impl_->env; }
+const std::string& world::address() const noexcept { return impl_->address; }
+const std::shared_ptr<troupe::store>& world::store() const noexcept { return impl_->job.scoped; }
+collectives::process_group& world::group() const noexcept { return *impl_->group; }
+const std::shared_ptr<collectives::process_group>& world::group_ptr() const noexcept {
+  return impl_->group;
+}
+const std::shared_ptr<rpc::agent>& world::rpc() const noexcept { return impl_->agent; }
+bool world::hosts_store() const noexcept { return impl_->job.hosted; }
+
+expected<void> world::shutdown(duration timeout) {
+  return impl_->shutdown(timeout > duration::zero() ? timeout : impl_->timeout);
+}
+
+expected<world> init(init_options o) {
+  auto i = std::make_shared<world::impl>();
+  i->timeout = o.timeout > duration::zero() ? o.timeout : default_timeout();
+  // A failed init leaves nothing to shut down politely: the others fail on their own.
+  auto fail = [&i](error e) -> expected<world> {
+    i->done = true;
+    return std::move(e).with_operation("troupe::init");
+  };
+  auto env = detect_cluster_env();
+  if (!env) {
+    if (env.error().code() != errc::not_found || o.require_launcher) return fail(std::move(env).error());
+    env = cluster_env{};  // no launcher: a world of one
+  }
+  i->env = std::move(*env);
+  // The address first: a wrong interface or address fails before anything waits.
+  auto address = local_address();
+  if (!address) return fail(std::move(address).error());
+  i->address = std::move(*address);
+  auto job = open_cluster_store(i->env, i->timeout);
+  if (!job) return fail(std::move(job).error());
+  i->job = std::move(*job);
+  if (i->job.hosted)
+    TROUPE_LOG(log_level::info, "world", "rank 0 hosts the job's store at ", i->job.url);
+
+  collectives::world_options wo;
+  wo.rank = i->env.rank;
+  wo.size = i->env.world_size;
+  wo.store = i->job.scoped;
+  wo.backend = o.backend;
+  wo.name = o.group_name;
+  wo.timeout = i->timeout;
+  auto group = collectives::init_world(wo);
+  if (!group) return fail(std::move(group).error());
+  i->group = std::move(*group);
+
+  if (o.rpc) {
+    auto ro = std::move(o.rpc_options);
+    ro.store = i->job.scoped;
+    ro.init_method.clear();
+    ro.init_timeout = i->timeout;
+    if (ro.listen_host.empty()) ro.listen_host = i->address;
+    auto agent = rpc::init_rpc(strcat(o.rpc_name_prefix, i->env.rank), i->env.rank,
+                               i->env.world_size, std::move(ro));
+    if (!agent) return fail(std::move(agent).error());
+    i->agent = std::shared_ptr<rpc::agent>(std::move(*agent));
+  }
+  return world(std::move(i));
+}
+
+}  // namespace troupe
