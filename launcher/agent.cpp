@@ -102,15 +102,19 @@ struct job_store {
   std::string url;
 };
 
-expected<job_store> open_job_store(const run_config& c, const std::string& run_id) {
+expected<job_store> open_job_store(const run_config& c, const std::string& run_id,
+                                   const std::string& secret) {
   job_store j;
   store_options so;
+  so.secret = secret;
+  tcp_store_server_options own;
+  own.secret = secret;
   // No request waits longer than the join timeout (--rdzv-conf timeout): an unreachable
   // store or etcd fails within it.
   so.timeout = std::min<duration>(std::chrono::seconds(30), c.join_timeout);
   so.connect_timeout = c.join_timeout;
   if (c.standalone || (c.backend == rdzv_backend::fixed && c.nnodes.max == 1)) {
-    auto server = tcp_store_server::start({});
+    auto server = tcp_store_server::start(own);
     if (!server) return std::move(server).error();
     j.server = std::move(*server);
     j.url = j.server->url();
@@ -118,7 +122,7 @@ expected<job_store> open_job_store(const run_config& c, const std::string& run_i
     auto hp = parse_host_port(c.rdzv_endpoint);
     if (!hp) return std::move(hp).error();
     if (c.is_host != 0) {
-      tcp_store_server_options o;
+      tcp_store_server_options o = own;
       o.host = store_bind_address(c, hp->first);
       o.port = hp->second;
       auto server = tcp_store_server::start(o);
@@ -151,6 +155,22 @@ expected<job_store> open_job_store(const run_config& c, const std::string& run_i
   j.base = std::move(*base);
   j.scoped = std::make_unique<prefix_store>(*j.base, "troupe-run/" + run_id);
   return j;
+}
+
+// The job's secret: --secret-file, else TROUPE_JOB_SECRET (or its older name), else a
+// fresh one when this node is the whole job. A job of several nodes with none runs open,
+// and says so: the nodes must share a secret that only the user can hand them.
+expected<std::string> job_secret(const run_config& c) {
+  if (!c.secret_file.empty()) {
+    auto s = read_secret_file(c.secret_file);
+    if (!s) return make_error(s.error().code(), "--secret-file: ", s.error().message());
+    return s;
+  }
+  if (auto s = job_secret_from_env(); !s.empty()) return s;
+  if (c.standalone || c.nnodes.max == 1) return make_job_secret();
+  say("warning: no job secret (--secret-file or TROUPE_JOB_SECRET): anyone who reaches this "
+      "job's store can read and change it; give every node the same secret (docs/security.md)");
+  return std::string();
 }
 
 void report_failure(const worker_exit& e, int attempt, const std::string& log_path,
@@ -219,7 +239,12 @@ int run_agent(const run_config& c) {
   const std::string run_id = c.rdzv_id.empty() ? fresh_run_id() : c.rdzv_id;
   say(strcat("run id ", run_id, ", logs in ", c.log_dir, "/", run_id, ", program ", c.program,
              " (", c.nproc_per_node, " workers on this node)"));
-  auto job = open_job_store(c, run_id);
+  auto secret = job_secret(c);
+  if (!secret) {
+    say(secret.error().message());
+    return 2;
+  }
+  auto job = open_job_store(c, run_id, *secret);
   if (!job) {
     say(job.error().message());
     return 1;
@@ -325,6 +350,7 @@ int run_agent(const run_config& c) {
       a.run_id = run_id;
       a.round = rr.round;
       a.store_url = job->url;
+      a.secret = *secret;
       if (!a.store_url.empty())
         a.store_prefix = strcat("troupe-run/", run_id, "/workers/", rr.round);
       worker_spec s;

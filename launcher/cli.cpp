@@ -36,6 +36,7 @@ struct raw_flags {
   std::string master_addr;
   std::string master_port;
   std::string local_addr;
+  std::string secret_file;
   std::string start_method = "spawn";
   bool no_python = false;
   std::string local_ranks_filter;
@@ -107,6 +108,7 @@ expected<run_config> convert(const raw_flags& f, std::vector<std::string> rest) 
   }
   TROUPE_TRY(finish_config(c));
   if (!f.local_addr.empty()) c.local_addr = f.local_addr;  // wins over --rdzv-conf local_addr
+  c.secret_file = f.secret_file;
   return c;
 }
 
@@ -171,6 +173,11 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
                  "rank 0's node (default: --rdzv-conf local_addr, else the address of the "
                  "interface TROUPE_SOCKET_IFNAME names, else the host name's address; "
                  "127.0.0.1 for --standalone, one node, or a loopback endpoint)");
+  app.add_option("--secret-file,--secret_file", f.secret_file,
+                 "A file holding the job's secret (the same on every node): the job's store "
+                 "refuses clients without it and the workers get it as TROUPE_JOB_SECRET "
+                 "(default: TROUPE_JOB_SECRET from the environment, else a fresh random secret "
+                 "for a job of one node; a job of several nodes needs one of the two)");
   app.add_option("--local-ranks-filter,--local_ranks_filter", f.local_ranks_filter,
                  "Only these local ranks' output reaches the console, e.g. 0 or 0,2 (all "
                  "ranks' output still reaches the log files) (default: all)");
@@ -196,7 +203,7 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
       "LOCAL_RANK, GROUP_RANK, ROLE_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, ROLE_WORLD_SIZE, "
       "GROUP_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT, TROUPE_RESTART_COUNT, "
       "TROUPE_MAX_RESTARTS, TROUPE_RUN_ID, TROUPE_ROUND, TROUPE_STORE_URL, TROUPE_STORE_PREFIX, "
-      "TROUPE_LOCAL_ADDR, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, and "
+      "TROUPE_LOCAL_ADDR, TROUPE_JOB_SECRET, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, and "
       "OMP_NUM_THREADS=1 when several run on a node and it is not set already, "
       "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME when TROUPE_SOCKET_IFNAME is given, and "
       "TROUPE_ERROR_FILE and TORCHELASTIC_ERROR_FILE (where a failing worker records its root "

@@ -71,6 +71,9 @@ struct run_config {
   int is_host = -1;
   /// This node's address as other nodes should reach it (rdzv-conf local_addr).
   std::string local_addr;
+  /// --secret-file: the file holding the job's secret (empty: TROUPE_JOB_SECRET, else a
+  /// fresh one for a job of one node).
+  std::string secret_file;
   bool standalone = false;
   int max_restarts = 0;
   /// How often membership and the status line are checked (exits are noticed at once).

@@ -18,6 +18,7 @@
 
 #include "launcher/agent.hpp"
 #include "launcher/worker_env.hpp"
+#include "store/connect.hpp"
 #include "store/tcp_store_server.hpp"
 
 namespace troupe {
@@ -41,7 +42,7 @@ struct child {
 // lifeline pipe closes, that is when launch() returns or this process dies.
 class store_host {
  public:
-  static expected<store_host> start(duration timeout) {
+  static expected<store_host> start(duration timeout, const std::string& secret) {
     int port_pipe[2], lifeline[2];
     if (::pipe2(port_pipe, O_CLOEXEC) != 0) return sys_error("pipe");
     if (::pipe2(lifeline, O_CLOEXEC) != 0) {
@@ -56,7 +57,9 @@ class store_host {
       ::close(lifeline[1]);
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);
-      auto server = tcp_store_server::start({});
+      tcp_store_server_options so;
+      so.secret = secret;
+      auto server = tcp_store_server::start(so);
       std::string reply =
           server ? std::to_string((*server)->port()) : "!" + server.error().to_string();
       [[maybe_unused]] auto w = ::write(port_pipe[1], reply.data(), reply.size());
@@ -157,7 +160,8 @@ std::string error_text(const error& e) {
 }
 
 launcher::worker_assignment assignment(const launch_config& c, int rank, int port,
-                                       const std::string& run_id, const std::string& url) {
+                                       const std::string& run_id, const std::string& url,
+                                       const std::string& secret = {}) {
   launcher::worker_assignment a;
   a.local_rank = a.rank = a.role_rank = rank;
   a.local_world_size = a.world_size = a.role_world_size = c.nprocs;
@@ -166,6 +170,7 @@ launcher::worker_assignment assignment(const launch_config& c, int rank, int por
   a.run_id = run_id;
   a.store_url = url;
   if (!url.empty()) a.store_prefix = "launch/" + run_id;
+  a.secret = secret;
   return a;
 }
 
@@ -210,8 +215,17 @@ expected<void> detail::launch_impl(const std::function<expected<void>()>& fn,
 
   std::optional<store_host> host;
   std::string url;
+  std::string secret;
   if (c.start_store) {
-    auto h = store_host::start(std::chrono::seconds(30));
+    // The store of this launch admits its own processes only: the caller's secret when it
+    // has one, else a fresh one.
+    secret = job_secret_from_env();
+    if (secret.empty()) {
+      auto fresh = make_job_secret();
+      if (!fresh) return std::move(fresh).error();
+      secret = std::move(*fresh);
+    }
+    auto h = store_host::start(std::chrono::seconds(30), secret);
     if (!h) return std::move(h).error();
     host.emplace(std::move(*h));
     url = host->url();
@@ -240,7 +254,7 @@ expected<void> detail::launch_impl(const std::function<expected<void>()>& fn,
   for (int rank = 0; rank < c.nprocs; ++rank) {
     auto& ch = children[static_cast<std::size_t>(rank)];
     ch.rank = rank;
-    auto vars = launcher::worker_environment(assignment(c, rank, port, run_id, url),
+    auto vars = launcher::worker_environment(assignment(c, rank, port, run_id, url, secret),
                                              launcher::should_limit_omp_threads(c.nprocs));
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {

@@ -33,6 +33,7 @@ env_list worker_environment(const worker_assignment& a, bool limit_omp_threads) 
     e.emplace_back("TROUPE_STORE_URL", a.store_url);
     e.emplace_back("TROUPE_STORE_PREFIX", a.store_prefix);
   }
+  if (!a.secret.empty()) e.emplace_back("TROUPE_JOB_SECRET", a.secret);
   if (limit_omp_threads) e.emplace_back("OMP_NUM_THREADS", "1");
   // One interface named once: NCCL's and Gloo's own bootstrap follow it too, unless they
   // were told otherwise.
@@ -53,7 +54,10 @@ std::vector<std::string> merged_environment(const char* const* base, const env_l
     if (eq != std::string_view::npos && replaced.count(entry.substr(0, eq)) != 0) continue;
     // A variable troupe-run only sets sometimes must not leak in from the launcher's
     // own environment, or a worker would see a store of some other job.
-    if (entry.starts_with("TROUPE_STORE_URL=") || entry.starts_with("TROUPE_STORE_PREFIX="))
+    // Nor a secret other than the job's (the older name would otherwise be read when the
+    // job has none).
+    if (entry.starts_with("TROUPE_STORE_URL=") || entry.starts_with("TROUPE_STORE_PREFIX=") ||
+        entry.starts_with("TROUPE_STORE_SECRET=") || entry.starts_with("TROUPE_JOB_SECRET="))
       continue;
     out.emplace_back(entry);
   }

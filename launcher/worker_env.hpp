@@ -35,6 +35,8 @@ struct worker_assignment {
   /// Store for the workers (empty: none is offered), and the key prefix reserved for them.
   std::string store_url;
   std::string store_prefix;
+  /// The job's secret (TROUPE_JOB_SECRET; empty: not set).
+  std::string secret;
 };
 
 using env_list = std::vector<std::pair<std::string, std::string>>;

@@ -1,7 +1,13 @@
 #include "store/connect.hpp"
 
+#include <sys/random.h>
+
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "store/etcd_store.hpp"
 #include "store/memory_store.hpp"
@@ -43,6 +49,41 @@ expected<std::pair<std::string, std::uint16_t>> parse_host_port(std::string_view
       port > 65535)
     return bad("the port must be a number from 0 to 65535");
   return std::pair{std::move(host), static_cast<std::uint16_t>(port)};
+}
+
+expected<std::string> make_job_secret() {
+  unsigned char raw[32];
+  std::size_t got = 0;
+  for (int tries = 0; got < sizeof raw && tries < 100; ++tries) {
+    auto n = ::getrandom(raw + got, sizeof raw - got, 0);
+    if (n > 0) got += static_cast<std::size_t>(n);
+    else if (n < 0 && errno != EINTR) break;
+  }
+  if (got < sizeof raw)
+    return make_error(errc::unavailable, "cannot make a job secret: getrandom failed (",
+                      std::strerror(errno), ")");
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * sizeof raw);
+  for (unsigned char b : raw) {
+    out += hex[b >> 4];
+    out += hex[b & 15];
+  }
+  return out;
+}
+
+expected<std::string> read_secret_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return make_error(errc::invalid_argument, "cannot read the secret file '", path, "' (",
+                      std::strerror(errno), "); give a readable file holding the job's secret");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto first = text.find_first_not_of(" \t\r\n");
+  auto last = text.find_last_not_of(" \t\r\n");
+  if (first == std::string::npos)
+    return make_error(errc::invalid_argument, "the secret file '", path,
+                      "' is empty; put the job's secret in it (e.g. openssl rand -hex 32)");
+  return text.substr(first, last - first + 1);
 }
 
 std::string job_secret_from_env() {

@@ -27,6 +27,14 @@ struct store_options {
 /// older name, still read), else empty. Empty values count as unset.
 std::string job_secret_from_env();
 
+/// A fresh random job secret: 32 bytes from the kernel's random source (getrandom), as 64
+/// hex digits. errc::unavailable if the kernel has no randomness to give.
+expected<std::string> make_job_secret();
+
+/// The secret kept in the file at `path` (surrounding whitespace trimmed). Errors name the
+/// path: a file that cannot be read, or is empty, is errc::invalid_argument.
+expected<std::string> read_secret_file(const std::string& path);
+
 /// The scheme of a store URL ("tcp", "memory", ...), or invalid_argument.
 expected<std::string> store_url_scheme(std::string_view url);
 

@@ -53,7 +53,8 @@ void record(const std::string& dir) {
                          "TORCHELASTIC_ERROR_FILE",
                          "TROUPE_LOCAL_ADDR",
                          "NCCL_SOCKET_IFNAME",
-                         "GLOO_SOCKET_IFNAME"};
+                         "GLOO_SOCKET_IFNAME",
+                         "TROUPE_JOB_SECRET"};
   const std::string name = dir + "/round" + env("TROUPE_ROUND") + ".rank" + env("RANK");
   {
     std::ofstream out(name + ".tmp");
