@@ -8,7 +8,7 @@ set -euo pipefail
 
 packages=(
   build-essential g++ cmake make git pkg-config ca-certificates python3 procps
-  libcaf-dev libboost-dev libboost-filesystem-dev doctest-dev libgloo-dev
+  libcaf-dev libboost-dev libboost-filesystem-dev doctest-dev libgloo-dev libssl-dev
   etcd-server etcd-client libcli11-dev nlohmann-json3-dev clang-format
   iproute2 util-linux
 )

@@ -24,6 +24,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/hmac.hpp"
 #include "core/log.hpp"
 #include "store/detail/kv_table.hpp"
 #include "store/detail/wire.hpp"
@@ -59,6 +60,9 @@ struct tcp_store::impl {
   std::vector<asio::generic::stream_protocol::endpoint> endpoints;
   std::string local_name;  // the server's local socket to try first; empty: TCP only
   bytes hello;
+  std::string client_nonce;
+  bytes answer;                          // the auth frame, once challenged
+  std::optional<error> handshake_error;  // the server failed its proof
   std::function<void(boost::system::error_code, std::string_view)> on_connected;
 
   // connect -> send the hello -> read the reply's length -> read the reply; ends in
@@ -91,23 +95,65 @@ struct tcp_store::impl {
   }
 
   void send_hello() {
-          asio::async_write(
-              socket, asio::buffer(hello), [this](boost::system::error_code e, std::size_t) {
-                if (e) return on_connected(e, "sending the hello");
-                asio::async_read(
-                    socket, asio::buffer(length),
-                    [this](boost::system::error_code e2, std::size_t) {
-                      if (e2) return on_connected(e2, "reading the hello reply");
-                      auto n = frame_length();
-                      if (n < wire::min_body || n > options.max_frame_size)
-                        return on_connected(asio::error::message_size, "reading the hello reply");
-                      body.resize(n);
-                      asio::async_read(socket, asio::buffer(body),
-                                       [this](boost::system::error_code e3, std::size_t) {
-                                         on_connected(e3, "reading the hello reply");
-                                       });
-                    });
-              });
+    asio::async_write(socket, asio::buffer(hello), [this](boost::system::error_code e, std::size_t) {
+      if (e) return on_connected(e, "sending the hello");
+      read_handshake_frame([this](boost::system::error_code e2) {
+        if (e2) return on_connected(e2, "reading the hello reply");
+        if (body.size() < 1 || body[0] != std::byte{static_cast<std::uint8_t>(wire::kind::challenge)})
+          return on_connected({}, "");  // hello_ok, or a refusal that the caller reads
+        if (!answer_challenge()) return on_connected({}, "");
+        asio::async_write(socket, asio::buffer(answer),
+                          [this](boost::system::error_code e3, std::size_t) {
+                            if (e3) return on_connected(e3, "answering the challenge");
+                            read_handshake_frame([this](boost::system::error_code e4) {
+                              on_connected(e4, "reading the answer to the challenge");
+                            });
+                          });
+      });
+    });
+  }
+
+  // Reads one frame into `body`; message_size for a length no handshake frame has.
+  template <class Then>
+  void read_handshake_frame(Then then) {
+    asio::async_read(socket, asio::buffer(length),
+                     [this, then](boost::system::error_code e, std::size_t) {
+                       if (e) return then(e);
+                       auto n = frame_length();
+                       if (n < wire::min_body || n > options.max_frame_size)
+                         return then(boost::system::error_code(asio::error::message_size));
+                       body.resize(n);
+                       asio::async_read(socket, asio::buffer(body),
+                                        [then](boost::system::error_code e2, std::size_t) {
+                                          then(e2);
+                                        });
+                     });
+  }
+
+  // The server has a secret: check its proof (it must know ours) and prove ours. False,
+  // with handshake_error set, when the server's proof is wrong.
+  bool answer_challenge() {
+    auto c = wire::decode_challenge(body);
+    if (!c) {
+      handshake_error = std::move(c).error();
+      return false;
+    }
+    wire::auth a;
+    if (!options.secret.empty()) {
+      auto want = wire::handshake_proof("server", options.secret, client_nonce, c->nonce);
+      if (!equal_constant_time(std::as_bytes(std::span(want.data(), want.size())),
+                               std::as_bytes(std::span(c->proof.data(), c->proof.size())))) {
+        handshake_error = make_error(
+            errc::unauthorized, "the store server does not know this client's secret (another "
+            "job's store, or a different secret); set the same secret on both sides "
+            "(TROUPE_JOB_SECRET, --secret-file)");
+        return false;
+      }
+      a.has_secret = true;
+      a.proof = wire::handshake_proof("client", options.secret, client_nonce, c->nonce);
+    }
+    answer = wire::encode_auth(a);
+    return true;
   }
 
   // Closes the socket on the strand and waits until that has happened.
@@ -134,8 +180,13 @@ struct tcp_store::impl {
       auto first = resolved.begin()->endpoint().address();
       if (first.is_loopback()) local_name = local_socket_name(first.to_string(), options.port);
     }
+    auto nonce = make_nonce();
+    if (!nonce) return std::move(nonce).error();
+    client_nonce.assign(reinterpret_cast<const char*>(nonce->data()), nonce->size());
+    handshake_error.reset();
+    answer.clear();
     hello = wire::encode_hello(
-        {wire::magic, wire::version, options.secret, strcat("tcp_store pid ", ::getpid())});
+        {wire::magic, wire::version, client_nonce, strcat("tcp_store pid ", ::getpid())});
     std::mutex done_mu;
     std::condition_variable done_cv;
     bool done = false;
@@ -162,6 +213,10 @@ struct tcp_store::impl {
     }
     on_connected = nullptr;
     if (!in_time) return make_error(errc::timeout, stage, " took too long");
+    if (handshake_error) {
+      close_socket_and_wait();
+      return *handshake_error;
+    }
     if (result) {
       close_socket_and_wait();
       if (result == asio::error::message_size)
@@ -179,7 +234,16 @@ struct tcp_store::impl {
     byte_reader r(body);
     auto k = r.u8("frame kind");
     TROUPE_TRY(r.u64("request id"));
-    if (k && *k == static_cast<std::uint8_t>(wire::kind::hello_ok)) return ok();
+    if (k && *k == static_cast<std::uint8_t>(wire::kind::hello_ok)) {
+      // A server that asked for no proof is not the job's when this client has a secret.
+      if (!options.secret.empty() && answer.empty())
+        return make_error(errc::unauthorized,
+                          "the store server requires no secret but this client has one "
+                          "(TROUPE_JOB_SECRET or tcp_store_options::secret): it is not this "
+                          "job's store, or it was started without the job's secret "
+                          "(troupe-store --secret-file, troupe-run --secret-file)");
+      return ok();
+    }
     if (k && *k == static_cast<std::uint8_t>(wire::kind::reply)) {
       auto st = wire::decode_reply_status(r);
       if (!st && st.error().code() == errc::unauthorized)

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 
+#include "core/hmac.hpp"
 #include "core/log.hpp"
 
 namespace troupe::detail {
@@ -190,7 +191,7 @@ bool server_connection::parse_frames() {
 
 // One complete frame body; it points into in_, which stays put until the next read.
 void server_connection::on_frame(std::span<const std::byte> body) {
-  if (!authenticated_) return on_hello(body);
+  if (!authenticated_) return challenged_ ? on_auth(body) : on_hello(body);
   auto q = wire::decode_request(body);
   if (!q) return close(q.error().message(), true);
   handle(std::move(*q));
@@ -203,24 +204,42 @@ void server_connection::on_hello(std::span<const std::byte> body) {
     return refuse(make_error(errc::protocol_error, "this store server speaks protocol version ",
                              wire::version, " and the client speaks ", h->version,
                              "; use the same troupe version on both sides"));
-  if (!secrets_match(h->secret))
-    return refuse(make_error(errc::unauthorized, core_->name,
-                             h->secret.empty()
-                                 ? " requires a shared secret and the client sent none"
-                                 : " refused the client's shared secret"));
-  authenticated_ = true;
-  timer_.cancel();
-  send(wire::encode_hello_ok(core_->name));
+  const std::string& secret = core_->options.secret;
+  if (secret.empty()) return admit();
+  // The secret is proven, never sent: the server answers with its nonce and its own proof
+  // (so that the client knows it reached the job's store), then waits for the client's.
+  if (h->nonce.size() < 16)
+    return refuse(make_error(errc::protocol_error, "the client's nonce is ", h->nonce.size(),
+                             " bytes; at least 16 are required"));
+  auto nonce = make_nonce();
+  if (!nonce) return refuse(nonce.error());
+  client_nonce_ = std::move(h->nonce);
+  server_nonce_.assign(reinterpret_cast<const char*>(nonce->data()), nonce->size());
+  challenged_ = true;
+  send(wire::encode_challenge(
+      {server_nonce_, wire::handshake_proof("server", secret, client_nonce_, server_nonce_)}));
 }
 
-bool server_connection::secrets_match(const std::string& given) const {
-  const std::string& want = core_->options.secret;
-  if (want.empty()) return true;
-  // Compare every byte so the time taken does not reveal the matching prefix.
-  unsigned char diff = given.size() == want.size() ? 0 : 1;
-  for (std::size_t i = 0; i < want.size(); ++i)
-    diff |= static_cast<unsigned char>(want[i] ^ (i < given.size() ? given[i] : 0));
-  return diff == 0;
+void server_connection::on_auth(std::span<const std::byte> body) {
+  auto a = wire::decode_auth(body);
+  if (!a) return close(a.error().message(), true);
+  if (!a->has_secret)
+    return refuse(make_error(errc::unauthorized, core_->name,
+                             " requires a shared secret and the client has none"));
+  auto want = wire::handshake_proof("client", core_->options.secret, client_nonce_, server_nonce_);
+  if (!equal_constant_time(std::as_bytes(std::span(want.data(), want.size())),
+                           std::as_bytes(std::span(a->proof.data(), a->proof.size()))))
+    return refuse(make_error(errc::unauthorized, core_->name,
+                             " refused the client's proof of the shared secret (a different "
+                             "secret)"));
+  admit();
+}
+
+void server_connection::admit() {
+  authenticated_ = true;
+  challenged_ = false;
+  timer_.cancel();
+  send(wire::encode_hello_ok(core_->name));
 }
 
 void server_connection::refuse(const error& e) {

@@ -69,7 +69,8 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   bool parse_frames();
   void on_frame(std::span<const std::byte> body);
   void on_hello(std::span<const std::byte> body);
-  bool secrets_match(const std::string& given) const;
+  void on_auth(std::span<const std::byte> body);
+  void admit();
   void refuse(const error& e);
   void handle(wire::request q);
   void deliver(std::vector<wake_reply>& ready);
@@ -100,6 +101,10 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   bool read_paused_ = false;            // too many unsent replies: not reading until they drain
   bool parsing_ = false;                // replies queue until the frames of one read are handled
   bool authenticated_ = false;
+  // Between the challenge and the client's answer: both nonces of this connection.
+  bool challenged_ = false;
+  std::string client_nonce_;
+  std::string server_nonce_;
   bool closing_ = false;  // refuse the peer once the outbox is flushed
   bool closed_ = false;
 };

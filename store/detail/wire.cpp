@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/hmac.hpp"
+
 namespace troupe::detail::wire {
 
 namespace {
@@ -57,7 +59,7 @@ bytes encode_hello(const hello& h) {
   frame_builder f(kind::hello, 0);
   f.writer().u32(h.magic);
   f.writer().u32(h.version);
-  f.writer().str(h.secret);
+  f.writer().str(h.nonce);
   f.writer().str(h.client);
   return std::move(f).finish();
 }
@@ -77,9 +79,9 @@ expected<hello> decode_hello(std::span<const std::byte> body) {
   auto v = r.u32("version");
   if (!v) return std::move(v).error();
   h.version = *v;
-  auto s = r.str("secret", 4096);
+  auto s = r.str("nonce", 4096);
   if (!s) return std::move(s).error();
-  h.secret = std::move(*s);
+  h.nonce = std::move(*s);
   auto c = r.str("client name", 4096);
   if (!c) return std::move(c).error();
   h.client = std::move(*c);
@@ -91,6 +93,63 @@ bytes encode_hello_ok(std::string_view server) {
   f.writer().u32(version);
   f.writer().str(server);
   return std::move(f).finish();
+}
+
+std::string handshake_proof(std::string_view role, std::string_view secret,
+                            std::string_view client_nonce, std::string_view server_nonce) {
+  auto span_of = [](std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); };
+  static constexpr std::string_view domain = "troupe store handshake ";
+  auto tag = hmac_sha256(secret, {span_of(domain), span_of(role), span_of(client_nonce),
+                                  span_of(server_nonce)});
+  return std::string(reinterpret_cast<const char*>(tag.data()), tag.size());
+}
+
+bytes encode_challenge(const challenge& c) {
+  frame_builder f(kind::challenge, 0);
+  f.writer().str(c.nonce);
+  f.writer().str(c.proof);
+  return std::move(f).finish();
+}
+
+expected<challenge> decode_challenge(std::span<const std::byte> body) {
+  byte_reader r(body);
+  auto k = r.u8("frame kind");
+  if (!k) return std::move(k).error();
+  if (*k != static_cast<std::uint8_t>(kind::challenge))
+    return bad(strcat("expected a challenge, got frame kind ", int(*k)));
+  TROUPE_TRY(r.u64("request id"));
+  challenge c;
+  auto n = r.str("server nonce", 256);
+  if (!n) return std::move(n).error();
+  c.nonce = std::move(*n);
+  auto p = r.str("server proof", 256);
+  if (!p) return std::move(p).error();
+  c.proof = std::move(*p);
+  return c;
+}
+
+bytes encode_auth(const auth& a) {
+  frame_builder f(kind::auth, 0);
+  f.writer().u8(a.has_secret ? 1 : 0);
+  f.writer().str(a.proof);
+  return std::move(f).finish();
+}
+
+expected<auth> decode_auth(std::span<const std::byte> body) {
+  byte_reader r(body);
+  auto k = r.u8("frame kind");
+  if (!k) return std::move(k).error();
+  if (*k != static_cast<std::uint8_t>(kind::auth))
+    return bad(strcat("expected the answer to the challenge, got frame kind ", int(*k)));
+  TROUPE_TRY(r.u64("request id"));
+  auth a;
+  auto h = r.u8("has secret");
+  if (!h) return std::move(h).error();
+  a.has_secret = *h != 0;
+  auto p = r.str("client proof", 256);
+  if (!p) return std::move(p).error();
+  a.proof = std::move(*p);
+  return a;
 }
 
 expected<request> decode_request(std::span<const std::byte> body) {

@@ -15,7 +15,9 @@ namespace troupe::detail::wire {
 
 /// "TRST" read as a little-endian u32; the first field of a hello.
 inline constexpr std::uint32_t magic = 0x54535254;
-inline constexpr std::uint32_t version = 2;  // 2: set_quiet
+/// 2: set_quiet; 3: the secret is proven with HMAC-SHA256 over both sides' nonces
+/// (challenge, auth) and never sent.
+inline constexpr std::uint32_t version = 3;
 /// The u32 length that precedes every frame body.
 inline constexpr std::size_t length_size = 4;
 /// kind (u8) + request id (u64): the smallest valid body.
@@ -30,6 +32,10 @@ enum class kind : std::uint8_t {
   hello = 1,
   hello_ok = 2,
   reply = 3,
+  /// server -> client, after a hello, when the server has a secret.
+  challenge = 4,
+  /// client -> server, the answer to a challenge.
+  auth = 5,
   set = 16,
   get = 17,
   check = 18,
@@ -64,9 +70,27 @@ class frame_builder {
 struct hello {
   std::uint32_t magic = 0;
   std::uint32_t version = 0;
-  std::string secret;
+  /// The client's nonce (16 random bytes; in version 2 this field carried the secret).
+  std::string nonce;
   std::string client;
 };
+
+/// The server's nonce, and its proof that it knows the secret.
+struct challenge {
+  std::string nonce;
+  std::string proof;
+};
+
+/// The client's proof; `has_secret` false when the client has none to prove.
+struct auth {
+  bool has_secret = false;
+  std::string proof;
+};
+
+/// The proof that `role` ("server" or "client") knows `secret`: HMAC-SHA256 over the role
+/// and both nonces, so that a proof is good for one connection and one direction only.
+std::string handshake_proof(std::string_view role, std::string_view secret,
+                            std::string_view client_nonce, std::string_view server_nonce);
 
 /// A decoded request body.
 struct request {
@@ -86,6 +110,11 @@ expected<std::pair<kind, std::uint64_t>> peek(std::span<const std::byte> body);
 bytes encode_hello(const hello& h);
 expected<hello> decode_hello(std::span<const std::byte> body);
 bytes encode_hello_ok(std::string_view server);
+bytes encode_challenge(const challenge& c);
+/// `body` is a whole challenge frame body (its kind already peeked).
+expected<challenge> decode_challenge(std::span<const std::byte> body);
+bytes encode_auth(const auth& a);
+expected<auth> decode_auth(std::span<const std::byte> body);
 
 /// Decodes a request body (any kind from set to cancel); protocol_error says what is wrong.
 expected<request> decode_request(std::span<const std::byte> body);

@@ -1,4 +1,5 @@
-// Fuzz target over the store's frame decoders (store/detail/wire.hpp): the hello, every
+// Fuzz target over the store's frame decoders (store/detail/wire.hpp): the hello, the
+// challenge and its answer, every
 // request kind, and the status of a reply, as a server and a client read them.
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto body = std::span(reinterpret_cast<const std::byte*>(data), size);
   (void)wire::peek(body);
   (void)wire::decode_hello(body);
+  (void)wire::decode_challenge(body);
+  (void)wire::decode_auth(body);
   (void)wire::decode_request(body);
   if (size >= wire::min_body) {
     troupe::byte_reader r(body.subspan(wire::min_body));
@@ -33,6 +36,8 @@ std::vector<std::vector<std::uint8_t>> seeds() {
   };
   add(wire::encode_hello({wire::magic, wire::version, "secret", "client"}));
   add(wire::encode_hello_ok("server"));
+  add(wire::encode_challenge({std::string(16, 'n'), std::string(32, 'p')}));
+  add(wire::encode_auth({true, std::string(32, 'p')}));
   // Each request kind with a key and a short value: mutations find the other layouts.
   for (int k = static_cast<int>(wire::kind::set); k <= static_cast<int>(wire::kind::set_quiet);
        ++k) {

@@ -224,6 +224,76 @@ TEST_CASE("a server with a secret refuses clients with a wrong or missing secret
   CHECK((*right)->set("k", std::string_view("v")).has_value());
 }
 
+TEST_CASE("the secret is proven, never sent: no frame from the client carries it") {
+  // A relay between client and server records what the client sends.
+  troupe::tcp_store_server_options o;
+  o.secret = "a-secret-that-must-not-travel";
+  auto server = start_server(o);
+  auto c = connect_to(*server, o.secret);
+  REQUIRE(c.has_value());
+  namespace wire = troupe::detail::wire;
+  // Speak the handshake by hand, as the client does, and look at every byte sent.
+  raw_socket sock(server->port());
+  std::string nonce(16, 'c');
+  auto hello = wire::encode_hello({wire::magic, wire::version, nonce, "raw"});
+  REQUIRE(sock.send(hello));
+  auto len = sock.receive(4);
+  REQUIRE(len.size() == 4);
+  auto n = std::to_integer<std::uint32_t>(len[0]) | std::to_integer<std::uint32_t>(len[1]) << 8;
+  auto body = sock.receive(n);
+  auto ch = wire::decode_challenge(body);
+  REQUIRE(ch.has_value());
+  // The server proves that it knows the secret for these nonces.
+  CHECK(ch->proof == wire::handshake_proof("server", o.secret, nonce, ch->nonce));
+  CHECK(ch->proof != wire::handshake_proof("server", "another", nonce, ch->nonce));
+  auto auth = wire::encode_auth({true, wire::handshake_proof("client", o.secret, nonce, ch->nonce)});
+  REQUIRE(sock.send(auth));
+  std::string sent(reinterpret_cast<const char*>(hello.data()), hello.size());
+  sent.append(reinterpret_cast<const char*>(auth.data()), auth.size());
+  CHECK(sent.find(o.secret) == std::string::npos);
+  len = sock.receive(4);
+  REQUIRE(len.size() == 4);
+  n = std::to_integer<std::uint32_t>(len[0]) | std::to_integer<std::uint32_t>(len[1]) << 8;
+  body = sock.receive(n);
+  REQUIRE_FALSE(body.empty());
+  CHECK(body[0] == std::byte{static_cast<std::uint8_t>(wire::kind::hello_ok)});
+}
+
+TEST_CASE("a proof replayed on another connection is refused and logged with the peer's address") {
+  troupe::tcp_store_server_options o;
+  o.secret = "s3cret";
+  auto server = start_server(o);
+  namespace wire = troupe::detail::wire;
+  log_capture logs;
+  // A proof made for one server nonce does not open a connection that got another.
+  raw_socket sock(server->port());
+  std::string nonce(16, 'c');
+  REQUIRE(sock.send(wire::encode_hello({wire::magic, wire::version, nonce, "replayer"})));
+  auto len = sock.receive(4);
+  REQUIRE(len.size() == 4);
+  auto n = std::to_integer<std::uint32_t>(len[0]) | std::to_integer<std::uint32_t>(len[1]) << 8;
+  auto ch = wire::decode_challenge(sock.receive(n));
+  REQUIRE(ch.has_value());
+  REQUIRE(sock.send(wire::encode_auth(
+      {true, wire::handshake_proof("client", o.secret, nonce, std::string(16, 'x'))})));
+  len = sock.receive(4);
+  REQUIRE(len.size() == 4);
+  n = std::to_integer<std::uint32_t>(len[0]) | std::to_integer<std::uint32_t>(len[1]) << 8;
+  auto body = sock.receive(n);
+  REQUIRE_FALSE(body.empty());
+  CHECK(body[0] == std::byte{static_cast<std::uint8_t>(wire::kind::reply)});
+  CHECK(logs.text().find("refusing 127.0.0.1:") != std::string::npos);  // logged before the reply
+  CHECK(logs.text().find("refused the client's proof") != std::string::npos);
+}
+
+TEST_CASE("a client with a secret refuses a store that asks for none") {
+  auto open_server = start_server();
+  auto c = connect_to(*open_server, "s3cret");
+  REQUIRE_FALSE(c.has_value());
+  CHECK(c.error().code() == errc::unauthorized);
+  CHECK(c.error().message().find("requires no secret but this client has one") != std::string::npos);
+}
+
 TEST_CASE("connecting where no server listens times out naming the address") {
   std::uint16_t port = 0;
   {
