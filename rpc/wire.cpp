@@ -1,8 +1,11 @@
 #include "rpc/wire.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <new>
+
+#include "core/hmac.hpp"
 
 namespace troupe::rpc::wire {
 
@@ -35,7 +38,26 @@ constexpr std::size_t descriptor_fixed = 1 + 1 + 4 + 1 + 8;
 
 bool is_valid_kind(std::uint8_t raw) noexcept {
   return raw >= static_cast<std::uint8_t>(kind::handshake) &&
-         raw <= static_cast<std::uint8_t>(kind::shutdown);
+         raw <= static_cast<std::uint8_t>(kind::handshake_auth);
+}
+
+std::string handshake_proof(std::string_view role, std::string_view token,
+                            std::string_view caller_nonce, std::string_view acceptor_nonce,
+                            std::string_view group, std::string_view caller) {
+  auto b = [](std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); };
+  // Lengths keep the fields apart ("ab"+"c" and "a"+"bc" hash differently).
+  auto n = [](std::string_view s) {
+    auto v = static_cast<std::uint32_t>(s.size());
+    std::array<std::byte, 4> out{};
+    for (int i = 0; i < 4; ++i) out[static_cast<std::size_t>(i)] = std::byte(v >> (8 * i));
+    return out;
+  };
+  auto lg = n(group), lc = n(caller);
+  static constexpr std::string_view domain = "troupe rpc handshake ";
+  auto tag = hmac_sha256(token, {b(domain), b(role), b(caller_nonce), b(acceptor_nonce),
+                                 std::span<const std::byte>(lg), b(group),
+                                 std::span<const std::byte>(lc), b(caller)});
+  return std::string(reinterpret_cast<const char*>(tag.data()), tag.size());
 }
 
 std::string_view to_string(kind k) noexcept {
@@ -50,6 +72,8 @@ std::string_view to_string(kind k) noexcept {
     case kind::rref_release: return "rref_release";
     case kind::membership: return "membership";
     case kind::shutdown: return "shutdown";
+    case kind::handshake_challenge: return "handshake_challenge";
+    case kind::handshake_auth: return "handshake_auth";
   }
   return "unknown";
 }

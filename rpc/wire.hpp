@@ -18,15 +18,16 @@
 namespace troupe::rpc::wire {
 
 inline constexpr std::uint32_t magic = 0x43505254;  // "TRPC" as little-endian bytes
-inline constexpr std::uint8_t version = 1;
+/// 2: the job token is proven with HMAC-SHA256 over both sides' nonces, never sent.
+inline constexpr std::uint8_t version = 2;
 inline constexpr std::size_t header_size = 40;
 inline constexpr std::size_t max_tensor_rank = 16;
 
 /// Frame kinds. Stable values: they travel on the wire.
 enum class kind : std::uint8_t {
-  /// First frame of a connection: protocol version, job token, the caller's identity.
+  /// First frame of a connection: protocol version, the caller's nonce and identity.
   handshake = 1,
-  /// The acceptor's answer to a good handshake: its identity.
+  /// The acceptor's answer once the caller has proven the job token: its identity.
   handshake_ok = 2,
   /// A call: function name, call flags, timeout, then the serialized arguments.
   request = 3,
@@ -45,7 +46,18 @@ enum class kind : std::uint8_t {
   membership = 9,
   /// The sender is shutting down in an orderly way; no answer.
   shutdown = 10,
+  /// The acceptor's answer to a handshake: its nonce and its proof of the job token.
+  handshake_challenge = 11,
+  /// The caller's proof of the job token, answering the challenge.
+  handshake_auth = 12,
 };
+
+/// The proof that `role` ("acceptor" or "caller") knows `token`: HMAC-SHA256 over the
+/// role, both nonces, the group and the caller's name, so that a proof opens one
+/// connection, in one direction, for one caller only.
+std::string handshake_proof(std::string_view role, std::string_view token,
+                            std::string_view caller_nonce, std::string_view acceptor_nonce,
+                            std::string_view group, std::string_view caller);
 
 /// True for a value that names a kind.
 bool is_valid_kind(std::uint8_t raw) noexcept;

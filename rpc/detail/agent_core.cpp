@@ -1,6 +1,7 @@
 #include "rpc/detail/agent_core.hpp"
 
 #include "core/cuda_runtime.hpp"
+#include "core/hmac.hpp"
 #include "core/log.hpp"
 #include "core/net_address.hpp"
 #include "rpc/detail/accept_pause.hpp"
@@ -318,19 +319,48 @@ expected<std::shared_ptr<connection>> agent_core::handshake(const member& m,
                                         opts_.max_queued_bytes);
   c->set_peer(m.info);
   c->start(duration::zero());
+  // hello (our nonce) -> challenge (its nonce and proof) -> our proof -> handshake_ok.
+  // Each side proves the job token over both nonces; the token never travels.
+  auto exchange = [&](wire::frame_builder&& out) -> expected<wire::frame> {
+    promise<wire::frame> p;
+    auto reply = p.get_future();
+    TROUPE_TRY(c->add_pending(0, std::move(p), d));
+    if (auto s = c->send(std::move(out)); !s) return std::move(s).error();
+    return reply.get(d.remaining() + std::chrono::milliseconds(50));
+  };
+  auto fail = [&](error e) -> expected<std::shared_ptr<connection>> {
+    c->close(e);
+    return e;
+  };
+  auto nonce = make_nonce();
+  if (!nonce) return fail(std::move(nonce).error());
+  const std::string mine(reinterpret_cast<const char*>(nonce->data()), nonce->size());
   wire::frame_builder hs(wire::kind::handshake, 0);
   std::uint32_t protocol = wire::version;
-  TROUPE_TRY(serialize(hs.message(), nullptr, protocol, token_, self_, opts_.group));
+  TROUPE_TRY(serialize(hs.message(), nullptr, protocol, mine, self_, opts_.group));
   TROUPE_TRY(hs.finish());
-  promise<wire::frame> p;
-  auto reply = p.get_future();
-  TROUPE_TRY(c->add_pending(0, std::move(p), d));
-  if (auto s = c->send(std::move(hs)); !s) return std::move(s).error();
-  auto r = reply.get(d.remaining() + std::chrono::milliseconds(50));
-  if (!r) {
-    c->close(r.error());
-    return std::move(r).error();
-  }
+  auto challenge = exchange(std::move(hs));
+  if (!challenge) return fail(std::move(challenge).error());
+  std::string theirs, proof;
+  if (challenge->type != wire::kind::handshake_challenge ||
+      !deserialize(challenge->message, nullptr, theirs, proof))
+    return fail(make_error(errc::protocol_error, "worker '", m.info.name, "' at ", m.host, ":", m.port,
+                           " did not answer the handshake with a challenge; is it a troupe RPC "
+                           "agent of this version?")
+                    .with_worker(m.info.name));
+  auto want = wire::handshake_proof("acceptor", token_, mine, theirs, opts_.group, self_.name);
+  if (!equal_constant_time(std::as_bytes(std::span(want.data(), want.size())),
+                           std::as_bytes(std::span(proof.data(), proof.size()))))
+    return fail(make_error(errc::unauthorized, "the worker at ", m.host, ":", m.port, " claiming to be '",
+                           m.info.name, "' could not prove this job's token: another job's worker, "
+                           "or a different job secret (TROUPE_JOB_SECRET) or job_token")
+                    .with_worker(m.info.name));
+  wire::frame_builder answer(wire::kind::handshake_auth, 0);
+  TROUPE_TRY(serialize(answer.message(), nullptr,
+                       wire::handshake_proof("caller", token_, mine, theirs, opts_.group, self_.name)));
+  TROUPE_TRY(answer.finish());
+  auto r = exchange(std::move(answer));
+  if (!r) return fail(std::move(r).error());
   return c;
 }
 

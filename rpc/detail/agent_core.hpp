@@ -152,6 +152,8 @@ class agent_core final : public connection_owner,
 
   // Frames (dispatch.cpp).
   void handle_handshake(const std::shared_ptr<connection>& c, wire::frame&& f);
+  void handle_handshake_auth(const std::shared_ptr<connection>& c, wire::frame&& f);
+  void refuse_handshake(const std::shared_ptr<connection>& c, const error& why);
   void handle_request(const std::shared_ptr<connection>& c, wire::frame&& f);
   void run_request(const std::shared_ptr<connection>& c, std::shared_ptr<const function_table::entry> fn,
                    call_info info, std::uint64_t id, std::uint8_t flags, std::uint64_t rref_id,

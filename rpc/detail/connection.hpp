@@ -113,6 +113,16 @@ class connection : public std::enable_shared_from_this<connection> {
   void set_limits(wire::limits lim);
   const std::string& remote_address() const noexcept { return remote_; }
 
+  /// An accepted connection between the challenge and the caller's proof: who the caller
+  /// claims to be and both nonces. Touched only by the frame handler, on the strand.
+  struct pending_handshake {
+    worker_info who;
+    std::string group;
+    std::string caller_nonce;
+    std::string acceptor_nonce;
+  };
+  std::optional<pending_handshake>& challenge_state() noexcept { return challenge_; }
+
   /// Registers an outstanding call; fails with the sticky error when closed.
   expected<void> add_pending(std::uint64_t id, promise<wire::frame>&& p, deadline d);
   /// Completes and forgets call `id`; false when unknown (late reply after a timeout).
@@ -156,6 +166,7 @@ class connection : public std::enable_shared_from_this<connection> {
 
   socket_type socket_;
   asio::steady_timer handshake_timer_;
+  std::optional<pending_handshake> challenge_;
   std::weak_ptr<connection_owner> owner_;
   const bool outbound_;
   std::string remote_;

@@ -1,4 +1,5 @@
 // agent_core: what happens to each received frame.
+#include "core/hmac.hpp"
 #include "core/log.hpp"
 #include "rpc/detail/agent_core.hpp"
 #include "rpc/routing.hpp"
@@ -7,11 +8,9 @@ namespace troupe::rpc::detail {
 
 namespace {
 
-bool same_secret(std::string_view a, std::string_view b) {
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
-    diff |= static_cast<unsigned>(static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]));
-  return diff == 0;
+bool same_proof(std::string_view a, std::string_view b) {
+  return equal_constant_time(std::as_bytes(std::span(a.data(), a.size())),
+                             std::as_bytes(std::span(b.data(), b.size())));
 }
 
 }  // namespace
@@ -20,7 +19,10 @@ void agent_core::on_frame(const std::shared_ptr<connection>& c, wire::frame&& f)
   using wire::kind;
   if (!c->outbound()) {
     if (c->peer().name.empty()) {
-      if (f.type == kind::handshake) return handle_handshake(c, std::move(f));
+      if (f.type == kind::handshake && !c->challenge_state())
+        return handle_handshake(c, std::move(f));
+      if (f.type == kind::handshake_auth && c->challenge_state())
+        return handle_handshake_auth(c, std::move(f));
       return c->close(make_error(errc::protocol_error, "connection from ", c->remote_address(),
                                  " sent a ", wire::to_string(f.type), " frame before its handshake"));
     }
@@ -49,6 +51,7 @@ void agent_core::on_frame(const std::shared_ptr<connection>& c, wire::frame&& f)
   }
   switch (f.type) {
     case kind::handshake_ok:
+    case kind::handshake_challenge:
     case kind::response:
     case kind::error: return handle_response(c, std::move(f));
     case kind::shutdown: c->note_shutdown_notice(); return;
@@ -94,30 +97,56 @@ void agent_core::on_closed(const std::shared_ptr<connection>& c, const error& wh
   notify_membership({membership_change::failed, c->peer(), why});
 }
 
+void agent_core::refuse_handshake(const std::shared_ptr<connection>& c, const error& why) {
+  TROUPE_LOG(log_level::warn, "rpc", why.message());
+  reply_error(c, 0, why);
+  c->close(why);
+}
+
+// The caller's hello: who it claims to be and its nonce. Answered with our nonce and our
+// proof of the job token; the caller proves it in turn (handle_handshake_auth). The token
+// itself never travels.
 void agent_core::handle_handshake(const std::shared_ptr<connection>& c, wire::frame&& f) {
   std::uint32_t protocol = 0;
-  std::string token, group;
+  std::string nonce, group;
   worker_info who;
-  auto r = deserialize(f.message, nullptr, protocol, token, who, group);
-  error refusal;
-  if (!r) {
-    refusal = make_error(errc::protocol_error, "malformed handshake: ", r.error().message());
-  } else if (protocol != wire::version) {
-    refusal = make_error(errc::protocol_error, "protocol version ", protocol, " is not ", int(wire::version));
-  } else if (!same_secret(token, token_)) {
-    refusal = make_error(errc::unauthorized, "worker '", name_, "' refused a connection from ",
-                         c->remote_address(), " claiming to be '", who.name,
-                         "': wrong or missing job token; every worker of a job must use the same "
-                         "job_token (or the same store)");
-  } else if (who.name.empty()) {
-    refusal = make_error(errc::protocol_error, "handshake without a worker name");
-  }
-  if (!refusal.message().empty()) {
-    TROUPE_LOG(log_level::warn, "rpc", refusal.message());
-    reply_error(c, 0, refusal);
-    c->close(refusal);
-    return;
-  }
+  auto r = deserialize(f.message, nullptr, protocol, nonce, who, group);
+  if (!r)
+    return refuse_handshake(c, make_error(errc::protocol_error, "malformed handshake: ", r.error().message()));
+  if (protocol != wire::version)
+    return refuse_handshake(c, make_error(errc::protocol_error, "protocol version ", protocol, " is not ",
+                                          int(wire::version)));
+  if (who.name.empty())
+    return refuse_handshake(c, make_error(errc::protocol_error, "handshake without a worker name"));
+  if (nonce.size() < 16)
+    return refuse_handshake(c, make_error(errc::protocol_error, "handshake nonce of ", nonce.size(),
+                                          " bytes; at least 16 are required"));
+  auto mine = make_nonce();
+  if (!mine) return refuse_handshake(c, mine.error());
+  connection::pending_handshake p{who, group, std::move(nonce),
+                                  std::string(reinterpret_cast<const char*>(mine->data()), mine->size())};
+  wire::frame_builder ch(wire::kind::handshake_challenge, 0);
+  std::string proof = wire::handshake_proof("acceptor", token_, p.caller_nonce, p.acceptor_nonce, group, who.name);
+  if (!serialize(ch.message(), nullptr, p.acceptor_nonce, proof) || !ch.finish())
+    return refuse_handshake(c, make_error(errc::protocol_error, "cannot encode the challenge"));
+  c->challenge_state() = std::move(p);
+  (void)c->send(std::move(ch));
+}
+
+void agent_core::handle_handshake_auth(const std::shared_ptr<connection>& c, wire::frame&& f) {
+  auto p = std::move(*c->challenge_state());
+  c->challenge_state().reset();
+  std::string proof;
+  if (auto r = deserialize(f.message, nullptr, proof); !r)
+    return refuse_handshake(c, make_error(errc::protocol_error, "malformed handshake proof: ", r.error().message()));
+  if (!same_proof(proof, wire::handshake_proof("caller", token_, p.caller_nonce, p.acceptor_nonce, p.group,
+                                               p.who.name)))
+    return refuse_handshake(
+        c, make_error(errc::unauthorized, "worker '", name_, "' refused a connection from ",
+                      c->remote_address(), " claiming to be '", p.who.name,
+                      "': it could not prove the job token; every worker of a job must use the "
+                      "same job secret (TROUPE_JOB_SECRET), job_token or store"));
+  worker_info who = std::move(p.who);
   c->set_peer(who);
   c->set_limits(opts_.limits);
   wire::frame_builder ok_frame(wire::kind::handshake_ok, 0);

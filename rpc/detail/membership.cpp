@@ -4,6 +4,7 @@
 #include "core/log.hpp"
 #include "core/net_address.hpp"
 #include "rpc/detail/agent_core.hpp"
+#include "store/connect.hpp"
 #include "store/membership_token.hpp"
 #include "store/rendezvous.hpp"
 
@@ -61,6 +62,12 @@ member agent_core::my_record() const {
 expected<void> agent_core::ensure_token(deadline d) {
   if (!opts_.job_token.empty()) {
     token_ = opts_.job_token;
+    return ok();
+  }
+  // The job's secret, when it has one, is the token: nothing that grants access is kept in
+  // the store.
+  if (auto secret = job_secret_from_env(); !secret.empty()) {
+    token_ = std::move(secret);
     return ok();
   }
   auto mine = to_bytes(random_token());

@@ -24,6 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)deserialize(f.message, nullptr, protocol, token, who, group);
     worker_info peer;
     (void)deserialize(f.message, nullptr, peer);  // a handshake_ok's body
+    std::string nonce, proof;
+    (void)deserialize(f.message, nullptr, nonce, proof);  // a handshake_challenge's body
+    (void)deserialize(f.message, nullptr, proof);         // a handshake_auth's body
   }
   return 0;
 }
@@ -36,9 +39,16 @@ std::vector<std::vector<std::uint8_t>> seeds() {
   (void)serialize(hs.message(), nullptr, protocol, std::string("token"), worker_info{"w0", 0},
                   std::string("troupe/rpc"));
   (void)hs.finish();
-  auto h = hs.head();
-  auto* p = reinterpret_cast<const std::uint8_t*>(h.data());
-  return {std::vector<std::uint8_t>(p, p + h.size())};
+  wire::frame_builder ch(wire::kind::handshake_challenge, 0);
+  (void)serialize(ch.message(), nullptr, std::string(16, 'n'), std::string(32, 'p'));
+  (void)ch.finish();
+  std::vector<std::vector<std::uint8_t>> out;
+  for (auto* fb : {&hs, &ch}) {
+    auto h = fb->head();
+    auto* p = reinterpret_cast<const std::uint8_t*>(h.data());
+    out.emplace_back(p, p + h.size());
+  }
+  return out;
 }
 
 }  // namespace troupe::fuzz

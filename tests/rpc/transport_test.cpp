@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -67,24 +68,56 @@ std::uint16_t port_of(store& s, int rank) {
   return m->port;
 }
 
-bytes handshake(const std::string& token) {
+// The opening frame of a connection, with this caller's nonce.
+bytes handshake(const std::string& nonce) {
   wire::frame_builder hs(wire::kind::handshake, 0);
   std::uint32_t protocol = wire::version;
-  REQUIRE(serialize(hs.message(), nullptr, protocol, token, worker_info{"intruder", 7},
+  REQUIRE(serialize(hs.message(), nullptr, protocol, nonce, worker_info{"intruder", 7},
                     std::string("troupe/rpc")));
   REQUIRE(hs.finish());
   return hs.head();
 }
 
+bytes handshake_auth(const std::string& proof) {
+  wire::frame_builder a(wire::kind::handshake_auth, 0);
+  REQUIRE(serialize(a.message(), nullptr, proof));
+  REQUIRE(a.finish());
+  return a.head();
+}
+
+// Reads frames until one is complete (each read bounded by the socket's timeout).
+wire::frame read_frame(const raw_socket& c) {
+  wire::frame_decoder d;
+  std::vector<wire::frame> frames;
+  std::byte buf[4096];
+  for (int i = 0; i < 100 && frames.empty(); ++i) {
+    auto n = ::recv(c.fd, buf, sizeof buf, 0);
+    REQUIRE(n > 0);
+    REQUIRE(d.feed(std::span<const std::byte>(buf, static_cast<std::size_t>(n)), frames));
+  }
+  REQUIRE(frames.size() == 1);
+  return std::move(frames[0]);
+}
+
 }  // namespace
 
-TEST_CASE("a connection with a wrong or missing job token is refused and closed") {
+TEST_CASE("a caller that cannot prove the job token is refused and closed, and the token never travels") {
   auto s = std::make_shared<memory_store>();
-  auto g = make_group(1, s, [](int, rpc_backend_options& o) { o.job_token = "the-right-secret"; });
+  const std::string token = "the-right-secret";
+  auto g = make_group(1, s, [&](int, rpc_backend_options& o) { o.job_token = token; });
   auto port = port_of(*s, 0);
-  for (std::string token : {"a-wrong-secret", ""}) {
+  const std::string nonce(16, 'n');
+  for (std::string guess : {"a-wrong-secret", ""}) {
     raw_socket c(port);
-    c.send_all(handshake(token));
+    c.send_all(handshake(nonce));
+    auto ch = read_frame(c);
+    REQUIRE(ch.type == wire::kind::handshake_challenge);
+    std::string theirs, proof;
+    REQUIRE(deserialize(ch.message, nullptr, theirs, proof));
+    // The acceptor proves the token for these nonces, and only for them.
+    CHECK(proof == wire::handshake_proof("acceptor", token, nonce, theirs, "troupe/rpc", "intruder"));
+    CHECK(proof != wire::handshake_proof("acceptor", guess, nonce, theirs, "troupe/rpc", "intruder"));
+    c.send_all(handshake_auth(wire::handshake_proof("caller", guess, nonce, theirs, "troupe/rpc", "intruder")));
     auto [got, eof] = c.read_to_end();
     CHECK(eof);
     wire::frame_decoder d;
@@ -97,15 +130,46 @@ TEST_CASE("a connection with a wrong or missing job token is refused and closed"
     CHECK(e.code() == errc::unauthorized);
     CHECK(e.message().find("intruder") != std::string::npos);
   }
-  // The right token is accepted.
+  // A proof made for another connection's nonce is refused too (no replay).
+  {
+    raw_socket c(port);
+    c.send_all(handshake(nonce));
+    auto ch = read_frame(c);
+    REQUIRE(ch.type == wire::kind::handshake_challenge);
+    c.send_all(handshake_auth(
+        wire::handshake_proof("caller", token, nonce, std::string(16, 'x'), "troupe/rpc", "intruder")));
+    CHECK(read_frame(c).type == wire::kind::error);
+  }
+  // The right proof is accepted, and no byte the caller sent holds the token.
   raw_socket ok(port);
-  ok.send_all(handshake("the-right-secret"));
+  auto hello = handshake(nonce);
+  ok.send_all(hello);
+  auto ch = read_frame(ok);
+  std::string theirs, proof;
+  REQUIRE(deserialize(ch.message, nullptr, theirs, proof));
+  auto answer = handshake_auth(wire::handshake_proof("caller", token, nonce, theirs, "troupe/rpc", "intruder"));
+  ok.send_all(answer);
+  std::string sent(reinterpret_cast<const char*>(hello.data()), hello.size());
+  sent.append(reinterpret_cast<const char*>(answer.data()), answer.size());
+  CHECK(sent.find(token) == std::string::npos);
   std::byte head[wire::header_size];
   REQUIRE(::recv(ok.fd, head, sizeof head, MSG_WAITALL) == static_cast<ssize_t>(sizeof head));
   auto h = wire::read_header(head, {});
   REQUIRE(h);
   CHECK(h->type == wire::kind::handshake_ok);
   CHECK(*g[0]->rpc_sync<int>("w0", "add", 1, 2) == 3);
+  shutdown_all(g);
+}
+
+TEST_CASE("with a job secret, the agents prove it and keep no token in the store") {
+  ::setenv("TROUPE_JOB_SECRET", "job-secret-for-rpc", 1);
+  auto s = std::make_shared<memory_store>();
+  auto g = make_group(2, s, [](int, rpc_backend_options&) {});
+  ::unsetenv("TROUPE_JOB_SECRET");
+  CHECK(*g[0]->rpc_sync<int>("w1", "add", 1, 2) == 3);
+  CHECK(*g[1]->rpc_sync<int>("w0", "add", 3, 4) == 7);
+  std::array<std::string, 1> token_key{"troupe/rpc/job_token"};
+  CHECK_FALSE(s->check(token_key, std::chrono::seconds(1)).value());
   shutdown_all(g);
 }
 
