@@ -191,6 +191,12 @@ tensor tensor::with_device(device d) const {
   return t;
 }
 
+tensor tensor::with_stream(void* cuda_stream) const {
+  tensor t = *this;
+  t.stream_ = cuda_stream;
+  return t;
+}
+
 bool same_values(const tensor& a, const tensor& b) {
   if (a.type_ != b.type_ || a.shape_ != b.shape_) return false;
   tensor ca = a.contiguous(), cb = b.contiguous();

@@ -71,6 +71,14 @@ class tensor {
   /// The same data labelled with another device (used when a buffer was staged).
   tensor with_device(device d) const;
 
+  /// The CUDA stream (a cudaStream_t) whose queued work produces this GPU tensor's data;
+  /// null means the device's legacy default stream. A send copies the data only after
+  /// every operation queued on that stream when the call was made (an event recorded there
+  /// and waited for by the copy), so a tensor written by a kernel on a non-blocking stream
+  /// must name that stream. Not sent over the wire; ignored for CPU tensors.
+  tensor with_stream(void* cuda_stream) const;
+  void* stream() const noexcept { return stream_; }
+
   /// Same dtype, shape and element values (device ignored); for tests.
   friend bool same_values(const tensor& a, const tensor& b);
 
@@ -81,6 +89,7 @@ class tensor {
   std::vector<std::int64_t> shape_;
   std::vector<std::int64_t> strides_;
   std::shared_ptr<void> owner_;
+  void* stream_ = nullptr;
 };
 
 std::ostream& operator<<(std::ostream& os, const tensor& t);
