@@ -11,16 +11,23 @@
 // The program starts N copies of itself as ranks on 127.0.0.1 around a TCP store on port 0;
 // rank 0 prints the table. CPU tensors only (float32). The JSON lines also carry cpu_us,
 // rank 0's process CPU time (all threads, user + system) per operation.
+//
+// Under a launcher (RANK set: troupe-run, torchrun, or bare RANK/WORLD_SIZE/MASTER_ADDR/
+// MASTER_PORT), the program is that rank of the launcher's world instead (troupe::init, its
+// world group; --world is ignored), so that ranks can run on several hosts
+// (bench/hosts_bench.sh).
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "collectives/group.hpp"
 #include "store/connect.hpp"
+#include "world/world.hpp"
 #include "rank_processes.hpp"
 
 namespace {
@@ -41,6 +48,8 @@ double process_cpu_us() {
   return us(ru.ru_utime) + us(ru.ru_stime);
 }
 
+int run_ops(const args& a, process_group& pg, int rank, int n);
+
 int run_rank(const args& a) {
   store_options so;
   so.timeout = 60s;
@@ -60,9 +69,12 @@ int run_rank(const args& a) {
     std::cerr << "rank " << a.rank << ": " << g.error() << "\n";
     return 1;
   }
-  auto& pg = **g;
-  const int n = a.world;
-  if (a.rank == 0 && !a.json)
+  return run_ops(a, **g, a.rank, a.world);
+}
+
+// Every operation and size on `pg`, this process being `rank` of `n`.
+int run_ops(const args& a, process_group& pg, int rank, int n) {
+  if (rank == 0 && !a.json)
     std::printf("# world %d, backend %s, float32\n#%12s %12s %10s %12s %10s %10s\n", n,
                 a.backend.c_str(), "size(B)", "count", "op", "time(us)", "algbw", "busbw");
   for (const auto& op : a.ops) {
@@ -107,18 +119,36 @@ int run_rank(const args& a) {
       double us = std::chrono::duration<double, std::micro>(clock::now() - start).count() / iters;
       const double cpu_us = (process_cpu_us() - cpu0) / iters;
       double algbw = static_cast<double>(bytes) / us / 1e3;  // GB/s
-      if (a.rank == 0 && a.json)
+      if (rank == 0 && a.json)
         std::printf(
             "{\"impl\": \"troupe-%s\", \"bench\": \"%s\", \"world\": %d, \"bytes\": %zu, "
             "\"time_us\": %.1f, \"busbw_GBps\": %.4f, \"cpu_us\": %.1f}\n",
             a.backend.c_str(), op.c_str(), n, bytes, us, algbw * bus_factor(op, n), cpu_us);
-      else if (a.rank == 0)
+      else if (rank == 0)
         std::printf(" %12zu %12zu %10s %12.1f %10.3f %10.3f\n", bytes, count, op.c_str(), us, algbw,
                     algbw * bus_factor(op, n));
       std::fflush(stdout);
     }
   }
   return 0;
+}
+
+// This process as its rank of the launcher's world.
+int run_launched(const args& a) {
+  init_options io;
+  io.timeout = 120s;
+  io.backend = a.backend;
+  auto w = init(io);
+  if (!w) {
+    std::cerr << "collectives_bench: init: " << w.error() << "\n";
+    return 1;
+  }
+  int rc = run_ops(a, w->group(), w->rank(), w->size());
+  if (auto r = w->shutdown(60s); !r) {
+    std::cerr << "collectives_bench: rank " << w->rank() << ": shutdown: " << r.error() << "\n";
+    rc = rc ? rc : 1;
+  }
+  return rc;
 }
 
 }  // namespace
@@ -129,5 +159,6 @@ int main(int argc, char** argv) {
   if (!parsed) return 2;
   const args& a = *parsed;
   if (a.rank >= 0) return run_rank(a);
+  if (std::getenv("RANK")) return run_launched(a);
   return troupe::bench::run_self_as_ranks(argc, argv, a.world);
 }
