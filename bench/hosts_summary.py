@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """The table of bench/hosts_bench.sh: medians over its rounds, ratios and targets.
 
-Reads DIR/{troupe_rpc,anchor_rpc,troupe_coll,anchor_coll}.jsonl (the JSON lines of
-rpc_bench, rpc_torch.py, collectives_bench --json and collectives_torch_gloo.py, one set
-per round) and prints a markdown table: troupe, the anchor, troupe/anchor, the target and
+Reads DIR/{troupe_rpc,lowlat_rpc,anchor_rpc,troupe_coll,anchor_coll}.jsonl (the JSON lines
+of rpc_bench, rpc_bench --inline --busy-poll-us 50, rpc_torch.py, collectives_bench --json
+and collectives_torch_gloo.py, one set per round) and prints a markdown table: troupe, the anchor, troupe/anchor, the target and
 whether it is met, with each median's range over the rounds.
 Usage: /usr/bin/python3 bench/hosts_summary.py DIR
 """
@@ -54,7 +54,7 @@ def main():
     if len(sys.argv) != 2:
         sys.exit("usage: hosts_summary.py DIR (the results of bench/hosts_bench.sh)")
     d = sys.argv[1]
-    trpc, arpc = load(d, "troupe_rpc"), load(d, "anchor_rpc")
+    trpc, arpc, lrpc = load(d, "troupe_rpc"), load(d, "anchor_rpc"), load(d, "lowlat_rpc")
     tcol, acol = load(d, "troupe_coll"), load(d, "anchor_coll")
     print("| measurement | troupe, median (range) | anchor, median (range) | troupe/anchor | target | |")
     print("|---|---|---|---|---|---|")
@@ -63,6 +63,10 @@ def main():
     tp_p50 = values(arpc, "p50_us", bench="roundtrip", variant="rpc")
     row("RPC no-op p50 (us)", rpc_p50, raw_p50, "raw TCP", ("<=", 1.2))
     row("RPC no-op p50 (us)", rpc_p50, tp_p50, "TensorPipe", ("<=", 0.35))
+    low_p50 = values(lrpc, "p50_us", bench="roundtrip", variant="rpc")
+    low_raw = values(lrpc, "p50_us", bench="roundtrip", variant="raw_tcp")
+    row("RPC no-op p50, --inline --busy-poll-us 50 (us)", low_p50, low_raw, "raw TCP", ("<=", 1.2))
+    row("RPC no-op p50, --inline --busy-poll-us 50 (us)", low_p50, tp_p50, "TensorPipe", ("<=", 0.35))
     row("RPC no-op p99 (us)", values(trpc, "p99_us", bench="roundtrip", variant="rpc"),
         values(arpc, "p99_us", bench="roundtrip", variant="rpc"), "TensorPipe")
     row("RPC no-op, 64 in flight (calls/s)", values(trpc, "calls_per_s", bench="async"),
@@ -82,6 +86,11 @@ def main():
         row(f"allreduce busbw, world 4, {size} (GB/s)",
             values(tcol, "busbw_GBps", bench="allreduce", bytes=b),
             values(acol, "busbw_GBps", bench="allreduce", bytes=b), "torch-gloo", target)
+    for b in sorted({r["bytes"] for r in tcol if r.get("bench") == "allreduce_hier"}):
+        size = f"{b / (1 << 20):g} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+        row(f"allreduce busbw, two-level prototype, {size} (GB/s)",
+            values(tcol, "busbw_GBps", bench="allreduce_hier", bytes=b),
+            values(acol, "busbw_GBps", bench="allreduce", bytes=b), "torch-gloo")
 
 
 if __name__ == "__main__":
