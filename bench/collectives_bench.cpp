@@ -11,16 +11,29 @@
 // The program starts N copies of itself as ranks on 127.0.0.1 around a TCP store on port 0;
 // rank 0 prints the table. CPU tensors only (float32). The JSON lines also carry cpu_us,
 // rank 0's process CPU time (all threads, user + system) per operation.
+//
+// Under a launcher (RANK set: troupe-run, torchrun, or bare RANK/WORLD_SIZE/MASTER_ADDR/
+// MASTER_PORT), the program is that rank of the launcher's world instead (troupe::init, its
+// world group; --world is ignored), so that ranks can run on several hosts
+// (bench/hosts_bench.sh). There the op "allreduce_hier" is also offered: a two-level
+// allreduce composed of subgroups (shared memory within each host, then the ranks with the
+// same local rank across hosts on 1/local_size of the tensor each, then an allgather within
+// the host). It is a measurement of what a hierarchical path inside the gloo backend would
+// give, not the library's algorithm; its ranks must be placed host by host (ranks
+// h*LOCAL_WORLD_SIZE.. on host h).
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "collectives/group.hpp"
 #include "store/connect.hpp"
+#include "world/world.hpp"
 #include "rank_processes.hpp"
 
 namespace {
@@ -41,6 +54,16 @@ double process_cpu_us() {
   return us(ru.ru_utime) + us(ru.ru_stime);
 }
 
+// The subgroups of allreduce_hier: this host's ranks, and the ranks with this local rank.
+struct two_level {
+  std::shared_ptr<process_group> local;
+  std::shared_ptr<process_group> cross;
+  int local_rank = 0;
+  int local_size = 1;
+};
+
+int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* h = nullptr);
+
 int run_rank(const args& a) {
   store_options so;
   so.timeout = 60s;
@@ -60,9 +83,17 @@ int run_rank(const args& a) {
     std::cerr << "rank " << a.rank << ": " << g.error() << "\n";
     return 1;
   }
-  auto& pg = **g;
-  const int n = a.world;
-  if (a.rank == 0 && !a.json)
+  return run_ops(a, **g, a.rank, a.world);
+}
+
+// Every operation and size on `pg`, this process being `rank` of `n`.
+int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* h) {
+  for (const auto& op : a.ops)
+    if (op == "allreduce_hier" && !h) {
+      std::cerr << "allreduce_hier runs only under a launcher with several hosts (bench/hosts_bench.sh)\n";
+      return 2;
+    }
+  if (rank == 0 && !a.json)
     std::printf("# world %d, backend %s, float32\n#%12s %12s %10s %12s %10s %10s\n", n,
                 a.backend.c_str(), "size(B)", "count", "op", "time(us)", "algbw", "busbw");
   for (const auto& op : a.ops) {
@@ -70,10 +101,25 @@ int run_rank(const args& a) {
       std::size_t count = bytes / sizeof(float);
       std::vector<float> in(count, 1.0f),
           out(op == "allgather" || op == "reduce_scatter" ? count : 0);
+      const std::size_t part = h ? count / static_cast<std::size_t>(h->local_size) : 0;
+      std::vector<float> own(op == "allreduce_hier" ? part : 0);
       std::size_t per_rank = count / static_cast<std::size_t>(n);
       auto run = [&]() -> expected<void> {
         if (op == "allreduce")
           return pg.allreduce(tensor_view::of(std::span(in)), {reduce_op::sum, 60s}).wait(70s);
+        if (op == "allreduce_hier") {
+          auto mine = std::span(in).subspan(part * static_cast<std::size_t>(h->local_rank), part);
+          if (auto r = h->local->allreduce(tensor_view::of(std::span(in)), {reduce_op::sum, 60s}).wait(70s); !r)
+            return r;
+          if (auto r = h->cross->allreduce(tensor_view::of(mine), {reduce_op::sum, 60s}).wait(70s); !r)
+            return r;
+          std::copy(mine.begin(), mine.end(), own.begin());
+          return h->local
+              ->allgather(tensor_view::of(std::span(own)),
+                          tensor_view::of(std::span(in).first(part * static_cast<std::size_t>(h->local_size))),
+                          {60s})
+              .wait(70s);
+        }
         if (op == "broadcast")
           return pg.broadcast(tensor_view::of(std::span(in)), {0, 60s}).wait(70s);
         if (op == "reduce_scatter")  // `bytes` is the input; each rank keeps 1/n of it
@@ -91,6 +137,19 @@ int run_rank(const args& a) {
             .wait(70s);
       };
       int iters = a.iters > 0 ? a.iters : bytes <= (1u << 20) ? 50 : bytes <= (16u << 20) ? 10 : 4;
+      if (op == "allreduce_hier") {  // the composition must sum: every element n
+        if (auto r = run(); !r) {
+          std::cerr << op << ": " << r.error() << "\n";
+          return 1;
+        }
+        if (auto bad = std::find_if(in.begin(), in.end(), [&](float v) { return v != static_cast<float>(n); });
+            bad != in.end()) {
+          std::cerr << op << ": rank " << rank << " has " << *bad << " at element " << (bad - in.begin())
+                    << " of " << count << " where " << n << " was due\n";
+          return 1;
+        }
+        std::fill(in.begin(), in.end(), 1.0f);
+      }
       for (int i = 0; i < 3; ++i)
         if (auto r = run(); !r) {
           std::cerr << op << ": " << r.error() << "\n";
@@ -107,18 +166,56 @@ int run_rank(const args& a) {
       double us = std::chrono::duration<double, std::micro>(clock::now() - start).count() / iters;
       const double cpu_us = (process_cpu_us() - cpu0) / iters;
       double algbw = static_cast<double>(bytes) / us / 1e3;  // GB/s
-      if (a.rank == 0 && a.json)
+      if (rank == 0 && a.json)
         std::printf(
             "{\"impl\": \"troupe-%s\", \"bench\": \"%s\", \"world\": %d, \"bytes\": %zu, "
             "\"time_us\": %.1f, \"busbw_GBps\": %.4f, \"cpu_us\": %.1f}\n",
-            a.backend.c_str(), op.c_str(), n, bytes, us, algbw * bus_factor(op, n), cpu_us);
-      else if (a.rank == 0)
+            a.backend.c_str(), op.c_str(), n, bytes, us, algbw * bus_factor(op == "allreduce_hier" ? "allreduce" : op, n), cpu_us);
+      else if (rank == 0)
         std::printf(" %12zu %12zu %10s %12.1f %10.3f %10.3f\n", bytes, count, op.c_str(), us, algbw,
                     algbw * bus_factor(op, n));
       std::fflush(stdout);
     }
   }
   return 0;
+}
+
+// This process as its rank of the launcher's world.
+int run_launched(const args& a) {
+  init_options io;
+  io.timeout = 120s;
+  io.backend = a.backend;
+  auto w = init(io);
+  if (!w) {
+    std::cerr << "collectives_bench: init: " << w.error() << "\n";
+    return 1;
+  }
+  two_level h;
+  h.local_rank = w->local_rank();
+  h.local_size = w->local_size();
+  bool hier = std::find(a.ops.begin(), a.ops.end(), "allreduce_hier") != a.ops.end();
+  if (hier) {
+    subgroup_options so;
+    so.timeout = 120s;
+    auto local = split(w->group(), w->rank() / h.local_size, w->rank(), so);
+    if (!local) {
+      std::cerr << "collectives_bench: the group of this host: " << local.error() << "\n";
+      return 1;
+    }
+    auto cross = split(w->group(), h.local_rank, w->rank(), so);
+    if (!cross) {
+      std::cerr << "collectives_bench: the group across hosts: " << cross.error() << "\n";
+      return 1;
+    }
+    h.local = std::move(*local);
+    h.cross = std::move(*cross);
+  }
+  int rc = run_ops(a, w->group(), w->rank(), w->size(), hier ? &h : nullptr);
+  if (auto r = w->shutdown(60s); !r) {
+    std::cerr << "collectives_bench: rank " << w->rank() << ": shutdown: " << r.error() << "\n";
+    rc = rc ? rc : 1;
+  }
+  return rc;
 }
 
 }  // namespace
@@ -129,5 +226,6 @@ int main(int argc, char** argv) {
   if (!parsed) return 2;
   const args& a = *parsed;
   if (a.rank >= 0) return run_rank(a);
+  if (std::getenv("RANK")) return run_launched(a);
   return troupe::bench::run_self_as_ranks(argc, argv, a.world);
 }

@@ -5,10 +5,15 @@ iteration counts and float32 tensors, one process per rank on 127.0.0.1.
 Prints one JSON object per measurement (rank 0), as collectives_bench --json does, with
 cpu_us: rank 0's process CPU time (all threads, user + system) per operation.
 Usage: /usr/bin/python3 bench/collectives_torch_gloo.py --world 2 --min 4096 --max 67108864
+
+Under a launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment: torchrun or
+set by hand), the program is that one rank instead (init_method env://, --world ignored),
+so that ranks may run on several hosts (bench/hosts_bench.sh).
 """
 import argparse
 import json
 import multiprocessing as mp
+import os
 import resource
 import socket
 import sys
@@ -34,8 +39,11 @@ def iters_for(nbytes, fixed):
 
 def rank_main(rank, a, port):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=a.world)
+    if port is None:  # under a launcher
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=a.world)
+    else:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=a.world)
     n = a.world
     for op in a.ops.split(","):
         nbytes = a.min
@@ -85,6 +93,10 @@ def main():
     ap.add_argument("--max", type=int, default=64 << 20)
     ap.add_argument("--iters", type=int, default=0)
     a = ap.parse_args()
+    if "RANK" in os.environ:
+        a.world = int(os.environ["WORLD_SIZE"])
+        rank_main(int(os.environ["RANK"]), a, None)
+        return 0
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -3,6 +3,13 @@
 //   rpc_bench [--iters N] [--seconds S] [--sizes 4096,1048576,...] [--busy-poll-us U] [--inline]
 //             [--tcp-only]
 // Prints one JSON object per measurement (impl, bench, size, figures) for bench/compare.py.
+//
+// Under a launcher (RANK set: troupe-run, torchrun, or bare RANK/WORLD_SIZE=2/MASTER_ADDR/
+// MASTER_PORT), the program is one side of a 2-process job instead of forking its peer, so
+// that the two sides can run on different hosts (bench/hosts_bench.sh): troupe::init opens
+// the job's store; rank 1 listens for the raw TCP echo on its job address (published in the
+// store) and serves RPC; rank 0 drives and prints the roundtrip and echo figures (raw TCP
+// and RPC). The membership figures (init, join) are single-host only.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -11,6 +18,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -20,6 +30,7 @@
 #include "rpc/backend_registry.hpp"
 #include "store/connect.hpp"
 #include "store/tcp_store_server.hpp"
+#include "world/world.hpp"
 
 using namespace troupe;
 using namespace troupe::rpc;
@@ -72,6 +83,26 @@ bool read_all(int fd, void* p, std::size_t n) {
   return true;
 }
 
+// Echo server on a listening socket: accepts one connection, then reads an 8-byte length
+// and that many bytes and echoes both back, until the peer closes; closes both sockets.
+void raw_tcp_serve(int ls) {
+  int s = ::accept(ls, nullptr, nullptr);
+  ::close(ls);
+  if (s < 0) return;
+  int one = 1;
+  ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  std::vector<char> buf;
+  for (;;) {
+    std::uint64_t n = 0;
+    if (!read_all(s, &n, 8)) break;
+    buf.resize(n);
+    if (!read_all(s, buf.data(), n) || !write_all(s, &n, 8) || !write_all(s, buf.data(), n)) break;
+  }
+  ::close(s);
+}
+
+void raw_tcp_drive(const config& c, int s);
+
 void raw_tcp(const config& c) {
   int ls = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -82,21 +113,21 @@ void raw_tcp(const config& c) {
   socklen_t len = sizeof a;
   ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
   pid_t child = ::fork();
-  if (child == 0) {  // echo server: 8-byte length, then that many bytes, echoed back
-    int s = ::accept(ls, nullptr, nullptr);
-    int one = 1;
-    ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    std::vector<char> buf;
-    for (;;) {
-      std::uint64_t n = 0;
-      if (!read_all(s, &n, 8)) _exit(0);
-      buf.resize(n);
-      if (!read_all(s, buf.data(), n) || !write_all(s, &n, 8) || !write_all(s, buf.data(), n)) _exit(0);
-    }
+  if (child == 0) {
+    raw_tcp_serve(ls);
+    _exit(0);
   }
   ::close(ls);
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
   ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  raw_tcp_drive(c, s);
+  int st = 0;
+  ::waitpid(child, &st, 0);
+}
+
+// The driving side on a connected socket: the ping-pong, then the echo of each size;
+// closes the socket.
+void raw_tcp_drive(const config& c, int s) {
   int one = 1;
   ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   auto round = [&](std::vector<char>& buf) {
@@ -128,8 +159,6 @@ void raw_tcp(const config& c) {
          strcat("\"GBps\": ", pct(gbs, 0.5)));
   }
   ::close(s);
-  int st = 0;
-  ::waitpid(child, &st, 0);
 }
 
 // ---------- RPC ----------
@@ -190,18 +219,13 @@ int serve(const config& c, const std::string& url, const std::string& name, int 
   return r ? 0 : 3;
 }
 
-void rpc_calls(const config& c, const std::string& url) {
-  pid_t child = spawn(c, {"--serve", url, "w1", "1", "2"});
-  auto a = init_rpc("w0", 0, 2, options_for(url, c));
-  if (!a) {
-    std::fprintf(stderr, "init: %s\n", a.error().to_string().c_str());
-    std::exit(2);
-  }
-  auto& ag = **a;
+// The driving side's RPC figures against worker `peer`: no-op roundtrip, pipelined no-op
+// calls, tensor echo of each size.
+void rpc_drive(const config& c, agent& ag, const std::string& peer) {
   std::vector<double> lat;
   for (int i = 0; i < c.iters + 200; ++i) {
     auto t0 = clock::now();
-    auto r = ag.rpc_sync<int>("w1", "noop", i);
+    auto r = ag.rpc_sync<int>(peer, "noop", i);
     if (!r) std::exit(3);
     if (i >= 200) lat.push_back(fsec(clock::now() - t0).count() * 1e6);
   }
@@ -219,7 +243,7 @@ void rpc_calls(const config& c, const std::string& url) {
         cv.wait(lk, [&] { return in_flight < 64; });
         ++in_flight;
       }
-      ag.rpc_async<int>("w1", "noop", 1).on_complete([&](expected<int>&&) {
+      ag.rpc_async<int>(peer, "noop", 1).on_complete([&](expected<int>&&) {
         std::lock_guard<std::mutex> lk(mu);
         --in_flight;
         ++done;
@@ -237,12 +261,23 @@ void rpc_calls(const config& c, const std::string& url) {
     int reps = sz >= (16u << 20) ? 8 : 30;
     for (int i = 0; i < reps + 2; ++i) {
       auto t0 = clock::now();
-      auto r = ag.rpc_sync<tensor>("w1", "echo", t);
+      auto r = ag.rpc_sync<tensor>(peer, "echo", t);
       if (!r) std::exit(4);
       if (i >= 2) gbs.push_back(2.0 * static_cast<double>(sz) / fsec(clock::now() - t0).count() / 1e9);
     }
     emit("troupe", "echo", strcat("\"variant\": \"rpc\", \"bytes\": ", sz), strcat("\"GBps\": ", pct(gbs, 0.5)));
   }
+}
+
+void rpc_calls(const config& c, const std::string& url) {
+  pid_t child = spawn(c, {"--serve", url, "w1", "1", "2"});
+  auto a = init_rpc("w0", 0, 2, options_for(url, c));
+  if (!a) {
+    std::fprintf(stderr, "init: %s\n", a.error().to_string().c_str());
+    std::exit(2);
+  }
+  auto& ag = **a;
+  rpc_drive(c, ag, "w1");
   auto s = connect_store(url);
   (void)(*s)->set("stop", std::string_view("1"));
   (void)ag.shutdown(std::chrono::seconds(20));
@@ -305,6 +340,67 @@ void membership(const config& c) {
   }
 }
 
+// One side of a 2-process job under a launcher (see the top of this file). Returns the
+// exit status.
+int across_hosts(const config& c) {
+  using namespace std::chrono_literals;
+  init_options io;
+  io.timeout = 120s;
+  io.rpc = true;
+  io.rpc_options = options_for("", c);
+  auto w = init(io);
+  if (!w) {
+    std::fprintf(stderr, "rpc_bench: init: %s\n", w.error().to_string().c_str());
+    return 2;
+  }
+  if (w->size() != 2) {
+    std::fprintf(stderr, "rpc_bench: under a launcher, run 2 processes (WORLD_SIZE=2), not %d\n", w->size());
+    return 2;
+  }
+  auto& st = *w->store();
+  if (w->rank() == 1) {
+    int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    if (::inet_pton(AF_INET, w->address().c_str(), &a.sin_addr) != 1 ||
+        ::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(ls, 1) != 0) {
+      std::fprintf(stderr, "rpc_bench: cannot listen on %s (an IPv4 address): %s\n", w->address().c_str(),
+                   std::strerror(errno));
+      return 2;
+    }
+    socklen_t len = sizeof a;
+    ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+    (void)st.set("raw_tcp", strcat(w->address(), ":", ntohs(a.sin_port)));
+    raw_tcp_serve(ls);  // until rank 0 closes the connection
+    std::array<std::string, 1> stop{"stop"};
+    if (auto r = st.wait(stop, 300s); !r)
+      std::fprintf(stderr, "rpc_bench: rank 1: %s\n", r.error().to_string().c_str());
+  } else {
+    auto where = st.get_string("raw_tcp", 60s);
+    if (!where) {
+      std::fprintf(stderr, "rpc_bench: rank 0: %s\n", where.error().to_string().c_str());
+      return 2;
+    }
+    auto colon = where->rfind(':');
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(where->substr(colon + 1))));
+    ::inet_pton(AF_INET, where->substr(0, colon).c_str(), &a.sin_addr);
+    int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      std::fprintf(stderr, "rpc_bench: cannot connect to rank 1's echo at %s: %s\n", where->c_str(),
+                   std::strerror(errno));
+      return 2;
+    }
+    raw_tcp_drive(c, s);
+    rpc_drive(c, *w->rpc(), "worker1");
+    (void)st.set("stop", std::string_view("1"));
+  }
+  auto r = w->shutdown(60s);
+  if (!r) std::fprintf(stderr, "rpc_bench: shutdown: %s\n", r.error().to_string().c_str());
+  return r ? 0 : 3;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -342,6 +438,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "# rpc_bench --iters %d --seconds %g --busy-poll-us %d%s\n", c.iters, c.seconds,
                c.busy_poll_us, c.run_inline ? " --inline" : "");
+  if (std::getenv("RANK")) return across_hosts(c);
   raw_tcp(c);
   auto server = tcp_store_server::start({});
   rpc_calls(c, (*server)->url());

@@ -4,6 +4,12 @@ torch.distributed.rpc (TensorPipe, torch 1.13 from Debian). Prints one JSON obje
 measurement with impl "anchor" for bench/compare.py.
 
   /usr/bin/python3 bench/rpc_torch.py [--iters N] [--seconds S] [--sizes a,b,c] [--tcp-only]
+
+Under a launcher (RANK, WORLD_SIZE=2, MASTER_ADDR, MASTER_PORT in the environment: torchrun
+or set by hand), the program is one side of the 2-process job instead of spawning both
+(init_method env://, so the sides may run on different hosts; bench/hosts_bench.sh): rank 0
+drives and prints the roundtrip, async and echo figures, rank 1 serves. The membership
+figures (init, join) are single-host only.
 """
 import argparse
 import json
@@ -36,7 +42,8 @@ def free_port():
 
 
 def options(port, tcp_only):
-    kw = {"init_method": f"tcp://127.0.0.1:{port}", "num_worker_threads": 16, "rpc_timeout": 120}
+    method = "env://" if port is None else f"tcp://127.0.0.1:{port}"
+    kw = {"init_method": method, "num_worker_threads": 16, "rpc_timeout": 120}
     if tcp_only:
         kw["_transports"] = ["uv"]
         kw["_channels"] = ["basic"]
@@ -118,6 +125,14 @@ def joiner_main(port, q, tcp_only):
     q.put((join_ms, (time.perf_counter() - t0) * 1e3))
 
 
+class Printer:
+    """Stands in for the queue under a launcher: rank 0 prints each figure at once."""
+
+    def put(self, item):
+        bench, kv = item
+        emit(bench, **kv)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=3000)
@@ -127,6 +142,11 @@ def main():
     a = ap.parse_args()
     a.sizes = [int(s) for s in a.sizes.split(",")]
     print(f"# rpc_torch.py torch {torch.__version__} iters={a.iters} tcp_only={a.tcp_only}", file=sys.stderr)
+    if "RANK" in os.environ:
+        if int(os.environ.get("WORLD_SIZE", "0")) != 2:
+            sys.exit("rpc_torch.py: under a launcher, run 2 processes (WORLD_SIZE=2)")
+        calls_main(int(os.environ["RANK"]), None, a, Printer())
+        return 0
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_port()
