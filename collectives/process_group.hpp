@@ -31,8 +31,9 @@ namespace troupe::collectives {
 struct group_spec {
   /// Unique among the groups sharing `root_store`, e.g. "world" or "world/g1/c0".
   std::string name;
-  /// This process's rank in the group and the group's size.
+  /// This process's rank in the group.
   int rank = 0;
+  /// The group's size.
   int size = 1;
   /// The world rank of each group rank (size() entries), for error messages.
   std::vector<int> global_ranks;
@@ -42,15 +43,21 @@ struct group_spec {
   duration timeout = default_timeout();
 };
 
+/// A fixed set of ranks running collectives through one backend; the contract is at the
+/// top of this file. Built by the backend registry (make_group) or by troupe::init.
 class process_group {
  public:
   virtual ~process_group() = default;
   process_group(const process_group&) = delete;
   process_group& operator=(const process_group&) = delete;
 
+  /// This process's rank in the group.
   int rank() const noexcept { return spec_.rank; }
+  /// The number of ranks.
   int size() const noexcept { return spec_.size; }
+  /// The group's name, unique among the groups sharing its store.
   const std::string& name() const noexcept { return spec_.name; }
+  /// What the group was built from.
   const group_spec& spec() const noexcept { return spec_; }
   /// The registry name of the backend, e.g. "gloo".
   virtual std::string_view backend_name() const noexcept = 0;
@@ -104,6 +111,7 @@ class process_group {
   int next_child_id() noexcept { return ++children_; }
 
  protected:
+  /// For backends: the group that `spec` describes.
   explicit process_group(group_spec spec) : spec_(std::move(spec)) {}
 
  private:

@@ -25,15 +25,24 @@ enum class cluster_kind {
 
 std::string_view to_string(cluster_kind kind) noexcept;
 
+/// Where this process stands in its job, as detect_cluster_env() reads it.
 struct cluster_env {
+  /// Which launcher's variables were read.
   cluster_kind kind = cluster_kind::environment;
+  /// This process's rank in the job (RANK, SLURM_PROCID).
   int rank = 0;
+  /// How many processes the job has (WORLD_SIZE, SLURM_NTASKS).
   int world_size = 1;
+  /// This process's rank on its node (LOCAL_RANK, SLURM_LOCALID).
   int local_rank = 0;
+  /// How many of the job's processes run on this node (LOCAL_WORLD_SIZE).
   int local_world_size = 1;
   /// The node's rank among the job's nodes (GROUP_RANK, SLURM_NODEID).
   int node_rank = 0;
+  /// The host and port of the job's rendezvous (MASTER_ADDR, MASTER_PORT; under Slurm
+  /// the first node of the list and a port derived from the job id).
   std::string master_addr;
+  /// See master_addr.
   int master_port = 0;
   /// The store every rank opens (connect_store). TROUPE_STORE_URL when set (troupe-run
   /// names its own store; under other launchers it may point at a troupe-store); else
@@ -43,8 +52,12 @@ struct cluster_env {
   /// Whether the store is the one rank 0 hosts at MASTER_ADDR (no launcher's store and no
   /// TROUPE_STORE_URL), and whether this process is that rank 0 and must host it.
   bool store_at_master = false;
+  /// Whether this process must host the store (see store_at_master).
   bool host_store = false;
+  /// The job's id (TROUPE_RUN_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID); may be empty.
   std::string run_id;
+  /// Restarts of the job so far (TROUPE_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT,
+  /// SLURM_RESTART_COUNT).
   int restart_count = 0;
   /// The key prefix that keeps this attempt's records apart from every other attempt's
   /// in the job's store, so that a restarted worker never reads a dead attempt's:

@@ -54,16 +54,21 @@ bool from_string(std::string_view name, errc& out) noexcept;
 /// An error value: cheap to move, printable, carried through `expected` and `future`.
 class error {
  public:
+  /// An internal error with no message; only a placeholder to assign over.
   error() = default;
+  /// An error of kind `code`; `message` says what went wrong and what to do.
   error(errc code, std::string message) : code_(code), message_(std::move(message)) {}
 
+  /// The kind of error.
   errc code() const noexcept { return code_; }
+  /// What went wrong and what to do, without the worker and operation.
   const std::string& message() const noexcept { return message_; }
   /// The worker the error concerns (may be empty).
   const std::string& worker() const noexcept { return worker_; }
   /// The operation that failed, e.g. "store.get" (may be empty).
   const std::string& operation() const noexcept { return operation_; }
 
+  ///@{
   /// Adds context; the first worker/operation set is kept (innermost is most precise).
   error&& with_worker(std::string name) && {
     if (worker_.empty()) worker_ = std::move(name);
@@ -81,10 +86,12 @@ class error {
     if (operation_.empty()) operation_ = std::move(op);
     return *this;
   }
+  ///@}
 
   /// "timeout in store.get on worker 'w1': <message>".
   std::string to_string() const;
 
+  /// Same code and message (the context is not compared).
   friend bool operator==(const error& a, const error& b) noexcept {
     return a.code_ == b.code_ && a.message_ == b.message_;
   }
@@ -103,8 +110,11 @@ std::ostream& operator<<(std::ostream& os, errc code);
 /// that must throw (constructors). Never escapes an I/O thread.
 class exception : public std::runtime_error {
  public:
+  /// Carries `e`; what() is e.to_string().
   explicit exception(error e) : std::runtime_error(e.to_string()), error_(std::move(e)) {}
+  /// The error it carries.
   const troupe::error& err() const noexcept { return error_; }
+  /// The kind of the error it carries.
   errc code() const noexcept { return error_.code(); }
 
  private:

@@ -32,11 +32,14 @@ int run_main(const std::function<int()>& fn);
 /// error file before aborting.
 void install_terminate_handler();
 
-/// Reads an error file written by record_error or by torchrun's @record: the message and,
+/// Reads an error file written by record_error or by torchrun's `@record`: the message and,
 /// when present, the timestamp and the stack. Empty message: not readable as one.
 struct error_file_content {
+  /// The root cause's text.
   std::string message;
+  /// When it was written, in seconds since the epoch as text; may be empty.
   std::string timestamp;
+  /// A stack trace, one frame a line; may be empty.
   std::string stack;
 };
 error_file_content read_error_file(const std::string& path);

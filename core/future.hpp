@@ -132,7 +132,11 @@ inline error consumed_future_error() {
 template <class T>
 class promise {
  public:
+  /// A promise with a fresh shared state.
   promise() : state_(std::make_shared<detail::future_state<T>>()) {}
+  ///@{
+  /// Moves the state; a promise assigned over that had no result yet breaks its future
+  /// (errc::broken_promise), as its destructor does.
   promise(promise&&) noexcept = default;
   promise& operator=(promise&& other) noexcept {
     if (this != &other) {
@@ -141,8 +145,10 @@ class promise {
     }
     return *this;
   }
+  ///@}
   promise(const promise&) = delete;
   promise& operator=(const promise&) = delete;
+  /// Without a result set, the future gets errc::broken_promise.
   ~promise() { abandon(); }
 
   /// The future of this promise; call once.
@@ -150,6 +156,7 @@ class promise {
 
   /// Sets the result; false if it was set before (the new value is dropped).
   bool set(expected<T> result) { return state_ && state_->set(std::move(result)); }
+  /// Sets a value built from `args` (none for future<void>); false if set before.
   template <class... Args>
   bool set_value(Args&&... args) {
     if constexpr (std::is_void_v<T>)
@@ -157,6 +164,7 @@ class promise {
     else
       return set(expected<T>(T(std::forward<Args>(args)...)));
   }
+  /// Sets the error `e`; false if a result was set before.
   bool set_error(error e) { return set(expected<T>(std::move(e))); }
 
  private:
@@ -173,15 +181,22 @@ class promise {
 template <class T>
 class [[nodiscard]] future {
  public:
+  /// The type of the result's value.
   using value_type = T;
 
+  /// A future with no state (valid() is false).
   future() = default;
+  ///@{
+  /// Moves the state; the source is left without one.
   future(future&&) noexcept = default;
   future& operator=(future&&) noexcept = default;
+  ///@}
   future(const future&) = delete;
   future& operator=(const future&) = delete;
 
+  /// Whether it has a state: not default-built and not consumed yet.
   bool valid() const noexcept { return state_ != nullptr; }
+  /// Whether the result is there (get() would not wait).
   bool is_ready() const { return state_ && state_->ready(); }
 
   /// Waits up to `d`; true once the result is there. A consumed future returns true
@@ -198,6 +213,7 @@ class [[nodiscard]] future {
     auto s = std::move(state_);
     return s->take();
   }
+  /// The result, waiting up to the process's default timeout (TROUPE_DEFAULT_TIMEOUT).
   expected<T> get() { return get(default_timeout()); }
 
   /// Calls `f(expected<T>&&)` with the result; consumes the future.
@@ -211,8 +227,8 @@ class [[nodiscard]] future {
     s->attach(std::forward<F>(f));
   }
 
-  /// Chains `f` on success: `f(T)` (or `f()` for void). `f` may return U, expected<U>,
-  /// future<U> or void; the result is a future of U. Errors skip `f` and pass through.
+  /// Chains `f` on success: `f(T)` (or `f()` for void). `f` may return U, `expected<U>`,
+  /// `future<U>` or void; the result is a future of U. Errors skip `f` and pass through.
   template <class F>
   auto then(F&& f) {
     return chain(

@@ -19,7 +19,9 @@ bool is_loopback_address(std::string_view host) noexcept;
 
 /// One address assigned to one interface of this host.
 struct interface_address {
+  /// The interface's name, e.g. "eth0".
   std::string interface;
+  /// The address, as text ("10.0.0.2", "fe80::1").
   std::string address;
 };
 
@@ -38,7 +40,9 @@ std::string host_key();
 /// The facts about this host that decide its address; gathered by
 /// current_host_facts(), filled by hand in tests.
 struct host_facts {
+  /// host_interface_addresses().
   std::vector<interface_address> interfaces;
+  /// host_name().
   std::string host_name;
   /// The addresses host_name resolves to (IPv4 first); empty when it does not resolve.
   std::vector<std::string> host_name_addresses;
@@ -81,8 +85,9 @@ expected<std::string> local_address();
 struct advertised_address {
   /// How messages name the member, e.g. "worker 'worker3'" or "rank 3".
   std::string who;
-  /// host_key() of the member's host, and its host name for messages.
+  /// host_key() of the member's host.
   std::string host_key;
+  /// The member's host name, for messages.
   std::string host_name;
   /// The address the member listens on.
   std::string address;

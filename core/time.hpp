@@ -31,10 +31,14 @@ class deadline {
  public:
   /// A deadline `d` from now. A huge `d` saturates instead of overflowing.
   static deadline after(duration d);
+  /// A deadline that never expires.
   static deadline never() { return deadline(clock::time_point::max()); }
+  /// The deadline at `tp`.
   explicit deadline(clock::time_point tp) : at_(tp) {}
 
+  /// When it expires.
   clock::time_point time_point() const noexcept { return at_; }
+  /// Whether it has passed.
   bool expired() const noexcept { return clock::now() >= at_; }
   /// Time left, zero once expired.
   duration remaining() const noexcept;

@@ -11,20 +11,30 @@ namespace troupe {
 template <class Signature>
 class unique_function;
 
+/// A move-only callable with signature R(Args...); empty until given a callable.
 template <class R, class... Args>
 class unique_function<R(Args...)> {
  public:
+  ///@{
+  /// An empty function (operator bool is false; calling it is undefined).
   unique_function() = default;
   unique_function(std::nullptr_t) {}
+  ///@}
+  /// Owns the callable `f` (moved or copied in).
   template <class F>
   requires(!std::is_same_v<std::decay_t<F>, unique_function> &&
            std::is_invocable_r_v<R, std::decay_t<F>&, Args...>) unique_function(F&& f)
       : impl_(std::make_unique<model<std::decay_t<F>>>(std::forward<F>(f))) {}
 
+  ///@{
+  /// Moves the callable; the source is left empty.
   unique_function(unique_function&&) noexcept = default;
   unique_function& operator=(unique_function&&) noexcept = default;
+  ///@}
 
+  /// Whether it holds a callable.
   explicit operator bool() const noexcept { return impl_ != nullptr; }
+  /// Calls the callable; only when it holds one.
   R operator()(Args... args) { return impl_->call(std::forward<Args>(args)...); }
 
  private:

@@ -11,12 +11,14 @@
 
 namespace troupe {
 
+/// A worker's identity in its group: its name and id.
 struct worker_info {
   /// Unique in its group; see validate_worker_name for the allowed characters.
   std::string name;
   /// The worker's id (its rank in a static group); -1 until assigned.
   std::int32_t id = -1;
 
+  /// Ordered by name, then id.
   friend auto operator<=>(const worker_info&, const worker_info&) = default;
 };
 

@@ -32,9 +32,13 @@
 
 namespace troupe::rpc {
 
+/// A named worker in an RPC group; the contract is at the top of this file. Made by
+/// init_rpc() or init_rpc_from_env(), or by troupe::init with init_options::rpc.
 class agent {
  public:
+  /// For backends: a handle over a running core. Users call init_rpc() instead.
   explicit agent(std::shared_ptr<detail::agent_core> core) : core_(std::move(core)) {}
+  /// shutdown() with the options' shutdown timeout.
   ~agent();
   agent(const agent&) = delete;
   agent& operator=(const agent&) = delete;
@@ -53,15 +57,20 @@ class agent {
   function_table& functions() { return core_->functions(); }
   /// This worker's reverse device maps and device list (they change as workers join).
   device_setup device_setup_now() const { return core_->setup(); }
+  /// The options the agent was made with.
   const rpc_backend_options& options() const noexcept { return core_->options(); }
 
-  /// Calls `fn` on `to` with `args`; the future holds its result of type R.
+  ///@{
+  /// Calls `fn` on `to` with `args`; the future holds its result of type R. Without
+  /// call options: the default timeout, no device map override.
   template <class R, class... Args>
   future<R> rpc_async(const call_options& o, const worker_ref& to, std::string_view fn, const Args&... args);
   template <class R, class... Args>
   future<R> rpc_async(const worker_ref& to, std::string_view fn, const Args&... args) {
     return rpc_async<R>(call_options{}, to, fn, args...);
   }
+  ///@}
+  ///@{
   /// rpc_async, then waits for the result (bounded by the call's timeout).
   template <class R, class... Args>
   expected<R> rpc_sync(const call_options& o, const worker_ref& to, std::string_view fn, const Args&... args);
@@ -69,6 +78,8 @@ class agent {
   expected<R> rpc_sync(const worker_ref& to, std::string_view fn, const Args&... args) {
     return rpc_sync<R>(call_options{}, to, fn, args...);
   }
+  ///@}
+  ///@{
   /// A one-way call: runs `fn` on `to` and sends nothing back (no response frame; the
   /// function's result is dropped and its errors are logged on `to`). Calls to one worker
   /// from one thread arrive in order. The future completes once the request is handed to
@@ -80,6 +91,8 @@ class agent {
   future<void> notify(const worker_ref& to, std::string_view fn, const Args&... args) {
     return notify(call_options{}, to, fn, args...);
   }
+  ///@}
+  ///@{
   /// Runs `fn` on `to` and keeps its result there; returns a reference to it at once.
   template <class T, class... Args>
   remote_ref<T> remote(const call_options& o, const worker_ref& to, std::string_view fn, const Args&... args);
@@ -87,6 +100,7 @@ class agent {
   remote_ref<T> remote(const worker_ref& to, std::string_view fn, const Args&... args) {
     return remote<T>(call_options{}, to, fn, args...);
   }
+  ///@}
 
   /// Dynamic groups: removes this worker from every member and the store, then stops.
   expected<void> leave();
@@ -98,6 +112,7 @@ class agent {
   std::uint64_t add_membership_listener(membership_listener l) {
     return core_->add_membership_listener(std::move(l));
   }
+  /// Stops calling the listener `id` (an unknown id is ignored).
   void remove_membership_listener(std::uint64_t id) { core_->remove_membership_listener(id); }
 
   /// Remote references this worker owns right now (diagnostics, tests).

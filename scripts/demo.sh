@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds the release preset, and runs the main demo job: four
-# workers train a small MLP with DDP under troupe-run, with uneven shards handled by Join,
-# and check that they end with identical weights matching a single-process run.
+# The quick start: installs only what the demo build uses, builds only troupe-run and the
+# demo (the `demo` preset: release, in build/release, no tests or benchmarks), and runs the
+# main demo job: four workers train a small MLP with DDP under troupe-run, with uneven
+# shards handled by Join, and check that they end with identical weights matching a
+# single-process run. scripts/test.sh builds and tests everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
-bash scripts/build.sh release
+bash scripts/install-deps.sh --demo
+bash scripts/build.sh demo
 exec build/release/launcher/troupe-run --standalone --nproc-per-node 4 \
   build/release/examples/train/train_demo

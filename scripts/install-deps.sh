@@ -1,20 +1,36 @@
 #!/usr/bin/env bash
-# Installs everything troupe needs to build and test, by Debian package name (Debian 12).
-# Idempotent: when every package is present it only checks and returns.
-#   scripts/install-deps.sh           build and test dependencies
+# Installs what troupe needs, by Debian package name (Debian 12). Idempotent: when every
+# package is present it only checks and returns.
+#   scripts/install-deps.sh --demo    only what the demo build uses (scripts/demo.sh): the
+#                                     compiler, CMake and the libraries the libraries link
+#   scripts/install-deps.sh           everything to build and test (scripts/test.sh): the
+#                                     demo set, doctest, etcd, doxygen, network tools
 #   scripts/install-deps.sh --bench   also the benchmark anchors (PyTorch 1.13: python3-torch;
 #                                     Open MPI: openmpi-bin, libopenmpi-dev)
 set -euo pipefail
 
+# What `cmake --preset demo` configures and `cmake --build --preset demo` compiles and links.
 packages=(
-  build-essential g++ cmake make git pkg-config ca-certificates python3 procps
-  libcaf-dev libboost-dev libboost-filesystem-dev doctest-dev libgloo-dev libssl-dev
-  etcd-server etcd-client libcli11-dev nlohmann-json3-dev clang-format
-  iproute2 util-linux
+  g++ make cmake libcaf-dev libboost-dev libgloo-dev libcli11-dev nlohmann-json3-dev libssl-dev
 )
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch openmpi-bin libopenmpi-dev)
-fi
+case "${1:-}" in
+  --demo) ;;
+  "" | --bench)
+    # The test suite: doctest, a real etcd, the docs target (doxygen), simulated hosts
+    # (iproute2, util-linux's unshare/nsenter, python3), and the usual developer tools.
+    packages+=(
+      build-essential git pkg-config ca-certificates python3 procps
+      doctest-dev etcd-server etcd-client doxygen iproute2 util-linux
+    )
+    if [[ "${1:-}" == "--bench" ]]; then
+      packages+=(python3-torch openmpi-bin libopenmpi-dev)
+    fi
+    ;;
+  *)
+    echo "install-deps: unknown option '$1'; use --demo, --bench or nothing" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -24,6 +24,8 @@
 
 namespace troupe {
 
+/// The key-value interface every store implements; the contract is at the top of this
+/// file (keys, timeouts, broken connections, threads). Open one with connect_store().
 class store {
  public:
   virtual ~store() = default;
@@ -65,21 +67,30 @@ class store {
   virtual std::string describe() const = 0;
 
   // Convenience forms using the store's default timeout.
+  /// The default timeout of the forms below (at first, TROUPE_DEFAULT_TIMEOUT's).
   duration timeout() const noexcept { return timeout_; }
+  /// Replaces the default timeout of the forms below.
   void set_timeout(duration d) noexcept { timeout_ = d; }
+  ///@{
+  /// set() with the default timeout; the value given as bytes or as text.
   expected<void> set(std::string_view key, std::span<const std::byte> value) {
     return set(key, value, timeout_);
   }
   expected<void> set(std::string_view key, std::string_view value) {
     return set(key, std::as_bytes(std::span(value.data(), value.size())), timeout_);
   }
+  ///@}
+  /// get() with the default timeout.
   expected<bytes> get(std::string_view key) { return get(key, timeout_); }
   /// get() with the value read as text.
   expected<std::string> get_string(std::string_view key, duration timeout);
+  /// get_string() with the default timeout.
   expected<std::string> get_string(std::string_view key) { return get_string(key, timeout_); }
+  /// add() with the default timeout.
   expected<std::int64_t> add(std::string_view key, std::int64_t delta) {
     return add(key, delta, timeout_);
   }
+  /// wait() with the default timeout.
   expected<void> wait(std::span<const std::string> keys) { return wait(keys, timeout_); }
 
  protected:

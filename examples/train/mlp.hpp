@@ -164,9 +164,15 @@ class mlp {
   std::vector<std::size_t> sizes_, offsets_;
 };
 
-/// What data-parallel training with these shards computes, in one process: at step i
-/// the gradient is the sum of the batch gradients of every rank that still has a batch i,
-/// divided by the world size (Join's default), then one SGD step.
+/// What data-parallel training with these shards computes, in one process, in the same
+/// order of float operations as the group: at step i every rank computes the gradient of
+/// its batch i on its own (zeros when it has no batch i left: Join's shadow contribution),
+/// the contributions are summed in rank order (((g0 + g1) + g2) + ..., the fold every gloo
+/// algorithm uses, so every member gets bit-identical results), the sum is divided by the
+/// world size (DDP's average with Join's default, divide_by_initial_world_size), then one
+/// SGD step. Float addition is not associative, so summing in any other order (e.g. every
+/// batch into one buffer) drifts by a few ulps per step and the drift grows with the
+/// epochs; in this order the result is the group's, bit for bit.
 inline std::vector<float> reference_training(const dataset& d, int world, int epochs, int batch,
                                              float lr, std::uint64_t seed, int in, int hidden,
                                              int out) {
@@ -177,15 +183,20 @@ inline std::vector<float> reference_training(const dataset& d, int world, int ep
     shards.push_back(shard(d.size(), r, world));
     most = std::max(most, (shards.back().second - shards.back().first + batch - 1) / batch);
   }
+  std::vector<float> sum(m.g.size());
   for (int e = 0; e < epochs; ++e)
     for (int i = 0; i < most; ++i) {
-      m.zero_grad();
-      for (auto [b, en] : shards) {
+      for (int r = 0; r < world; ++r) {
+        auto [b, en] = shards[static_cast<std::size_t>(r)];
         int begin = b + i * batch;
-        if (begin >= en) continue;
-        m.train_batch(d, begin, std::min(en, begin + batch));
+        m.zero_grad();
+        if (begin < en) m.train_batch(d, begin, std::min(en, begin + batch));
+        if (r == 0)
+          sum = m.g;
+        else
+          for (std::size_t k = 0; k < sum.size(); ++k) sum[k] = sum[k] + m.g[k];
       }
-      for (auto& v : m.g) v /= static_cast<float>(world);
+      for (std::size_t k = 0; k < sum.size(); ++k) m.g[k] = sum[k] / static_cast<float>(world);
       m.sgd(lr);
     }
   return m.w;

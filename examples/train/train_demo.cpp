@@ -3,9 +3,13 @@
 // per epoch lets the ranks that run out of batches shadow the others. Rank 0 prints the
 // loss and throughput per epoch. At the end every rank checks that all ranks hold
 // identical weights and that they match a single-process run of the same computation
-// within --tolerance; any mismatch exits non-zero.
+// within --tolerance; any mismatch exits non-zero. The single-process run sums the ranks'
+// gradients in the group's order, so with the default hook the two agree bit for bit at
+// any epoch count and world size; the tolerance covers hooks that compress (--hook
+// fp16_compress rounds every bucket to 16 bits) and backends that sum in another order.
 //
 //   troupe-run --standalone --nproc-per-node 4 train_demo [--epochs 5] [--samples 8192]
+//              [--hook allreduce|fp16_compress|bf16_compress]
 //   torchrun --no-python --nproc-per-node 4 train_demo     (or srun, or RANK/WORLD_SIZE/...)
 //   train_demo                      one process (world size 1), no launcher needed
 #include <chrono>
@@ -32,13 +36,14 @@ struct options {
   int features = 16, hidden = 64, classes = 4;
   float lr = 0.2f;
   double tolerance = 1e-4;
+  std::string hook = "allreduce";
   duration timeout = 30s;
 };
 
 int usage(const std::string& why) {
   std::fprintf(stderr,
                "train_demo: %s\nusage: train_demo [--epochs N] [--samples N] [--batch N] "
-               "[--tolerance X] [--timeout 30s]\n(run it under troupe-run --standalone "
+               "[--tolerance X] [--hook allreduce|fp16_compress|bf16_compress] [--timeout 30s]\n(run it under troupe-run --standalone "
                "--nproc-per-node 4 for data-parallel training)\n",
                why.c_str());
   return 2;
@@ -68,6 +73,9 @@ int train(const options& o) {
   examples::mlp model(o.features, o.hidden, o.classes, model_seed + static_cast<std::uint64_t>(rank));
   training::ddp_options dopt;
   dopt.timeout = o.timeout;
+  auto hook = training::find_comm_hook(o.hook);
+  if (!hook) return fail(rank, hook.error().to_string());
+  dopt.hook = *hook;
   auto ddp = training::ddp::make(w->group_ptr(), model.parameters(), dopt);
   if (!ddp) return fail(rank, ddp.error().to_string());
   auto& d = **ddp;
@@ -152,6 +160,9 @@ int main(int argc, char** argv) {
     } else if (a == "--tolerance") {
       o.tolerance = std::strtod(v.c_str(), &endp);
       if (*endp != '\0' || !(o.tolerance > 0)) return usage("--tolerance takes a positive number, got '" + v + "'");
+    } else if (a == "--hook") {
+      if (auto h = training::find_comm_hook(v); !h) return usage(h.error().message());
+      o.hook = v;
     } else if (a == "--timeout") {
       auto t = parse_duration(v);
       if (!t) return usage(t.error().message());
