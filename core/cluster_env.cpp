@@ -1,4 +1,5 @@
 #include "core/cluster_env.hpp"
+#include "core/settings.hpp"
 
 #include <unistd.h>
 
@@ -14,12 +15,12 @@ namespace {
 
 using vars_t = std::map<std::string, std::string>;
 
-const std::string* find(const vars_t& v, const std::string& name) {
-  auto it = v.find(name);
+const std::string* find(const vars_t& v, std::string_view name) {
+  auto it = v.find(std::string(name));
   return it == v.end() || it->second.empty() ? nullptr : &it->second;
 }
 
-expected<int> integer(const vars_t& v, const std::string& name, int min, int max) {
+expected<int> integer(const vars_t& v, std::string_view name, int min, int max) {
   const std::string* text = find(v, name);
   if (!text) return make_error(errc::not_found, name, " is not set");
   int n = 0;
@@ -31,7 +32,7 @@ expected<int> integer(const vars_t& v, const std::string& name, int min, int max
 }
 
 // An optional integer: `fallback` when unset, an error when set but malformed.
-expected<int> integer_or(const vars_t& v, const std::string& name, int min, int max, int fallback) {
+expected<int> integer_or(const vars_t& v, std::string_view name, int min, int max, int fallback) {
   if (!find(v, name)) return fallback;
   return integer(v, name, min, max);
 }
@@ -121,17 +122,17 @@ expected<std::string> first_slurm_host(std::string_view list) {
 
 expected<cluster_env> detect_cluster_env(const vars_t& v) {
   expected<cluster_env> e = make_error(errc::not_found, "");
-  if (find(v, "TROUPE_RUN_ID")) {
+  if (find(v, settings::run_id.variable)) {
     e = from_rank_variables(v, cluster_kind::troupe_run);
     if (!e) return std::move(e).error();
-    e->run_id = *find(v, "TROUPE_RUN_ID");
-    auto restarts = integer_or(v, "TROUPE_RESTART_COUNT", 0, 1 << 30, 0);
+    e->run_id = *find(v, settings::run_id.variable);
+    auto restarts = integer_or(v, settings::restart_count.variable, 0, 1 << 30, 0);
     if (!restarts) return std::move(restarts).error();
     e->restart_count = *restarts;
-    if (const auto* prefix = find(v, "TROUPE_STORE_PREFIX")) {
+    if (const auto* prefix = find(v, settings::store_prefix.variable)) {
       e->store_scope = *prefix;
     } else {
-      auto round = integer_or(v, "TROUPE_ROUND", 0, 1 << 30, 0);
+      auto round = integer_or(v, settings::rendezvous_round.variable, 0, 1 << 30, 0);
       if (!round) return std::move(round).error();
       e->store_scope = strcat("troupe-run/", e->run_id, "/round-", *round);
     }
@@ -202,7 +203,7 @@ expected<cluster_env> detect_cluster_env(const vars_t& v) {
   }
   TROUPE_TRY(check_consistent(*e));
   // A store named by hand wins under any launcher (troupe-run sets it itself).
-  if (const auto* url = find(v, "TROUPE_STORE_URL")) e->store_url = *url;
+  if (const auto* url = find(v, settings::store_url.variable)) e->store_url = *url;
   if (e->store_url.empty()) {
     if (e->world_size > 1 && (e->master_addr.empty() || e->master_port == 0))
       return make_error(errc::not_found, "the ", to_string(e->kind),

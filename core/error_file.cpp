@@ -12,6 +12,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/settings.hpp"
+
 namespace troupe {
 
 namespace {
@@ -114,11 +116,7 @@ std::string string_field(const std::string& text, std::string_view key, std::siz
 }  // namespace
 
 std::string error_file_path() {
-  for (const char* name : {"TROUPE_ERROR_FILE", "TORCHELASTIC_ERROR_FILE"}) {
-    const char* v = std::getenv(name);
-    if (v != nullptr && *v != '\0') return v;
-  }
-  return {};
+  return settings::error_file.value().value_or(std::string());
 }
 
 bool record_error(std::string_view message) noexcept {

@@ -10,6 +10,8 @@
 #include <memory>
 #include <mutex>
 
+#include "core/settings.hpp"
+
 namespace troupe {
 
 namespace {
@@ -26,8 +28,8 @@ struct log_config {
   log_config() {
     if (const char* rank = std::getenv("RANK"); rank != nullptr && *rank != '\0')
       identity = std::string("rank ") + rank;
-    if (const char* env = std::getenv("TROUPE_LOG_LEVEL"); env != nullptr && *env != '\0') {
-      if (auto lvl = parse_log_level(env))
+    if (const auto env = settings::logging_level.value()) {
+      if (auto lvl = parse_log_level(*env))
         level = static_cast<int>(*lvl);
       else
         bad_env = lvl.error().message();

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/cluster_env.hpp"
+#include "core/settings.hpp"
 #include "core/strcat.hpp"
 
 extern char** environ;
@@ -21,11 +22,6 @@ namespace troupe {
 namespace {
 
 using vars_t = std::map<std::string, std::string>;
-
-const std::string* find(const vars_t& v, const char* name) {
-  auto it = v.find(name);
-  return it == v.end() || it->second.empty() ? nullptr : &it->second;
-}
 
 bool is_ipv4(std::string_view text) {
   in_addr a{};
@@ -182,10 +178,10 @@ expected<std::string> check_local_address(const host_facts& facts, const std::st
 }
 
 expected<std::string> decide_local_address(const vars_t& vars, const host_facts& f) {
-  if (const auto* a = find(vars, "TROUPE_LOCAL_ADDR"))
-    return from_local_addr(f, *a, "TROUPE_LOCAL_ADDR");
-  if (const auto* ifname = find(vars, "TROUPE_SOCKET_IFNAME")) {
-    auto a = interface_ipv4(f, *ifname, "TROUPE_SOCKET_IFNAME");
+  if (const auto* a = settings::local_addr.find_in(vars))
+    return from_local_addr(f, *a, settings::local_addr.variable);
+  if (const auto* ifname = settings::socket_ifname.find_in(vars)) {
+    auto a = interface_ipv4(f, *ifname, settings::socket_ifname.variable);
     if (!a) return make_error(errc::invalid_argument, a.error().message());
     return a;
   }
@@ -227,7 +223,7 @@ expected<std::string> local_address() {
   host_facts f;
   f.interfaces = host_interface_addresses();
   f.host_name = host_name();
-  if (!find(vars, "TROUPE_LOCAL_ADDR") && !find(vars, "TROUPE_SOCKET_IFNAME")) {
+  if (!settings::local_addr.find_in(vars) && !settings::socket_ifname.find_in(vars)) {
     auto env = detect_cluster_env(vars);
     bool no_launcher = !env && env.error().code() == errc::not_found;
     if (no_launcher || (env && env->local_world_size < env->world_size))

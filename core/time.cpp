@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "core/log.hpp"
+#include "core/settings.hpp"
 
 namespace troupe {
 
@@ -73,11 +74,11 @@ namespace {
 constexpr duration builtin_default_timeout = std::chrono::minutes(5);
 
 duration timeout_from_environment() {
-  const char* env = std::getenv("TROUPE_DEFAULT_TIMEOUT");
-  if (env == nullptr || *env == '\0') return builtin_default_timeout;
-  auto parsed = parse_duration(env);
+  const auto env = settings::default_timeout.value();
+  if (!env) return builtin_default_timeout;
+  auto parsed = parse_duration(*env);
   if (!parsed || parsed->count() == 0) {
-    TROUPE_LOG(log_level::warn, "core", "ignoring TROUPE_DEFAULT_TIMEOUT='", env,
+    TROUPE_LOG(log_level::warn, "core", "ignoring ", settings::default_timeout.variable, "='", *env,
                "': ", parsed ? std::string("it must be positive") : parsed.error().message(),
                "; using ", format_duration(builtin_default_timeout));
     return builtin_default_timeout;
