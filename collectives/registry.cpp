@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "collectives/gloo/gloo_group.hpp"
+#include "collectives/settings.hpp"
 #include "core/cuda_runtime.hpp"
 #include "core/log.hpp"
 #ifdef TROUPE_COLLECTIVES_HAVE_NCCL
@@ -85,7 +86,7 @@ expected<backend_info> find_backend(std::string_view name) {
 }
 
 std::string default_backend() {
-  if (const char* env = std::getenv("TROUPE_BACKEND"); env && *env) return env;
+  if (auto env = settings::backend.value()) return *env;
   auto n = cuda_device_count();
   if (n && *n > 0 && find_backend("nccl")) return "nccl";
   return "gloo";
@@ -119,3 +120,14 @@ expected<std::shared_ptr<process_group>> create_group(std::string_view name,
 }
 
 }  // namespace troupe::collectives
+
+namespace troupe::settings {
+
+setting_list collectives_settings() {
+  static constexpr const setting* list[] = {&backend,           &gloo_shm,        &gloo_shm_slot,
+                                            &gloo_local_sndbuf, &gloo_loop_batch, &gloo_host,
+                                            &local_rank};
+  return list;
+}
+
+}  // namespace troupe::settings

@@ -16,6 +16,7 @@
 #include "core/error_file.hpp"
 #include "core/log.hpp"
 #include "core/net_address.hpp"
+#include "core/settings.hpp"
 #include "launcher/node_rendezvous.hpp"
 #include "launcher/signals.hpp"
 #include "launcher/worker_env.hpp"
@@ -42,8 +43,7 @@ std::string this_host() {
 }
 
 std::string socket_ifname() {
-  const char* v = std::getenv("TROUPE_SOCKET_IFNAME");
-  return v != nullptr ? v : "";
+  return settings::socket_ifname.value().value_or(std::string());
 }
 
 // This node's address as the other nodes reach it (exported as TROUPE_LOCAL_ADDR):
@@ -64,7 +64,7 @@ expected<std::string> node_address(const run_config& c) {
       (hp && is_loopback_address(hp->first)))
     return std::string("127.0.0.1");
   if (auto ifname = socket_ifname(); !ifname.empty()) {
-    auto a = interface_ipv4(here, ifname, "TROUPE_SOCKET_IFNAME");
+    auto a = interface_ipv4(here, ifname, settings::socket_ifname.variable);
     if (!a) return make_error(errc::invalid_argument, a.error().message());
     return a;
   }
@@ -365,7 +365,7 @@ int run_agent(const run_config& c) {
       const std::string error_path = s.log_dir + "/error.json";
       std::error_code ignored;
       std::filesystem::remove(error_path, ignored);
-      vars.emplace_back("TROUPE_ERROR_FILE", error_path);
+      vars.emplace_back(settings::error_file.variable, error_path);
       vars.emplace_back("TORCHELASTIC_ERROR_FILE", error_path);
       s.env = merged_environment(environ, vars);
       s.redirect = c.redirects.for_local_rank(i);

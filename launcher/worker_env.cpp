@@ -4,6 +4,9 @@
 #include <set>
 #include <string_view>
 
+#include "core/settings.hpp"
+#include "store/settings.hpp"
+
 namespace troupe::launcher {
 
 env_list worker_environment(const worker_assignment& a, bool limit_omp_threads) {
@@ -20,20 +23,20 @@ env_list worker_environment(const worker_assignment& a, bool limit_omp_threads) 
       {"ROLE_WORLD_SIZE", s(a.role_world_size)},
       {"MASTER_ADDR", a.master_addr},
       {"MASTER_PORT", s(a.master_port)},
-      {"TROUPE_LOCAL_ADDR", a.local_addr},
-      {"TROUPE_RESTART_COUNT", s(a.restart_count)},
-      {"TROUPE_MAX_RESTARTS", s(a.max_restarts)},
-      {"TROUPE_RUN_ID", a.run_id},
-      {"TROUPE_ROUND", s(a.round)},
+      {std::string(settings::local_addr.variable), a.local_addr},
+      {std::string(settings::restart_count.variable), s(a.restart_count)},
+      {std::string(settings::max_restarts.variable), s(a.max_restarts)},
+      {std::string(settings::run_id.variable), a.run_id},
+      {std::string(settings::rendezvous_round.variable), s(a.round)},
       {"TORCHELASTIC_RESTART_COUNT", s(a.restart_count)},
       {"TORCHELASTIC_MAX_RESTARTS", s(a.max_restarts)},
       {"TORCHELASTIC_RUN_ID", a.run_id},
   };
   if (!a.store_url.empty()) {
-    e.emplace_back("TROUPE_STORE_URL", a.store_url);
-    e.emplace_back("TROUPE_STORE_PREFIX", a.store_prefix);
+    e.emplace_back(settings::store_url.variable, a.store_url);
+    e.emplace_back(settings::store_prefix.variable, a.store_prefix);
   }
-  if (!a.secret.empty()) e.emplace_back("TROUPE_JOB_SECRET", a.secret);
+  if (!a.secret.empty()) e.emplace_back(settings::job_secret.variable, a.secret);
   if (limit_omp_threads) e.emplace_back("OMP_NUM_THREADS", "1");
   // One interface named once: NCCL's and Gloo's own bootstrap follow it too, unless they
   // were told otherwise.
@@ -56,9 +59,12 @@ std::vector<std::string> merged_environment(const char* const* base, const env_l
     // own environment, or a worker would see a store of some other job.
     // Nor a secret other than the job's (the older name would otherwise be read when the
     // job has none).
-    if (entry.starts_with("TROUPE_STORE_URL=") || entry.starts_with("TROUPE_STORE_PREFIX=") ||
-        entry.starts_with("TROUPE_STORE_SECRET=") || entry.starts_with("TROUPE_JOB_SECRET="))
-      continue;
+    if (eq != std::string_view::npos) {
+      const std::string_view name = entry.substr(0, eq);
+      if (name == settings::store_url.variable || name == settings::store_prefix.variable ||
+          name == settings::job_secret.variable || name == settings::job_secret.fallback)
+        continue;
+    }
     out.emplace_back(entry);
   }
   for (const auto& [k, v] : overrides) out.push_back(k + "=" + v);

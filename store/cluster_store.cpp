@@ -6,6 +6,7 @@
 
 #include "core/log.hpp"
 #include "core/net_address.hpp"
+#include "core/settings.hpp"
 #include "store/connect.hpp"
 #include "store/memory_store.hpp"
 #include "store/prefix_store.hpp"
@@ -86,9 +87,9 @@ expected<cluster_store> open_cluster_store(const cluster_env& env, duration time
       // MASTER_ADDR, unless this process was told it stays on loopback (several nodes
       // simulated on one host: TROUPE_LOCAL_ADDR=127.0.0.1). A launcher's own URL is
       // trusted (troupe-run gives a loopback one only to nodes on one host).
-      const char* local = std::getenv("TROUPE_LOCAL_ADDR");
+      const auto local = settings::local_addr.value();
       if (env.store_at_master && is_loopback_address(*addr) &&
-          env.local_world_size < env.world_size && !(local && is_loopback_address(local)))
+          env.local_world_size < env.world_size && !(local && is_loopback_address(*local)))
         return make_error(errc::invalid_argument, setting, "='", hp->first, "' is loopback (",
                           *addr, "), but only ", env.local_world_size, " of the job's ",
                           env.world_size,

@@ -11,6 +11,7 @@
 
 #include "store/etcd_store.hpp"
 #include "store/memory_store.hpp"
+#include "store/settings.hpp"
 #include "store/tcp_store.hpp"
 
 namespace troupe {
@@ -87,9 +88,7 @@ expected<std::string> read_secret_file(const std::string& path) {
 }
 
 std::string job_secret_from_env() {
-  for (const char* name : {"TROUPE_JOB_SECRET", "TROUPE_STORE_SECRET"})
-    if (const char* v = std::getenv(name); v && *v) return v;
-  return {};
+  return settings::job_secret.value().value_or(std::string());
 }
 
 expected<std::unique_ptr<store>> connect_store(std::string_view url, const store_options& options) {
@@ -130,5 +129,14 @@ expected<std::unique_ptr<store>> connect_store(std::string_view url, const store
   return make_error(errc::invalid_argument, "unknown store URL scheme '", *scheme, "' in '", url,
                     "'; use tcp://host:port, etcd://host:port or memory://");
 }
+
+namespace settings {
+
+setting_list store_settings() {
+  static constexpr const setting* list[] = {&job_secret};
+  return list;
+}
+
+}  // namespace settings
 
 }  // namespace troupe

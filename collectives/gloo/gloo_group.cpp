@@ -1,3 +1,7 @@
+// Why this file is long (~760 lines): it holds the group's connect sequence, its two threads
+// and the dispatch of every collective to Gloo or to shared memory, which share the group's
+// state and its sticky error. Splitting it into a transport interface and one file per
+// algorithm is planned (docs/architecture.md).
 // The gloo process group. Threading: one worker thread per group runs the collectives in
 // call order with Gloo's algorithms; a second thread waits for point-to-point transfers,
 // which the worker only posts, so that a send and a recv posted back to back cannot
@@ -39,6 +43,7 @@
 #include "collectives/gloo/store_adapter.hpp"
 #include "collectives/op_checks.hpp"
 #include "collectives/roll_call.hpp"
+#include "collectives/settings.hpp"
 #include "core/codec.hpp"
 #include "core/log.hpp"
 #include "core/net_address.hpp"
@@ -116,8 +121,7 @@ std::vector<pid_t> thread_ids() {
 // the program started in that instant would be moved too, which only costs it wake-up
 // preemption. TROUPE_GLOO_LOOP_BATCH=0 leaves the policy alone.
 void batch_loop_threads(const std::vector<pid_t>& before, const std::vector<pid_t>& after) {
-  if (const char* v = std::getenv("TROUPE_GLOO_LOOP_BATCH"); v && std::string_view(v) == "0")
-    return;
+  if (auto v = settings::gloo_loop_batch.value(); v && *v == "0") return;
   std::vector<pid_t> started;
   std::set_difference(after.begin(), after.end(), before.begin(), before.end(),
                       std::back_inserter(started));
@@ -199,8 +203,8 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   // refused here, naming the member and what to set, before any connection is tried.
   expected<std::string> choose_address() {
     std::string host;
-    if (const char* h = std::getenv("TROUPE_GLOO_HOST"); h && *h) {
-      host = h;
+    if (auto h = settings::gloo_host.value()) {
+      host = *h;
     } else if (auto here = local_address()) {
       host = *here;
     } else {

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include "collectives/settings.hpp"
 #include "core/log.hpp"
 
 namespace troupe::collectives::gloo_sockets {
@@ -112,12 +113,13 @@ void scan_table(const char* path, int family, const std::vector<sockaddr_storage
 }  // namespace
 
 std::size_t local_sndbuf_from_env() {
-  const char* v = std::getenv("TROUPE_GLOO_LOCAL_SNDBUF");
-  if (!v || !*v) return default_local_sndbuf;
+  const auto text = settings::gloo_local_sndbuf.value();
+  if (!text) return default_local_sndbuf;
+  const char* v = text->c_str();
   char* end = nullptr;
   unsigned long long n = std::strtoull(v, &end, 10);
   if (end == v || *end != '\0') {
-    TROUPE_LOG(log_level::warn, "collectives", "TROUPE_GLOO_LOCAL_SNDBUF='", v,
+    TROUPE_LOG(log_level::warn, "collectives", settings::gloo_local_sndbuf.variable, "='", v,
                "' is not a byte count; using ", default_local_sndbuf,
                " (set a number of bytes, or 0 for the kernel's autotuning)");
     return default_local_sndbuf;

@@ -1,3 +1,6 @@
+// Why this file is long (~630 lines): the segment's layout, its waits (spin, then futex) and
+// the collectives over its slots share one set of invariants about who writes which slot
+// when; they are kept in one file so that those invariants are read in one place.
 #include "collectives/gloo/shared_memory.hpp"
 
 #include <fcntl.h>
@@ -19,6 +22,7 @@
 
 #include "collectives/gloo/blocks.hpp"
 #include "collectives/process_group.hpp"
+#include "collectives/settings.hpp"
 #include "core/log.hpp"
 #include "core/strcat.hpp"
 
@@ -169,14 +173,13 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 
 void apply_env(open_options& o) {
-  if (const char* v = std::getenv("TROUPE_GLOO_SHM"); v && std::string_view(v) == "0")
-    o.enabled = false;
-  if (const char* v = std::getenv("TROUPE_GLOO_SHM_SLOT"); v && *v) {
+  if (auto v = settings::gloo_shm.value(); v && *v == "0") o.enabled = false;
+  if (auto v = settings::gloo_shm_slot.value()) {
     std::size_t n = 0;
-    std::string_view s(v);
+    std::string_view s(*v);
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
     if (ec != std::errc() || p != s.data() + s.size() || n == 0 || n > (std::size_t{1} << 30))
-      TROUPE_LOG(log_level::warn, "collectives", "TROUPE_GLOO_SHM_SLOT='", s,
+      TROUPE_LOG(log_level::warn, "collectives", settings::gloo_shm_slot.variable, "='", s,
                  "' is not a byte count between 1 and 1 GiB; using the default ",
                  default_slot_bytes);
     else

@@ -18,6 +18,7 @@
 #include "collectives/nccl/watchdog.hpp"
 #include "collectives/op_checks.hpp"
 #include "collectives/roll_call.hpp"
+#include "collectives/settings.hpp"
 #include "core/cuda_runtime.hpp"
 #include "core/log.hpp"
 #include "store/prefix_store.hpp"
@@ -26,11 +27,7 @@ namespace troupe::collectives {
 
 int nccl_device_for(int world_rank, int device_count) {
   int base = world_rank;
-  for (const char* name : {"TROUPE_LOCAL_RANK", "LOCAL_RANK"})
-    if (const char* v = std::getenv(name); v && *v) {
-      base = std::atoi(v);
-      break;
-    }
+  if (auto v = settings::local_rank.value()) base = std::atoi(v->c_str());
   return device_count > 0 ? base % device_count : 0;
 }
 

@@ -1,0 +1,40 @@
+// The environment settings the collectives module reads. See core/setting.hpp.
+#pragma once
+
+#include "core/setting.hpp"
+
+namespace troupe::settings {
+
+inline constexpr setting backend{
+    "TROUPE_BACKEND", "`nccl` with a GPU, else `gloo`",
+    "the collective backend of new groups that name none (`gloo`, `nccl`)"};
+inline constexpr setting gloo_shm{
+    "TROUPE_GLOO_SHM", "on",
+    "`0` makes gloo groups whose members share a host use loopback TCP instead of shared "
+    "memory"};
+inline constexpr setting gloo_shm_slot{
+    "TROUPE_GLOO_SHM_SLOT", "1048576",
+    "bytes of one shared-memory slot of a gloo group, 1 to 1 GiB (larger tensors go in "
+    "pieces)"};
+inline constexpr setting gloo_local_sndbuf{
+    "TROUPE_GLOO_LOCAL_SNDBUF", "262144",
+    "send buffer of same-host gloo TCP connections, in bytes (`0`: the kernel's autotuning)"};
+inline constexpr setting gloo_loop_batch{
+    "TROUPE_GLOO_LOOP_BATCH", "on",
+    "`0` leaves Gloo's event-loop thread at its normal scheduling policy instead of "
+    "SCHED_BATCH"};
+inline constexpr setting gloo_host{
+    "TROUPE_GLOO_HOST", "unset",
+    "the address gloo binds and advertises, overriding `TROUPE_LOCAL_ADDR`'s choice for gloo "
+    "alone"};
+inline constexpr setting local_rank{
+    "TROUPE_LOCAL_RANK", "`LOCAL_RANK`",
+    "the local rank that picks a worker's CUDA device for NCCL groups (the device is this "
+    "rank modulo the device count); `LOCAL_RANK` is read when it is unset, else the world "
+    "rank is used",
+    "LOCAL_RANK"};
+
+/// The collectives module's settings, in the order of the generated table.
+setting_list collectives_settings();
+
+}  // namespace troupe::settings
