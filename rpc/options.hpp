@@ -21,8 +21,8 @@ namespace troupe::rpc {
 class function_table;
 
 struct rpc_backend_options {
-  /// The timeout of a call that gives none.
-  duration rpc_timeout = std::chrono::seconds(60);
+  /// The timeout of a call that gives none: TROUPE_DEFAULT_TIMEOUT's (5 minutes unless set).
+  duration rpc_timeout = default_timeout();
   /// The store to meet through, as a URL for connect_store ("tcp://host:port",
   /// "memory://name", "etcd://..."). Ignored when `store` is set.
   std::string init_method;
@@ -57,8 +57,9 @@ struct rpc_backend_options {
   bool local_socket = true;
   /// Key prefix in the store, so several groups can share one store.
   std::string group = "troupe/rpc";
-  /// Bound on init (store exchange, connections, barrier, warm-up).
-  duration init_timeout = std::chrono::seconds(60);
+  /// Bound on init (store exchange, connections, barrier, warm-up): TROUPE_DEFAULT_TIMEOUT's
+  /// (5 minutes unless set).
+  duration init_timeout = default_timeout();
   /// Bound on a graceful shutdown.
   duration shutdown_timeout = std::chrono::seconds(30);
   /// Idle worker threads and waiting rpc_sync callers spin this long before sleeping;

@@ -80,8 +80,9 @@ class remote_ref {
   bool valid() const noexcept { return h_ != nullptr; }
 
   /// Fetches a copy of the value (the owner keeps it). Fails with the error the remote
-  /// function produced, or with errc::timeout after `timeout`.
-  expected<T> to_here(duration timeout = std::chrono::seconds(60)) const {
+  /// function produced, or with errc::timeout after `timeout` (default: TROUPE_DEFAULT_TIMEOUT's,
+  /// 5 minutes unless set).
+  expected<T> to_here(duration timeout = default_timeout()) const {
     if (!h_) return make_error(errc::invalid_argument, "an empty remote_ref has no value");
     auto until = deadline::after(timeout);
     TROUPE_TRY(h_->wait_created(until.remaining()));
