@@ -1,3 +1,6 @@
+// Why this file is long (~740 lines): the connect chain, the caller-as-reader protocol and
+// every store operation share one connection and its lock; split, each part would need the
+// others' private state.
 // The TCP store client: one connection. Connecting (connect, hello) runs as an Asio chain
 // on a short-lived I/O thread; after that, callers do their own I/O: each writes its
 // request frame and waits for the reply under its request id, one waiting caller at a
