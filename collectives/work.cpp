@@ -10,6 +10,7 @@ namespace detail {
 struct work_state {
   std::string description;
   std::function<void()> help;  // set before the work is handed out, never changed
+  std::function<void()> urge;  // the same
   std::mutex mu;
   std::condition_variable cv;
   std::optional<expected<void>> result;
@@ -22,9 +23,15 @@ std::pair<work, work::completer> work::make(std::string description) {
 }
 
 std::pair<work, work::completer> work::make(std::string description, std::function<void()> help) {
+  return make(std::move(description), std::move(help), {});
+}
+
+std::pair<work, work::completer> work::make(std::string description, std::function<void()> help,
+                                            std::function<void()> urge) {
   auto s = std::make_shared<detail::work_state>();
   s->description = std::move(description);
   s->help = std::move(help);
+  s->urge = std::move(urge);
   work w;
   w.state_ = s;
   completer c;
@@ -65,7 +72,23 @@ static troupe::error empty_work_error() {
 
 expected<void> work::wait(duration timeout) const {
   if (!state_) return empty_work_error();
-  if (state_->help && !is_completed()) state_->help();
+  if (state_->help) {
+    bool done = false;
+    {
+      std::lock_guard lk(state_->mu);
+      done = state_->result.has_value();
+    }
+    if (!done) state_->help();
+  }
+  if (state_->urge) {
+    // Not run by help (another operation was ahead of it): no holding back.
+    bool done = false;
+    {
+      std::lock_guard lk(state_->mu);
+      done = state_->result.has_value();
+    }
+    if (!done) state_->urge();
+  }
   std::unique_lock lk(state_->mu);
   if (!state_->cv.wait_until(lk, deadline::after(timeout).time_point(),
                              [&] { return state_->result.has_value(); }))
@@ -76,8 +99,13 @@ expected<void> work::wait(duration timeout) const {
 
 bool work::is_completed() const {
   if (!state_) return true;
-  std::lock_guard lk(state_->mu);
-  return state_->result.has_value();
+  bool done = false;
+  {
+    std::lock_guard lk(state_->mu);
+    done = state_->result.has_value();
+  }
+  if (!done && state_->urge) state_->urge();
+  return done;
 }
 
 std::optional<troupe::error> work::error() const {
@@ -89,6 +117,14 @@ std::optional<troupe::error> work::error() const {
 
 future<void> work::get_future() const {
   if (!state_) return make_error_future<void>(empty_work_error());
+  if (state_->urge) {
+    bool done = false;
+    {
+      std::lock_guard lk(state_->mu);
+      done = state_->result.has_value();
+    }
+    if (!done) state_->urge();
+  }
   promise<void> p;
   auto f = p.get_future();
   std::unique_lock lk(state_->mu);

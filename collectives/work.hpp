@@ -38,6 +38,11 @@ class work {
   /// operation there if it has not started yet (and completes the work), or returns at
   /// once; it must not throw. A waiter so spares the two thread hops of a backend worker.
   static std::pair<work, completer> make(std::string description, std::function<void()> help);
+  /// The same, for an operation whose backend may hold it back a moment for its waiter:
+  /// get_future() and is_completed() call `urge` (which must not block or throw) while the
+  /// work is pending, so that a caller who never calls wait() does not wait for that moment.
+  static std::pair<work, completer> make(std::string description, std::function<void()> help,
+                                         std::function<void()> urge);
 
   work() = default;
 

@@ -81,6 +81,14 @@ T* ptr(const tensor_view& t) {
 // Point-to-point slots live above every slot Gloo's collectives use (prefix < 0x80).
 constexpr std::uint64_t p2p_slot_base = std::uint64_t{0xe0} << 56;
 
+// Collectives up to this size are held back from the worker for inline_grace, for their
+// waiter to run (see submit()). Larger ones take long enough that a wake-up is noise.
+constexpr std::size_t small_op_bytes = 64 << 10;
+// How long a small collective is left to its waiter, and how often a worker that has had
+// operations in the last park_after looks for held ones.
+constexpr auto inline_grace = std::chrono::microseconds(500);
+constexpr auto park_after = std::chrono::milliseconds(20);
+
 // Gloo's TCP transport writes with writev, so a peer that died makes the write raise
 // SIGPIPE, whose default action kills the whole process; the survivors must get EPIPE and
 // fail the operation instead. Once per process, a SIGPIPE left at its default action is
@@ -249,7 +257,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       if (t.numel == 0) return;
       run_allreduce(rc, t, op, fn);
       if (op == reduce_op::avg) cpu_divide(t, static_cast<std::size_t>(size()));
-    });
+    }, -1, t.nbytes());
   }
 
   work broadcast(tensor_view t, const broadcast_options& o) override {
@@ -264,7 +272,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       g.setTag(rc.tag);
       g.setTimeout(rc.timeout);
       gloo::broadcast(g);
-    });
+    }, -1, t.nbytes());
   }
 
   work reduce(tensor_view t, const reduce_options& o) override {
@@ -302,7 +310,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       if (in.numel == 0) return;
       if (shm_) return shm_->allgather(rc.seq, in, out, clock::now() + rc.timeout);
       gloo_direct::allgather(direct_op(rc), in, out);
-    });
+    }, -1, out.nbytes());
   }
 
   work gather(tensor_view in, tensor_view out, const gather_options& o) override {
@@ -370,7 +378,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       auto mine = all.slice(static_cast<std::size_t>(rank()) * out.numel, out.numel);
       std::memcpy(out.data, mine.data, out.nbytes());
       if (op == reduce_op::avg) cpu_divide(out, static_cast<std::size_t>(size()));
-    });
+    }, -1, in.nbytes());
   }
 
   work all_to_all(tensor_view in, tensor_view out, const all_to_all_options& o) override {
@@ -418,7 +426,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       g.setTag(rc.tag);
       g.setTimeout(rc.timeout);
       gloo::barrier(g);
-    });
+    }, -1, 0);
   }
 
   work send(tensor_view t, int dst, const p2p_options& o) override { return p2p(t, dst, o, true); }
@@ -470,6 +478,8 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     work::completer done;
     std::function<void(const run_ctx&)> body;
     int peer = -1;  // the other rank of a point-to-point transfer
+    // The worker leaves it to its waiter until then (min: start at once); see submit().
+    clock::time_point start_by = clock::time_point::min();
   };
   struct p2p_wait {
     std::string what;
@@ -535,25 +545,60 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   // Queues an operation. Collectives are numbered in call order, the same on every
   // member (the number is the Gloo tag and the roll-call key); point-to-point transfers
   // (peer >= 0) have a count of their own, as only two members take part.
+  //
+  // A small collective (`bytes` up to small_op_bytes) is held back from the worker for
+  // inline_grace, so that a caller who waits for it runs it on its own thread (run_inline)
+  // without waking the worker at all: on a busy host that wake-up (a futex and a context
+  // switch) costs more than the operation. Nobody waiting, the worker starts it after the
+  // grace; get_future(), is_completed() and a wait() that could not run it inline end the
+  // grace at once (urge).
   work submit(std::string_view op, duration timeout, std::function<void(const run_ctx&)> body,
-              int peer = -1) {
+              int peer = -1, std::size_t bytes = SIZE_MAX) {
     std::unique_lock lk(mu_);
     std::uint64_t seq = peer < 0 ? ++seq_ : ++p2p_seq_;
     std::string what = strcat(op, peer < 0 ? " #" : " #p", seq, " on ", describe(*this));
     // A collective's waiter may run it itself (run_inline); transfers stay with the worker.
     auto [w, done] = peer >= 0 ? work::make(what)
-                               : work::make(what, [weak = weak_from_this(), seq] {
-                                   if (auto g = weak.lock()) g->run_inline(seq);
-                                 });
+                               : work::make(
+                                     what,
+                                     [weak = weak_from_this(), seq] {
+                                       if (auto g = weak.lock()) g->run_inline(seq);
+                                     },
+                                     [weak = weak_from_this(), seq] {
+                                       if (auto g = weak.lock()) g->urge(seq);
+                                     });
     if (stopping_) {
       lk.unlock();
       done.complete(make_error(errc::shut_down, what, ": the group was shut down"));
       return w;
     }
-    queue_.push_back(task{std::move(what), seq, timeout, done, std::move(body), peer});
+    const auto now = clock::now();
+    const bool hold = peer < 0 && bytes <= small_op_bytes;
+    last_submit_ = now;
+    queue_.push_back(task{std::move(what), seq, timeout, done, std::move(body), peer,
+                          hold ? now + inline_grace : clock::time_point::min()});
+    // A polling worker finds a held operation by itself; a parked one must be woken.
+    const bool wake = !hold || worker_parked_;
     lk.unlock();
-    cv_.notify_one();
+    if (wake) cv_.notify_one();
     return w;
+  }
+
+  // Ends the grace of collective `seq` and of every one queued before it.
+  void urge(std::uint64_t seq) {
+    bool held = false;
+    {
+      std::lock_guard lk(mu_);
+      for (auto& t : queue_) {
+        if (t.peer >= 0) continue;
+        if (t.seq > seq) break;
+        if (t.start_by != clock::time_point::min()) {
+          t.start_by = clock::time_point::min();
+          held = true;
+        }
+      }
+    }
+    if (held) cv_.notify_one();
   }
 
   work p2p(tensor_view t, int peer, const p2p_options& o, bool is_send) {
@@ -595,8 +640,24 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       task t;
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return !busy_ && (stopping_ || !queue_.empty()); });
-        if (queue_.empty()) return;
+        for (;;) {
+          if (!busy_ && !queue_.empty()) {
+            const auto start_by = queue_.front().start_by;
+            if (stopping_ || failure_ || start_by <= clock::now()) break;
+            cv_.wait_until(lk, start_by);  // its waiter may take it meanwhile
+            continue;
+          }
+          if (stopping_ && !busy_) return;  // the queue is empty
+          // Nothing to start. While operations keep coming, poll for held ones instead
+          // of asking each submit for a wake-up; after a quiet spell, park.
+          if (clock::now() - last_submit_ < park_after) {
+            cv_.wait_for(lk, inline_grace);
+          } else {
+            worker_parked_ = true;
+            cv_.wait(lk);
+            worker_parked_ = false;
+          }
+        }
         t = std::move(queue_.front());
         queue_.pop_front();
         if (stopping_) {
@@ -651,12 +712,15 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       auto cause = current_error();
       fail_group(t, cause, budget);
     }
+    bool more = false, stopping = false;
     {
       std::lock_guard lk(mu_);
       busy_ = false;
+      more = !queue_.empty();
+      stopping = stopping_;
     }
-    cv_.notify_one();  // the next queued operation, if a waiter ran this one
-    idle_cv_.notify_all();
+    if (more || stopping) cv_.notify_one();  // the next operation, or the worker's exit
+    if (stopping) idle_cv_.notify_all();
   }
 
   // Records the sticky error, closes every connection so that peers still inside the
@@ -732,6 +796,8 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   std::uint64_t p2p_seq_ = 0;
   bool stopping_ = false;
   bool busy_ = false;
+  bool worker_parked_ = false;          // the worker waits for a notify, not polling
+  clock::time_point last_submit_{};     // when the last operation was queued
   bool p2p_busy_ = false;
   std::optional<troupe::error> failure_;
   std::thread worker_;

@@ -1,6 +1,7 @@
 // Several gloo ranks as threads of one process, sharing an in-process store.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -351,6 +352,29 @@ TEST_CASE("a collective whose waiter finds it next in line may run on the waitin
       inline_runs += *id == me;
     }
     return inline_runs > 0 ? std::string() : "the waiter never ran an operation itself";
+  });
+  for (auto& m : out) CHECK(m == "");
+}
+
+TEST_CASE("a small collective that its caller never waits for still runs, so a peer that waits is not held up") {
+  // The group holds a small collective back a moment for its waiter; with no waiter, its
+  // worker must start it by itself. Rank 0 does not touch its work until rank 1 is done.
+  std::atomic<bool> peer_done{false};
+  auto out = on_ranks(2, [&](process_group& g) -> std::string {
+    float x = 1.0f;
+    auto w = g.allreduce(tensor_view{&x, dtype::float32, 1, device::cpu()}, {reduce_op::sum, 5s});
+    if (g.rank() == 1) {
+      auto r = w.wait(5s);
+      peer_done = true;
+      if (!r) return r.error().to_string();
+    } else {
+      const auto until = std::chrono::steady_clock::now() + 5s;
+      while (!peer_done && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(1ms);
+      if (!peer_done) return "rank 1 was held up waiting for rank 0, which never waited";
+      if (auto r = w.wait(5s); !r) return r.error().to_string();
+    }
+    return x == 2.0f ? std::string() : "allreduce gave " + std::to_string(x);
   });
   for (auto& m : out) CHECK(m == "");
 }
