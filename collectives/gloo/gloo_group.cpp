@@ -369,6 +369,11 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     auto fn = *cpu_reduce(in.type, o.op);
     return submit("reduce_scatter", o.timeout, [this, in, out, fn, op = o.op](const run_ctx& rc) {
       if (out.numel == 0) return;
+      if (shm_ && size() > 1 && !overlaps(in, out)) {
+        shm_->reduce_scatter(rc.seq, in, out, op, fn, clock::now() + rc.timeout);
+        if (op == reduce_op::avg) cpu_divide(out, static_cast<std::size_t>(size()));
+        return;
+      }
       // Gloo has no reduce-scatter taking a reduce function: allreduce a copy, keep a block.
       std::vector<std::byte> scratch(static_cast<std::byte*>(in.data),
                                      static_cast<std::byte*>(in.data) + in.nbytes());
@@ -515,6 +520,12 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   }
 
   work failed(expected<void> why) const { return work::completed(std::move(why)); }
+
+  static bool overlaps(const tensor_view& a, const tensor_view& b) {
+    const auto a0 = reinterpret_cast<std::uintptr_t>(a.data);
+    const auto b0 = reinterpret_cast<std::uintptr_t>(b.data);
+    return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+  }
 
   gloo_direct::op_ctx direct_op(const run_ctx& rc) const {
     return {*context_, gloo_direct::slot_of(rc.tag), clock::now() + rc.timeout};

@@ -36,7 +36,8 @@ constexpr std::size_t page = 4096;
 constexpr std::size_t descs = 4;  // operations a member can be ahead of another, and more
 
 // Operation kinds, as the members compare them.
-constexpr std::uint32_t op_allreduce = 1, op_broadcast = 2, op_allgather = 3, op_barrier = 4;
+constexpr std::uint32_t op_allreduce = 1, op_broadcast = 2, op_allgather = 3, op_barrier = 4,
+                        op_reduce_scatter = 5;
 
 // Allreduce works in chunks of at most this many bytes, less than a slot: a member's
 // chunk is written once and read twice by every member (to fold a block, then to copy
@@ -132,6 +133,10 @@ std::string describe_op(std::uint32_t kind, std::uint64_t bytes, std::uint32_t d
       return strcat("broadcast of ", bytes, " bytes from rank ", detail);
     case op_allgather:
       return strcat("allgather of ", bytes, " bytes per rank");
+    case op_reduce_scatter:
+      return strcat("reduce_scatter of ", bytes, " bytes (",
+                    to_string(static_cast<dtype>(detail >> 8)), ", ",
+                    to_string(static_cast<reduce_op>(detail & 0xff)), ")");
     case op_barrier:
       return "barrier";
     default:
@@ -615,6 +620,37 @@ void segment::allgather(std::uint64_t seq, tensor_view in, tensor_view out,
     wait_all(phase_, deadline, "did not contribute");
     for (int r = 0; r < size_; ++r)
       if (r != rank_) std::memcpy(block_of(r) + off, slot(r, c), len);
+    publish();
+    guard_[c & 1] = phase_;
+  }
+}
+
+void segment::reduce_scatter(std::uint64_t seq, tensor_view in, tensor_view out, reduce_op op,
+                             const cpu_reduce_fn& fn, clock::time_point deadline) {
+  const std::size_t es = element_size(in.type);
+  begin(seq, op_reduce_scatter, in.nbytes(),
+        (static_cast<std::uint32_t>(in.type) << 8) | static_cast<std::uint32_t>(op));
+  const auto members = static_cast<std::size_t>(size_);
+  const std::size_t per_rank = out.numel;
+  // Each chunk takes the same piece of every block: a member's slot holds its n pieces,
+  // and member r folds piece r of every slot into its output.
+  const std::size_t chunk_bytes = std::min(slot_bytes_, allreduce_chunk_bytes);
+  const std::size_t piece = std::max<std::size_t>(1, chunk_bytes / es / members);
+  const auto* src = static_cast<const std::byte*>(in.data);
+  auto* dst = static_cast<std::byte*>(out.data);
+  for (std::size_t off = 0; off < per_rank; off += piece) {
+    const std::size_t count = std::min(piece, per_rank - off);
+    const std::uint64_t c = chunks_++;
+    wait_all(guard_[c & 1], deadline, reuse_step, false);
+    std::byte* const mine = slot(rank_, c);
+    for (std::size_t b = 0; b < members; ++b)
+      std::memcpy(mine + b * count * es, src + (b * per_rank + off) * es, count * es);
+    publish();
+    wait_all(phase_, deadline, "did not contribute");
+    auto part = [&](int r) { return slot(r, c) + static_cast<std::size_t>(rank_) * count * es; };
+    std::byte* const o = dst + off * es;
+    fn(o, part(0), part(1), count);
+    for (int r = 2; r < size_; ++r) fn(o, o, part(r), count);
     publish();
     guard_[c & 1] = phase_;
   }

@@ -85,6 +85,12 @@ class segment {
   void broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline);
   /// Member r's `in` lands in block r of `out` on every member.
   void allgather(std::uint64_t seq, tensor_view in, tensor_view out, clock::time_point deadline);
+  /// Block r of the members' `in` (each `out.numel` elements), folded in rank order, lands
+  /// in member r's `out`: the same bits as block r of an allreduce, in one synchronization
+  /// per chunk instead of two and without the allreduce's copy back. `out` must not
+  /// overlap `in`. avg is the caller's division afterwards.
+  void reduce_scatter(std::uint64_t seq, tensor_view in, tensor_view out, reduce_op op,
+                      const cpu_reduce_fn& fn, clock::time_point deadline);
   /// Returns once every member called it.
   void barrier(std::uint64_t seq, clock::time_point deadline);
 

@@ -125,3 +125,53 @@ TEST_CASE("a barrier lets no member through until every member arrived") {
     CHECK(left[r] >= start + 180ms);
   }
 }
+
+namespace {
+
+// A float32 reduce_scatter with blocks of `per` elements: member r's output must be the
+// rank-order fold of block r, bit for bit (the allreduce's block r).
+std::string float_reduce_scatter(member& m, std::uint64_t& seq, std::size_t per,
+                                 std::uint64_t salt) {
+  static const auto fn = *cpu_reduce(dtype::float32, reduce_op::sum);
+  const auto n = static_cast<std::size_t>(m.size);
+  std::vector<float> in(per * n), out(per, -1.0f);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = fvalue(m.rank, i, salt);
+  m.seg.reduce_scatter(seq++, tensor_view::of(std::span(in)), tensor_view::of(std::span(out)),
+                       reduce_op::sum, fn, clock::now() + 10s);
+  const std::size_t base = static_cast<std::size_t>(m.rank) * per;
+  for (std::size_t i = 0; i < per; ++i) {
+    const float want = rank_order_sum(m.size, base + i, salt);
+    if (std::bit_cast<std::uint32_t>(out[i]) != std::bit_cast<std::uint32_t>(want))
+      return bits_mismatch("float32 reduce_scatter", per, i, out[i], want);
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE(
+    "reduce_scatter gives each member the rank-order fold of its block, bit for bit, at 2, 3 "
+    "and 4 members, for blocks that do not divide into slots") {
+  check_at_2_to_4([](member& m) -> std::string {
+    std::uint64_t seq = 1;
+    for (std::size_t per : sizes(sizeof(float), m.size))
+      if (auto e = float_reduce_scatter(m, seq, per, per); !e.empty()) return e;
+    // Back to back with an allreduce over the same buffers of the slots.
+    if (auto e = float_sum(m, seq, 3000, 7); !e.empty()) return e;
+    if (auto e = float_reduce_scatter(m, seq, 3001, 9); !e.empty()) return e;
+    return "";
+  });
+}
+
+TEST_CASE("members that disagree on the size of a reduce_scatter all fail naming both sizes") {
+  auto out = on_members(group_of(2), [](member& m) -> std::string {
+    std::uint64_t seq = 3;
+    return float_reduce_scatter(m, seq, m.rank == 0 ? 100 : 200, 0);
+  });
+  for (const auto& msg : out) {
+    CAPTURE(msg);
+    CHECK(msg.find("threw invalid_argument") != std::string::npos);
+    CHECK(msg.find("reduce_scatter of 800 bytes (float32, sum)") != std::string::npos);
+    CHECK(msg.find("reduce_scatter of 1600 bytes (float32, sum)") != std::string::npos);
+  }
+}
