@@ -567,7 +567,14 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
               int peer = -1, std::size_t bytes = SIZE_MAX) {
     std::unique_lock lk(mu_);
     std::uint64_t seq = peer < 0 ? ++seq_ : ++p2p_seq_;
-    std::string what = strcat(op, peer < 0 ? " #" : " #p", seq, " on ", describe(*this));
+    // Built by appending, with the group's description (which never changes) made once:
+    // two string streams per operation were about a sixth of a 4 KiB allreduce at world 2
+    // (5.0 -> 4.2 us, medians of 4 alternating runs of collectives_bench).
+    if (description_.empty()) description_ = describe(*this);
+    std::string what;
+    what.reserve(op.size() + 24 + description_.size());
+    what.append(op).append(peer < 0 ? " #" : " #p").append(std::to_string(seq)).append(" on ");
+    what.append(description_);
     // A collective's waiter may run it itself (run_inline); transfers stay with the worker.
     auto [w, done] = peer >= 0 ? work::make(what)
                                : work::make(
@@ -807,6 +814,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   std::uint64_t p2p_seq_ = 0;
   bool stopping_ = false;
   bool busy_ = false;
+  std::string description_;  // describe(*this), made by the first submit (under mu_)
   bool worker_parked_ = false;          // the worker waits for a notify, not polling
   clock::time_point last_submit_{};     // when the last operation was queued
   bool p2p_busy_ = false;
