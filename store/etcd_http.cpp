@@ -9,10 +9,16 @@
 #include <array>
 #include <charconv>
 
+#include <fstream>
+#include <sstream>
+
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "core/log.hpp"
 
@@ -73,10 +79,27 @@ error reply_error(const etcd_endpoint& ep, std::string_view path, unsigned statu
     if (message.empty() && e.contains("error") && e["error"].is_string())
       message = e["error"].get<std::string>();
     std::int64_t code = e.contains("code") ? json_int(e, "code") : json_int(e, "grpc_code");
-    if (!message.empty())
-      return make_error(from_grpc_code(code), "etcd at ", ep.text(), " refused POST ", path, ": ",
-                        message, " (HTTP ", status, ", gRPC code ", code, ")");
+    if (!message.empty()) {
+      // What to do about the refusals a misconfigured client meets first.
+      std::string_view hint;
+      errc kind = from_grpc_code(code);
+      if (message.find("user name is empty") != std::string::npos) {
+        hint = "; etcd has authentication on: give a user and its password (--rdzv-conf "
+               "user=NAME,password_file=PATH, or ?user=NAME&password_file=PATH in the store URL)";
+        kind = errc::unauthorized;
+      } else if (message.find("permission denied") != std::string::npos) {
+        hint = "; the etcd user lacks a role that may read and write the job's prefix";
+        kind = errc::unauthorized;
+      }
+      return make_error(kind, "etcd at ", ep.text(), " refused POST ", path, ": ", message,
+                        " (HTTP ", status, ", gRPC code ", code, ")", hint);
+    }
   }
+  if (body.find("HTTPS server") != std::string::npos)
+    return make_error(errc::protocol_error, "etcd at ", ep.text(),
+                      " serves https, and this client spoke plain http: write https://",
+                      ep.text(), " (or --rdzv-conf protocol=https, or ?protocol=https in the store "
+                      "URL) and give the CA that signed etcd's certificate (cacert)");
   std::string excerpt = body.substr(0, 200);
   while (!excerpt.empty() && (excerpt.back() == '\n' || excerpt.back() == '\r')) excerpt.pop_back();
   return make_error(status == 404 ? errc::unsupported : errc::protocol_error, "etcd at ", ep.text(),
@@ -108,10 +131,13 @@ std::string etcd_endpoint::text() const {
 
 expected<etcd_endpoint> parse_etcd_endpoint(std::string_view text) {
   std::string_view rest = text;
-  if (rest.starts_with("http://")) rest.remove_prefix(7);
-  if (rest.starts_with("https://"))
-    return make_error(errc::unsupported, "etcd endpoint '", text,
-                      "': TLS is not supported; use a plain http client URL");
+  bool https = false;
+  if (rest.starts_with("http://")) {
+    rest.remove_prefix(7);
+  } else if (rest.starts_with("https://")) {
+    rest.remove_prefix(8);
+    https = true;
+  }
   while (rest.ends_with('/')) rest.remove_suffix(1);
   auto bad = [&](std::string_view why) {
     return make_error(errc::invalid_argument, "bad etcd endpoint '", text, "': ", why,
@@ -135,7 +161,7 @@ expected<etcd_endpoint> parse_etcd_endpoint(std::string_view text) {
   auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
   if (ec != std::errc{} || end != port.data() + port.size() || value == 0 || value > 65535)
     return bad("the port is not a number in 1..65535");
-  return etcd_endpoint{std::string(host), static_cast<std::uint16_t>(value)};
+  return etcd_endpoint{std::string(host), static_cast<std::uint16_t>(value), https};
 }
 
 std::string base64_encode(std::string_view data) {
@@ -205,12 +231,25 @@ std::int64_t json_int(const json& object, std::string_view field) {
 // ---------------------------------------------------------------------------------------
 // Connections.
 
+using tls_stream = asio::ssl::stream<beast::tcp_stream&>;
+
 class etcd_connection {
  public:
   explicit etcd_connection(std::size_t endpoint_index) : endpoint(endpoint_index) {}
   ~etcd_connection() {
+    tls.reset();  // no close_notify: the socket closes under it
     boost::system::error_code ignored;
     stream.socket().close(ignored);
+  }
+
+  // Calls f with the stream that carries HTTP: the TLS stream over https, else the socket.
+  // Deadlines are the tcp_stream's either way.
+  template <class F>
+  void io(F&& f) {
+    if (tls)
+      f(*tls);
+    else
+      f(stream);
   }
 
   // Runs the io_context until the operation started on it completes. False when
@@ -238,20 +277,170 @@ class etcd_connection {
 
   asio::io_context ioc{1};
   beast::tcp_stream stream{ioc};
+  std::unique_ptr<tls_stream> tls;  // over https, set up by the handshake
   beast::flat_buffer buffer;
   std::size_t endpoint;
   bool reused = false;
   std::atomic<bool> cancelled{false};
 };
 
-etcd_http::etcd_http(std::vector<etcd_endpoint> endpoints) : endpoints_(std::move(endpoints)) {}
+struct etcd_http::tls_context {
+  asio::ssl::context ctx{asio::ssl::context::tls_client};
+};
+
+etcd_http::etcd_http(std::vector<etcd_endpoint> endpoints) : endpoints_(std::move(endpoints)) {
+  for (const auto& ep : endpoints_) security_.tls = security_.tls || ep.https;
+}
 
 etcd_http::~etcd_http() = default;
 
 std::string etcd_http::describe() const {
   std::string out;
-  for (const auto& ep : endpoints_) out += (out.empty() ? "" : ",") + ep.text();
+  for (const auto& ep : endpoints_)
+    out += (out.empty() ? "" : ",") + std::string(security_.tls ? "https://" : "") + ep.text();
   return out;
+}
+
+namespace {
+
+// OpenSSL's reason for the last failure, e.g. "no such file" or "key values mismatch".
+std::string openssl_reason(const boost::system::error_code& ec) {
+  std::string reason = ec.message();
+  if (auto e = ERR_peek_last_error(); e != 0) {
+    char text[256];
+    ERR_error_string_n(e, text, sizeof text);
+    reason = text;
+  }
+  ERR_clear_error();
+  return reason;
+}
+
+bool readable(const std::string& path) { return std::ifstream(path).good(); }
+
+// What a failed TLS handshake most likely means, for the error's last clause.
+std::string_view handshake_hint(const std::string& reason, const etcd_http_security& s) {
+  if (reason.find("wrong version number") != std::string::npos ||
+      reason.find("packet length too long") != std::string::npos ||
+      reason.find("stream truncated") != std::string::npos)
+    return "etcd does not speak TLS on this port: write http://host:port (protocol=http), or "
+           "check that this is etcd's https client URL";
+  if (reason.find("certificate verify failed") != std::string::npos)
+    return s.ca_file.empty()
+               ? "etcd's certificate is not signed by a CA this system trusts: give the CA "
+                 "(--rdzv-conf cacert=PATH or ?cacert=PATH)"
+               : "etcd's certificate is not signed by that CA, or does not name this endpoint's "
+                 "host: check cacert, and that the certificate lists the address you connect to";
+  if (reason.find("certificate required") != std::string::npos ||
+      reason.find("bad certificate") != std::string::npos ||
+      reason.find("unknown ca") != std::string::npos ||
+      reason.find("handshake failure") != std::string::npos)
+    return s.cert_file.empty()
+               ? "etcd asks for a client certificate (--client-cert-auth): give cert=PATH and "
+                 "key=PATH"
+               : "etcd refused this client's certificate: is it signed by the CA etcd trusts "
+                 "(its --trusted-ca-file)?";
+  return "check the endpoint's protocol and the TLS files";
+}
+
+// A TLS failure after the handshake: under TLS 1.3 a server that refuses the client's
+// certificate says so with an alert on the first read.
+bool is_tls_error(const boost::system::error_code& ec) {
+  return ec.category() == asio::error::get_ssl_category();
+}
+
+error tls_error(const etcd_endpoint& ep, std::string_view what, std::string_view path,
+                const boost::system::error_code& ec, const etcd_http_security& security) {
+  std::string reason = openssl_reason(ec);
+  return make_error(errc::unauthorized, "etcd at ", ep.text(), " ended the TLS session during ",
+                    what, " of POST ", path, ": ", reason, "; ", handshake_hint(reason, security));
+}
+
+// A plain-http connection that etcd closes without a word: most likely an https port.
+std::string_view plain_close_hint(const boost::system::error_code& ec, bool tls) {
+  if (tls || (ec != http::error::end_of_stream && ec != asio::error::eof &&
+              ec != asio::error::connection_reset))
+    return "";
+  return "; if this etcd serves https, write https://host:port (or protocol=https) and give the "
+         "CA that signed its certificate (cacert)";
+}
+
+}  // namespace
+
+expected<void> etcd_http::secure(etcd_http_security security) {
+  const bool any_https = std::any_of(endpoints_.begin(), endpoints_.end(),
+                                     [](const etcd_endpoint& ep) { return ep.https; });
+  const bool all_https = std::all_of(endpoints_.begin(), endpoints_.end(),
+                                     [](const etcd_endpoint& ep) { return ep.https; });
+  if (any_https && !all_https)
+    return make_error(errc::invalid_argument, "etcd endpoints ", describe(),
+                      " mix http:// and https://; an etcd cluster serves one or the other");
+  security.tls = security.tls || any_https;
+  if (!security.tls && (!security.ca_file.empty() || !security.cert_file.empty() ||
+                        !security.key_file.empty()))
+    return make_error(errc::invalid_argument,
+                      "etcd TLS files (cacert, cert, key) are given, but the endpoints are plain "
+                      "http: write https://host:port or protocol=https");
+  if (security.cert_file.empty() != security.key_file.empty())
+    return make_error(errc::invalid_argument, "an etcd client certificate needs both cert (",
+                      security.cert_file.empty() ? "missing" : security.cert_file, ") and key (",
+                      security.key_file.empty() ? "missing" : security.key_file, ")");
+  if (!security.user.empty() && security.password.empty())
+    return make_error(errc::invalid_argument, "etcd user '", security.user,
+                      "' has no password: give password_file=PATH (a file holding it)");
+  if (security.tls) {
+    auto t = std::make_unique<tls_context>();
+    boost::system::error_code ec;
+    auto load = [&](std::string_view what, const std::string& path, auto fn) -> expected<void> {
+      if (!readable(path))
+        return make_error(errc::invalid_argument, "cannot read the etcd ", what, " file '", path,
+                          "'");
+      fn(ec);
+      if (!ec) return ok();
+      std::string reason = openssl_reason(ec);
+      if (reason.find("key values mismatch") != std::string::npos)
+        return make_error(errc::invalid_argument, "the etcd client key '", path,
+                          "' does not belong to the certificate '", security.cert_file, "'");
+      return make_error(errc::invalid_argument, "the etcd ", what, " file '", path,
+                        "' is not usable: ", reason);
+    };
+    t->ctx.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                       asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                       asio::ssl::context::no_tlsv1_1);
+    t->ctx.set_verify_mode(asio::ssl::verify_peer);
+    if (security.ca_file.empty()) {
+      t->ctx.set_default_verify_paths(ec);
+    } else if (auto r = load("CA (cacert)", security.ca_file,
+                             [&](auto& e) { t->ctx.load_verify_file(security.ca_file, e); });
+               !r) {
+      return r;
+    }
+    if (!security.cert_file.empty()) {
+      if (auto r = load("client certificate (cert)", security.cert_file,
+                        [&](auto& e) { t->ctx.use_certificate_chain_file(security.cert_file, e); });
+          !r)
+        return r;
+      if (auto r = load("client key (key)", security.key_file,
+                        [&](auto& e) {
+                          t->ctx.use_private_key_file(security.key_file, asio::ssl::context::pem,
+                                                      e);
+                        });
+          !r)
+        return r;
+      if (SSL_CTX_check_private_key(t->ctx.native_handle()) != 1) {
+        boost::system::error_code none;
+        return make_error(errc::invalid_argument, "the etcd client key '", security.key_file,
+                          "' does not belong to the certificate '", security.cert_file,
+                          "': ", openssl_reason(none));
+      }
+    }
+    tls_ = std::move(t);
+  }
+  if (!security.user.empty() && !security.tls)
+    TROUPE_LOG(log_level::warn, "store", "etcd user '", security.user,
+               "' signs in over plain http: its password crosses the network unencrypted; "
+               "use https:// endpoints");
+  security_ = std::move(security);
+  return ok();
 }
 
 bool etcd_http::enter(etcd_connection& c, bool ignore_cancel) {
@@ -373,6 +562,28 @@ expected<std::unique_ptr<etcd_connection>> etcd_http::acquire(deadline until, bo
                           ep.text());
       }
     }
+    if (!ec && tls_) {
+      c->tls = std::make_unique<tls_stream>(c->stream, tls_->ctx);
+      boost::system::error_code not_ip;
+      asio::ip::make_address(ep.host, not_ip);
+      if (not_ip)  // SNI carries names only
+        SSL_set_tlsext_host_name(c->tls->native_handle(), ep.host.c_str());
+      c->tls->set_verify_callback(asio::ssl::host_name_verification(ep.host));
+      c->stream.expires_at(clamp(until));
+      c->tls->async_handshake(asio::ssl::stream_base::client,
+                              [&](const boost::system::error_code& e) { ec = e; });
+      if (!c->run()) {
+        leave(*c);
+        return make_error(errc::shut_down, "the etcd client was closed during the TLS handshake "
+                          "with ", ep.text());
+      }
+      if (ec && ec != beast::error::timeout) {
+        leave(*c);
+        std::string reason = openssl_reason(ec);
+        return make_error(errc::unauthorized, "the TLS handshake with etcd at ", ep.text(),
+                          " failed: ", reason, "; ", handshake_hint(reason, security_));
+      }
+    }
     if (!ec) {
       preferred_.store(index);
       return c;
@@ -390,9 +601,52 @@ expected<std::unique_ptr<etcd_connection>> etcd_http::acquire(deadline until, bo
                     "); is etcd running and is this its client URL?");
 }
 
+expected<std::string> etcd_http::auth_token(deadline until, bool renew) {
+  if (security_.user.empty()) return std::string();
+  std::lock_guard lock(auth_mu_);  // one sign-in at a time; the others wait for its token
+  if (!token_.empty() && !renew) return token_;
+  const std::string path = "/v3/auth/authenticate";
+  json body = {{"name", security_.user}, {"password", security_.password}};
+  auto reply = post_once(path, body.dump(), until, {.retry_safe = true}, std::string());
+  if (!reply) {
+    if (reply.error().code() == errc::invalid_argument ||
+        reply.error().message().find("authentication failed") != std::string::npos)
+      return make_error(errc::unauthorized, "etcd refused user '", security_.user,
+                        "': ", reply.error().message(),
+                        "; check the user and its password file");
+    return std::move(reply).error();
+  }
+  auto token = reply->value("token", std::string());
+  if (token.empty())
+    return make_error(errc::unauthorized, "etcd at ", describe(), " signed in user '",
+                      security_.user, "' but gave no token (is authentication enabled there?)");
+  token_ = std::move(token);
+  return token_;
+}
+
+namespace {
+// etcd forgets simple tokens after a while (and all of them when it restarts).
+bool stale_token(const error& e) {
+  return e.message().find("invalid auth token") != std::string::npos;
+}
+}  // namespace
+
 expected<json> etcd_http::post(std::string_view path, const json& body, deadline until,
                                etcd_call options) {
   const std::string text = body.dump();
+  auto token = auth_token(until, /*renew=*/false);
+  if (!token) return std::move(token).error();
+  auto reply = post_once(path, text, until, options, *token);
+  if (!reply && !token->empty() && stale_token(reply.error())) {
+    token = auth_token(until, /*renew=*/true);
+    if (!token) return std::move(token).error();
+    reply = post_once(path, text, until, options, *token);
+  }
+  return reply;
+}
+
+expected<json> etcd_http::post_once(std::string_view path, const std::string& text,
+                                    deadline until, etcd_call options, const std::string& token) {
   for (int attempt = 0;; ++attempt) {
     auto acquired = acquire(until, options.ignore_cancel, /*fresh=*/attempt > 0);
     if (!acquired) return std::move(acquired).error();
@@ -403,29 +657,38 @@ expected<json> etcd_http::post(std::string_view path, const json& body, deadline
     http::request<http::string_body> req{http::verb::post, std::string(path), 11};
     req.set(http::field::host, ep.text());
     req.set(http::field::content_type, "application/json");
+    if (!token.empty()) req.set(http::field::authorization, token);
     req.keep_alive(true);
     req.body() = text;
     req.prepare_payload();
 
     boost::system::error_code ec;
     c->stream.expires_at(clamp(until));
-    http::async_write(c->stream, req,
-                      [&](const boost::system::error_code& e, std::size_t) { ec = e; });
+    c->io([&](auto& s) {
+      http::async_write(s, req, [&](const boost::system::error_code& e, std::size_t) { ec = e; });
+    });
     if (!c->run()) return cancelled_error(path);
     const bool may_retry = c->reused && options.retry_safe && attempt == 0;
     if (ec) {
+      if (is_tls_error(ec)) return tls_error(ep, "sending", path, ec, security_);
       if (may_retry && ec != beast::error::timeout) continue;
       return io_error(ep, "sending", path, ec);
     }
 
     http::response_parser<http::string_body> parser;
     parser.body_limit(max_reply_bytes);
-    http::async_read(c->stream, c->buffer, parser,
-                     [&](const boost::system::error_code& e, std::size_t) { ec = e; });
+    c->io([&](auto& s) {
+      http::async_read(s, c->buffer, parser,
+                       [&](const boost::system::error_code& e, std::size_t) { ec = e; });
+    });
     if (!c->run()) return cancelled_error(path);
     if (ec) {
+      if (is_tls_error(ec)) return tls_error(ep, "reading the reply", path, ec, security_);
       if (may_retry && !parser.got_some() && ec != beast::error::timeout) continue;
-      return io_error(ep, "reading the reply", path, ec);
+      auto e = io_error(ep, "reading the reply", path, ec);
+      if (auto hint = plain_close_hint(ec, tls_ != nullptr); !hint.empty() && !parser.got_some())
+        return make_error(e.code(), e.message(), hint);
+      return e;
     }
     auto& res = parser.get();
     const unsigned status = res.result_int();
@@ -481,13 +744,16 @@ expected<json> etcd_stream::next(deadline until) {
                         " before the deadline");
     boost::system::error_code ec;
     s.conn->stream.expires_at(clamp(until));
-    http::async_read_some(s.conn->stream, s.conn->buffer, s.parser,
-                          [&](const boost::system::error_code& e, std::size_t) { ec = e; });
+    s.conn->io([&](auto& io) {
+      http::async_read_some(io, s.conn->buffer, s.parser,
+                            [&](const boost::system::error_code& e, std::size_t) { ec = e; });
+    });
     if (!s.conn->run()) return cancelled_error(s.path);
     auto& body = s.parser.get().body();
     s.pending += body;
     body.clear();
-    if (ec == http::error::end_of_stream || ec == asio::error::eof)
+    if (ec == http::error::end_of_stream || ec == asio::error::eof ||
+        ec == asio::ssl::error::stream_truncated)
       return make_error(errc::connection_lost, "etcd at ", ep.text(), " closed the stream ",
                         s.path);
     if (ec) return io_error(ep, "reading the stream", s.path, ec);
@@ -496,6 +762,20 @@ expected<json> etcd_stream::next(deadline until) {
 
 expected<std::unique_ptr<etcd_stream>> etcd_http::open_stream(std::string_view path,
                                                               const json& body, deadline until) {
+  auto token = auth_token(until, /*renew=*/false);
+  if (!token) return std::move(token).error();
+  for (int attempt = 0;; ++attempt) {
+    auto opened = open_stream_once(path, body, until, *token);
+    if (opened || attempt > 0 || token->empty() || !stale_token(opened.error())) return opened;
+    token = auth_token(until, /*renew=*/true);
+    if (!token) return std::move(token).error();
+  }
+}
+
+expected<std::unique_ptr<etcd_stream>> etcd_http::open_stream_once(std::string_view path,
+                                                                   const json& body,
+                                                                   deadline until,
+                                                                   const std::string& token) {
   auto acquired = acquire(until, /*ignore_cancel=*/false, /*fresh=*/true);
   if (!acquired) return std::move(acquired).error();
   auto s = std::make_unique<etcd_stream::state>();
@@ -512,23 +792,31 @@ expected<std::unique_ptr<etcd_stream>> etcd_http::open_stream(std::string_view p
   http::request<http::string_body> req{http::verb::post, std::string(path), 11};
   req.set(http::field::host, ep.text());
   req.set(http::field::content_type, "application/json");
+  if (!token.empty()) req.set(http::field::authorization, token);
   req.body() = body.dump();
   req.prepare_payload();
 
   boost::system::error_code ec;
   c.stream.expires_at(clamp(until));
-  http::async_write(c.stream, req,
-                    [&](const boost::system::error_code& e, std::size_t) { ec = e; });
+  c.io([&](auto& io) {
+    http::async_write(io, req, [&](const boost::system::error_code& e, std::size_t) { ec = e; });
+  });
   if (!c.run()) return cancelled_error(path);
+  if (ec && is_tls_error(ec)) return tls_error(ep, "sending", path, ec, security_);
   if (ec) return io_error(ep, "sending", path, ec);
-  http::async_read_header(c.stream, c.buffer, st.parser,
-                          [&](const boost::system::error_code& e, std::size_t) { ec = e; });
+  c.io([&](auto& io) {
+    http::async_read_header(io, c.buffer, st.parser,
+                            [&](const boost::system::error_code& e, std::size_t) { ec = e; });
+  });
   if (!c.run()) return cancelled_error(path);
+  if (ec && is_tls_error(ec)) return tls_error(ep, "reading the reply header", path, ec, security_);
   if (ec) return io_error(ep, "reading the reply header", path, ec);
   const unsigned status = st.parser.get().result_int();
   if (status != 200) {
-    http::async_read(c.stream, c.buffer, st.parser,
-                     [&](const boost::system::error_code& e, std::size_t) { ec = e; });
+    c.io([&](auto& io) {
+      http::async_read(io, c.buffer, st.parser,
+                       [&](const boost::system::error_code& e, std::size_t) { ec = e; });
+    });
     if (!c.run()) return cancelled_error(path);
     return reply_error(ep, path, status, st.parser.get().body());
   }

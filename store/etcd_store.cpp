@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <condition_variable>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -317,6 +318,15 @@ expected<std::unique_ptr<etcd_store>> etcd_store::connect(const etcd_store_optio
     return make_error(errc::invalid_argument, "etcd_store timeouts must be positive");
 
   auto state = std::make_shared<impl>(options, std::move(eps));
+  detail::etcd_http_security security;
+  security.tls = options.tls.enabled;
+  security.ca_file = options.tls.ca_file;
+  security.cert_file = options.tls.cert_file;
+  security.key_file = options.tls.key_file;
+  security.user = options.user;
+  security.password = options.password;
+  if (auto r = state->http.secure(std::move(security)); !r)
+    return std::move(r).error().with_operation("store.connect");
   state->prefix = options.prefix;
   if (!state->prefix.empty() && state->prefix.back() != '/') state->prefix += '/';
 
@@ -371,6 +381,44 @@ expected<std::unique_ptr<store>> connect_etcd_store(const etcd_store_options& op
   return std::unique_ptr<store>(std::move(*s));
 }
 
+namespace {
+
+expected<std::string> percent_decode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    if (i + 2 >= text.size())
+      return make_error(errc::invalid_argument, "truncated %-escape in '", text, "'");
+    unsigned v = 0;
+    auto [end, ec] = std::from_chars(text.data() + i + 1, text.data() + i + 3, v, 16);
+    if (ec != std::errc{} || end != text.data() + i + 3)
+      return make_error(errc::invalid_argument, "bad %-escape in '", text, "'");
+    out += static_cast<char>(v);
+    i += 2;
+  }
+  return out;
+}
+
+// The password in `path`: its first line, without the line end.
+expected<std::string> read_password_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    return make_error(errc::invalid_argument, "cannot read the etcd password file '", path, "'");
+  std::string line;
+  std::getline(in, line);
+  while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.pop_back();
+  if (line.empty())
+    return make_error(errc::invalid_argument, "the etcd password file '", path,
+                      "' is empty; its first line is the password");
+  return line;
+}
+
+}  // namespace
+
 expected<etcd_store_options> parse_etcd_store_url(std::string_view url) {
   constexpr std::string_view scheme = "etcd://";
   auto bad = [&](std::string_view why) {
@@ -405,8 +453,32 @@ expected<etcd_store_options> parse_etcd_store_url(std::string_view url) {
     query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
     auto eq = item.find('=');
     std::string_view name = item.substr(0, eq);
-    std::string_view value = eq == std::string_view::npos ? "" : item.substr(eq + 1);
-    if (name == "lease_ttl") {
+    auto decoded = percent_decode(eq == std::string_view::npos ? "" : item.substr(eq + 1));
+    if (!decoded) return bad(strcat("option '", name, "' has a bad %-escape"));
+    std::string_view value = *decoded;
+    auto path_value = [&](std::string& out) -> expected<void> {
+      if (value.empty()) return bad(strcat("option '", name, "' needs a file path"));
+      out = std::string(value);
+      return ok();
+    };
+    if (name == "protocol" && (value == "http" || value == "https")) {
+      o.tls.enabled = value == "https";
+    } else if (name == "cacert") {
+      if (auto r = path_value(o.tls.ca_file); !r) return std::move(r).error();
+    } else if (name == "cert") {
+      if (auto r = path_value(o.tls.cert_file); !r) return std::move(r).error();
+    } else if (name == "key") {
+      if (auto r = path_value(o.tls.key_file); !r) return std::move(r).error();
+    } else if (name == "user") {
+      if (value.empty()) return bad("option 'user' needs a name");
+      o.user = std::string(value);
+    } else if (name == "password_file") {
+      std::string file;
+      if (auto r = path_value(file); !r) return std::move(r).error();
+      auto password = read_password_file(file);
+      if (!password) return std::move(password).error();
+      o.password = std::move(*password);
+    } else if (name == "lease_ttl") {
       auto ttl = parse_duration(value);
       if (!ttl) return std::move(ttl).error();
       o.lease_ttl = *ttl;
@@ -414,9 +486,12 @@ expected<etcd_store_options> parse_etcd_store_url(std::string_view url) {
       o.attach_lease = value == "true";
     } else {
       return bad(strcat("unknown option '", item, "' (known: lease_ttl=<duration>, ",
-                        "attach_lease=true|false)"));
+                        "attach_lease=true|false, protocol=http|https, cacert=PATH, cert=PATH, "
+                        "key=PATH, user=NAME, password_file=PATH)"));
     }
   }
+  if (!o.user.empty() && o.password.empty())
+    return bad(strcat("user '", o.user, "' needs password_file=PATH"));
   return o;
 }
 

@@ -1,6 +1,10 @@
 // etcd_store: the store for multi-node jobs, kept in an etcd 3.4+ cluster and spoken to
-// through etcd's v3 JSON gateway (plain HTTP, no gRPC dependency).
+// through etcd's v3 JSON gateway (HTTP or HTTPS, no gRPC dependency).
 //
+// - https:// endpoints (or tls.enabled) speak TLS: etcd's certificate is verified against
+//   tls.ca_file and the endpoint's host; tls.cert_file/key_file answer etcd's
+//   --client-cert-auth. With `user`, the store signs in and sends etcd's token with every
+//   request (renewed when etcd forgets it).
 // - All keys live under the job's prefix; num_keys() counts only that prefix.
 // - With attach_lease (off by default) the store grants itself a lease at connect and
 //   attaches every key it writes to it. A background thread keeps the lease alive; if this
@@ -25,10 +29,26 @@
 
 namespace troupe {
 
+/// TLS towards etcd. All files are PEM.
+struct etcd_tls_options {
+  /// Speak https (also implied by an https:// endpoint).
+  bool enabled = false;
+  /// The CA that signed etcd's server certificate; empty: the system's trusted CAs.
+  std::string ca_file;
+  /// A client certificate and its key, for etcd's --client-cert-auth (both or neither).
+  std::string cert_file;
+  std::string key_file;
+};
+
 struct etcd_store_options {
-  /// etcd client URLs as host:port (an "http://" in front is accepted). Calls go to the
-  /// first one that accepts a connection; a refused one is skipped.
+  /// etcd client URLs as host:port, http://host:port or https://host:port (all alike).
+  /// Calls go to the first one that accepts a connection; a refused one is skipped.
   std::vector<std::string> endpoints{"127.0.0.1:2379"};
+  /// TLS (see above); connect() fails at once when a file cannot be loaded.
+  etcd_tls_options tls{};
+  /// An etcd user (etcd's `auth enable`) and its password; empty user: no sign-in.
+  std::string user{};
+  std::string password{};
   /// Every key is stored as `prefix + key`: give each job (and each round) its own. A
   /// non-empty prefix that does not end in '/' gets one appended.
   std::string prefix = "/troupe/";
@@ -102,9 +122,12 @@ class etcd_store final : public store, public prefix_countable {
 expected<std::unique_ptr<store>> connect_etcd_store(const etcd_store_options& options);
 
 /// Reads a store URL of the form
-///   etcd://host:port[,host:port...][/prefix][?lease_ttl=10s&attach_lease=false]
+///   etcd://host:port[,host:port...][/prefix][?option=value&...]
 /// into options (other fields keep their defaults). The prefix path becomes the key
-/// prefix ("etcd://h:2379/job7" -> "/job7/"); without one it is "/troupe/".
+/// prefix ("etcd://h:2379/job7" -> "/job7/"); without one it is "/troupe/". Options:
+/// lease_ttl=<duration>, attach_lease=true|false, protocol=http|https, cacert=PATH,
+/// cert=PATH, key=PATH, user=NAME, password_file=PATH (the password is read from the file,
+/// never carried in the URL). Percent-escapes in values are decoded.
 expected<etcd_store_options> parse_etcd_store_url(std::string_view url);
 
 }  // namespace troupe

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -93,6 +94,11 @@ std::string etcd_server::skip_reason() {
 }
 
 expected<std::unique_ptr<etcd_server>> etcd_server::start(duration timeout) {
+  return start(etcd_server_options{}, timeout);
+}
+
+expected<std::unique_ptr<etcd_server>> etcd_server::start(const etcd_server_options& options,
+                                                          duration timeout) {
   if (!available()) return make_error(errc::unavailable, skip_reason());
   const auto until = deadline::after(timeout);
   std::string last_log;
@@ -100,13 +106,18 @@ expected<std::unique_ptr<etcd_server>> etcd_server::start(duration timeout) {
     std::unique_ptr<etcd_server> s(new etcd_server());
     s->client_port_ = free_port();
     s->peer_port_ = free_port();
-    if (s->client_port_ == 0 || s->peer_port_ == 0 || s->client_port_ == s->peer_port_) continue;
+    s->metrics_port_ = free_port();
+    s->tls_ = !options.cert_file.empty();
+    if (s->client_port_ == 0 || s->peer_port_ == 0 || s->metrics_port_ == 0 ||
+        s->client_port_ == s->peer_port_ || s->metrics_port_ == s->client_port_ ||
+        s->metrics_port_ == s->peer_port_)
+      continue;
     char dir_template[] = "/tmp/troupe-etcd-XXXXXX";
     if (!::mkdtemp(dir_template))
       return make_error(errc::unavailable, "cannot create a data directory under /tmp");
     s->data_dir_ = dir_template;
     s->log_path_ = s->data_dir_ + "/etcd.log";
-    const std::string client = "http://127.0.0.1:" + std::to_string(s->client_port_);
+    const std::string client = s->url();
     const std::string peer = "http://127.0.0.1:" + std::to_string(s->peer_port_);
     s->args_ = {binary(),
                 "--name=troupe-test",
@@ -117,7 +128,16 @@ expected<std::unique_ptr<etcd_server>> etcd_server::start(duration timeout) {
                 "--initial-advertise-peer-urls=" + peer,
                 "--initial-cluster=troupe-test=" + peer,
                 "--initial-cluster-state=new",
+                "--listen-metrics-urls=http://127.0.0.1:" + std::to_string(s->metrics_port_),
                 "--log-level=warn"};
+    if (s->tls_) {
+      s->args_.push_back("--cert-file=" + options.cert_file);
+      s->args_.push_back("--key-file=" + options.key_file);
+      if (!options.client_ca_file.empty()) {
+        s->args_.push_back("--client-cert-auth");
+        s->args_.push_back("--trusted-ca-file=" + options.client_ca_file);
+      }
+    }
     auto r = s->launch(until);
     if (r) return s;
     if (r.error().message().find("address already in use") == std::string::npos)
@@ -151,7 +171,7 @@ expected<void> etcd_server::launch(deadline until) {
   }
   pid_ = pid;
   while (!until.expired()) {
-    if (healthy(client_port_)) return {};
+    if (healthy(metrics_port_)) return {};
     int status = 0;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
       pid_ = -1;
@@ -192,6 +212,28 @@ etcd_server::~etcd_server() {
 }
 
 std::string etcd_server::endpoint() const { return "127.0.0.1:" + std::to_string(client_port_); }
+
+std::string etcd_server::url() const { return (tls_ ? "https://" : "http://") + endpoint(); }
+
+expected<std::string> etcd_server::etcdctl(const std::vector<std::string>& args) const {
+  if (tls_)
+    return make_error(errc::unsupported, "etcd_server::etcdctl speaks plain http only");
+  // etcdctl sits next to etcd (Debian's etcd-client).
+  auto ctl = std::filesystem::path(binary()).parent_path() / "etcdctl";
+  std::string command = "ETCDCTL_API=3 '" + ctl.string() + "' --endpoints=" + endpoint();
+  for (const auto& a : args) command += " '" + a + "'";
+  command += " 2>&1";
+  std::string output;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return make_error(errc::unavailable, "cannot run ", command);
+  char buf[512];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
+  int status = ::pclose(pipe);
+  if (status != 0)
+    return make_error(errc::unavailable, "etcdctl ", args.empty() ? "" : args.front(),
+                      " failed (status ", status, "): ", tail(output));
+  return output;
+}
 
 void etcd_server::stop() {
   if (pid_ <= 0) return;

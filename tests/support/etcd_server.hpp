@@ -18,6 +18,15 @@
 
 namespace troupe::test {
 
+/// How a test etcd serves its clients.
+struct etcd_server_options {
+  /// Serve https with this certificate and key (PEM); empty: plain http.
+  std::string cert_file;
+  std::string key_file;
+  /// With a certificate: require client certificates signed by this CA.
+  std::string client_ca_file;
+};
+
 class etcd_server {
  public:
   /// The etcd binary: $TROUPE_ETCD_BINARY if set, else /usr/bin/etcd.
@@ -29,6 +38,8 @@ class etcd_server {
 
   /// Starts a fresh etcd and waits (at most `timeout`) until it answers.
   static expected<std::unique_ptr<etcd_server>> start(duration timeout = std::chrono::seconds(30));
+  static expected<std::unique_ptr<etcd_server>> start(const etcd_server_options& options,
+                                                      duration timeout = std::chrono::seconds(30));
 
   /// The etcd shared by the tests of this executable, started on first use; nullptr
   /// when etcd is not installed. A failure to start is fatal (throws).
@@ -40,6 +51,13 @@ class etcd_server {
 
   /// "127.0.0.1:<client port>".
   std::string endpoint() const;
+  /// "http://127.0.0.1:<client port>", or https:// when it serves TLS.
+  std::string url() const;
+  bool tls() const noexcept { return tls_; }
+
+  /// Runs etcdctl against this etcd with `args` (e.g. {"user", "add", "root:pw"}); a
+  /// non-zero exit is an error quoting its output.
+  expected<std::string> etcdctl(const std::vector<std::string>& args) const;
   std::uint16_t client_port() const noexcept { return client_port_; }
   pid_t pid() const noexcept { return pid_; }
   bool running() const noexcept { return pid_ > 0; }
@@ -60,6 +78,8 @@ class etcd_server {
   pid_t pid_ = -1;
   std::uint16_t client_port_ = 0;
   std::uint16_t peer_port_ = 0;
+  std::uint16_t metrics_port_ = 0;  // plain-http /health, also when clients get TLS
+  bool tls_ = false;
   std::string data_dir_;
   std::string log_path_;
 };
