@@ -58,7 +58,8 @@ expected<std::string> node_address(const run_config& c) {
     return check_local_address(here, c.local_addr, "--local-addr (or --rdzv-conf local_addr)");
   }
   std::string_view endpoint = c.rdzv_endpoint;
-  if (endpoint.starts_with("http://")) endpoint.remove_prefix(7);
+  for (std::string_view scheme : {"http://", "https://"})
+    if (endpoint.starts_with(scheme)) endpoint.remove_prefix(scheme.size());
   auto hp = parse_host_port(endpoint);
   if (c.standalone || (c.backend == rdzv_backend::fixed && c.nnodes.max == 1) ||
       (hp && is_loopback_address(hp->first)))
@@ -142,9 +143,7 @@ expected<job_store> open_job_store(const run_config& c, const std::string& run_i
     }
     j.url = "tcp://" + c.rdzv_endpoint;
   } else if (c.backend == rdzv_backend::etcd) {
-    std::string_view endpoint = c.rdzv_endpoint;
-    if (endpoint.starts_with("http://")) endpoint.remove_prefix(7);  // a client URL
-    j.url = strcat("etcd://", endpoint);
+    j.url = etcd_store_url(c);
   } else {
     return j;  // static with several nodes: no store
   }

@@ -132,8 +132,8 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
                  "is an alias) or etcd (default static)");
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", f.endpoint,
                  "host:port of the rendezvous store (store: hosted by the first node able to "
-                 "bind it unless is_host says otherwise; etcd: host:port or http://host:port; "
-                 "https is not supported yet)");
+                 "bind it unless is_host says otherwise; etcd: host:port, http://host:port "
+                 "or https://host:port)");
   app.add_option("--rdzv-id,--rdzv_id", f.id,
                  "The job id shared by all its nodes; becomes TROUPE_RUN_ID (default: a fresh "
                  "unique id on a job of one node; a job of several nodes must give one)");
@@ -143,7 +143,9 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
                  "silent this long is taken for dead, "
                  "default 15s, 0: off), exit_barrier_timeout (how long a "
                  "finished node waits for the others, default 300s), is_host (true/false: host "
-                 "the store backend's server), local_addr (this node's address for MASTER_ADDR)");
+                 "the store backend's server), local_addr (this node's address for MASTER_ADDR); "
+                 "etcd only: protocol (http/https), cacert, cert, key (PEM files for TLS), user "
+                 "and password_file (an etcd user, its password in the file's first line)");
   app.add_flag("--standalone", f.standalone,
                "One node with its own store on a free loopback port and a fresh run id");
   app.add_option("--max-restarts,--max_restarts", f.max_restarts,

@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <charconv>
+#include <filesystem>
 #include <thread>
 
 #include "core/cuda_runtime.hpp"
@@ -47,6 +49,12 @@ const std::vector<rdzv_conf_key>& rdzv_conf_keys() {
       {"exit_barrier_timeout", rdzv_conf_setting::exit_barrier_timeout, false},
       {"is_host", rdzv_conf_setting::is_host, false},
       {"local_addr", rdzv_conf_setting::local_addr, false},
+      {"protocol", rdzv_conf_setting::etcd_protocol, false},
+      {"cacert", rdzv_conf_setting::etcd_cacert, false},
+      {"cert", rdzv_conf_setting::etcd_cert, false},
+      {"key", rdzv_conf_setting::etcd_key, false},
+      {"user", rdzv_conf_setting::etcd_user, false},
+      {"password_file", rdzv_conf_setting::etcd_password_file, false},
       {"read_timeout", rdzv_conf_setting::ignored, true},
       {"keep_alive_interval", rdzv_conf_setting::ignored, true},
       {"store_type", rdzv_conf_setting::ignored, true},
@@ -232,6 +240,46 @@ expected<stream_selection> parse_stream_selection(std::string_view flag, std::st
   return s;
 }
 
+namespace {
+
+// Escapes what a store URL's query cannot carry as is.
+std::string query_escape(std::string_view text) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (std::isalnum(u) || ch == '/' || ch == '.' || ch == '-' || ch == '_' || ch == '~') {
+      out += ch;
+    } else {
+      out += '%';
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string etcd_store_url(const run_config& c) {
+  std::string_view endpoint = c.rdzv_endpoint;
+  for (std::string_view scheme : {"http://", "https://"})
+    if (endpoint.starts_with(scheme)) endpoint.remove_prefix(scheme.size());
+  std::string url = strcat("etcd://", endpoint);
+  std::string query;
+  auto add = [&](std::string_view name, const std::string& value) {
+    if (value.empty()) return;
+    query += strcat(query.empty() ? "?" : "&", name, "=", query_escape(value));
+  };
+  if (c.etcd_https) query += "?protocol=https";
+  add("cacert", c.etcd_cacert);
+  add("cert", c.etcd_cert);
+  add("key", c.etcd_key);
+  add("user", c.etcd_user);
+  add("password_file", c.etcd_password_file);
+  return url + query;
+}
+
 expected<void> finish_config(run_config& c) {
   if (c.program.empty())
     return make_error(errc::invalid_argument,
@@ -280,9 +328,38 @@ expected<void> finish_config(run_config& c) {
         if (value.empty()) return bad(flag, value, "write a host name or address");
         c.local_addr = value;
         break;
+      case rdzv_conf_setting::etcd_protocol:
+        if (value != "http" && value != "https") return bad(flag, value, "write http or https");
+        c.etcd_https = value == "https";
+        break;
+      case rdzv_conf_setting::etcd_cacert:
+      case rdzv_conf_setting::etcd_cert:
+      case rdzv_conf_setting::etcd_key:
+      case rdzv_conf_setting::etcd_password_file: {
+        if (value.empty()) return bad(flag, value, "write a file path");
+        std::error_code ec;
+        auto path = std::filesystem::absolute(value, ec);
+        if (ec || !std::filesystem::is_regular_file(path, ec))
+          return bad(flag, value, "no such file; give a readable PEM file (or, for "
+                                  "password_file, a file whose first line is the password)");
+        std::string& out = known->what == rdzv_conf_setting::etcd_cacert ? c.etcd_cacert
+                           : known->what == rdzv_conf_setting::etcd_cert ? c.etcd_cert
+                           : known->what == rdzv_conf_setting::etcd_key  ? c.etcd_key
+                                                                         : c.etcd_password_file;
+        out = path.string();
+        break;
+      }
+      case rdzv_conf_setting::etcd_user:
+        if (value.empty()) return bad(flag, value, "write the etcd user's name");
+        c.etcd_user = value;
+        break;
       case rdzv_conf_setting::ignored:
         break;  // accepted for torchrun compatibility; troupe-run has no use for it
     }
+    if (known->what >= rdzv_conf_setting::etcd_protocol &&
+        known->what <= rdzv_conf_setting::etcd_password_file && c.backend != rdzv_backend::etcd)
+      return make_error(errc::invalid_argument, flag, " applies to --rdzv-backend etcd only (this "
+                        "job's backend is ", to_string(c.backend), ")");
     if (target != nullptr) {
       auto d = parse_flag_duration(flag, value);
       if (!d) return std::move(d).error();
@@ -308,13 +385,17 @@ expected<void> finish_config(run_config& c) {
       return make_error(errc::invalid_argument, "--rdzv-backend ", to_string(c.backend),
                         " needs --rdzv-endpoint host:port");
     std::string_view endpoint = c.rdzv_endpoint;
-    if (endpoint.starts_with("https://"))
+    if (endpoint.starts_with("https://") && c.backend != rdzv_backend::etcd)
       return make_error(errc::invalid_argument, "--rdzv-endpoint: '", c.rdzv_endpoint,
-                        "' asks for TLS, which troupe-run cannot speak yet; give a plain "
-                        "http://host:port client URL (e.g. an etcd gateway on the node's "
-                        "loopback) or use --rdzv-backend store");
-    if (c.backend == rdzv_backend::etcd && endpoint.starts_with("http://"))
+                        "' asks for TLS, which the ", to_string(c.backend),
+                        " backend does not speak (its store authenticates with the job secret); "
+                        "write host:port, or use --rdzv-backend etcd with an https etcd");
+    if (c.backend == rdzv_backend::etcd && endpoint.starts_with("https://")) {
+      endpoint.remove_prefix(8);  // an etcd client URL over TLS
+      c.etcd_https = true;
+    } else if (c.backend == rdzv_backend::etcd && endpoint.starts_with("http://")) {
       endpoint.remove_prefix(7);  // an etcd client URL; the etcd client reads the same
+    }
     auto hp = parse_host_port(endpoint);
     if (!hp)
       return bad("--rdzv-endpoint", c.rdzv_endpoint,

@@ -71,6 +71,15 @@ struct run_config {
   int is_host = -1;
   /// This node's address as other nodes should reach it (rdzv-conf local_addr).
   std::string local_addr;
+  /// How the etcd backend reaches etcd (rdzv-conf protocol, cacert, cert, key, user,
+  /// password_file; torchrun's etcd rendezvous reads the first four too). An https://
+  /// endpoint sets etcd_https. Paths are made absolute, for the workers.
+  bool etcd_https = false;
+  std::string etcd_cacert;
+  std::string etcd_cert;
+  std::string etcd_key;
+  std::string etcd_user;
+  std::string etcd_password_file;
   /// --secret-file: the file holding the job's secret (empty: TROUPE_JOB_SECRET, else a
   /// fresh one for a job of one node).
   std::string secret_file;
@@ -113,6 +122,10 @@ expected<std::vector<int>> parse_local_ranks_filter(std::string_view text);
 /// "--rdzv-conf": "k=v,k=v" (empty allowed).
 expected<std::map<std::string, std::string>> parse_rdzv_conf(std::string_view text);
 
+/// The store URL of an etcd job, with its TLS and user options (the workers read it from
+/// TROUPE_STORE_URL): "etcd://host:port[?protocol=https&cacert=...]". Paths are %-escaped.
+std::string etcd_store_url(const run_config& c);
+
 /// What a --rdzv-conf key sets.
 enum class rdzv_conf_setting {
   join_timeout,
@@ -121,6 +134,12 @@ enum class rdzv_conf_setting {
   exit_barrier_timeout,
   is_host,
   local_addr,
+  etcd_protocol,
+  etcd_cacert,
+  etcd_cert,
+  etcd_key,
+  etcd_user,
+  etcd_password_file,
   ignored,
 };
 

@@ -321,7 +321,9 @@ bool readable(const std::string& path) { return std::ifstream(path).good(); }
 std::string_view handshake_hint(const std::string& reason, const etcd_http_security& s) {
   if (reason.find("wrong version number") != std::string::npos ||
       reason.find("packet length too long") != std::string::npos ||
-      reason.find("stream truncated") != std::string::npos)
+      reason.find("stream truncated") != std::string::npos ||
+      reason.find("End of file") != std::string::npos ||
+      reason.find("Connection reset") != std::string::npos)
     return "etcd does not speak TLS on this port: write http://host:port (protocol=http), or "
            "check that this is etcd's https client URL";
   if (reason.find("certificate verify failed") != std::string::npos)

@@ -5,6 +5,8 @@
 //   wait        records, then runs until DIR/stop exists (or it is signalled)
 //   throw       records; local rank 1 throws out of troupe::run_main (an error file), the
 //               rest exit 0
+//   store       records, connects to TROUPE_STORE_URL under TROUPE_STORE_PREFIX, and meets
+//               every rank there (a counter and a wait); writes DIR/store.rank<RANK> when met
 // The record is DIR/round<TROUPE_ROUND>.rank<RANK>: "KEY=VALUE" lines and "PID=<pid>",
 // written to a temporary name and renamed, so a reader never sees half a file.
 #include <unistd.h>
@@ -19,6 +21,8 @@
 #include <thread>
 
 #include "core/error_file.hpp"
+#include "store/connect.hpp"
+#include "store/prefix_store.hpp"
 
 namespace {
 
@@ -97,6 +101,28 @@ int main(int argc, char** argv) {
         throw std::runtime_error("rank " + env("RANK") + ": the loss became NaN");
       return 0;
     });
+  }
+  if (mode == "store") {
+    troupe::store_options so;
+    so.timeout = std::chrono::seconds(20);
+    so.connect_timeout = std::chrono::seconds(20);
+    auto base = troupe::connect_store(env("TROUPE_STORE_URL"), so);
+    if (!base) {
+      std::fprintf(stderr, "store: %s\n", base.error().to_string().c_str());
+      return 3;
+    }
+    troupe::prefix_store scoped(**base, env("TROUPE_STORE_PREFIX") + "/test-meeting");
+    const auto world = std::stoll(env("WORLD_SIZE"));
+    auto n = scoped.add("arrived", 1, std::chrono::seconds(20));
+    if (n && *n == world) n = scoped.add("all-in", 1, std::chrono::seconds(20));
+    std::vector<std::string> keys{"all-in"};
+    auto met = n ? scoped.wait(keys, std::chrono::seconds(20)) : troupe::expected<void>(n.error());
+    if (!met) {
+      std::fprintf(stderr, "store: %s\n", met.error().to_string().c_str());
+      return 4;
+    }
+    std::ofstream(dir + "/store.rank" + env("RANK")) << "met\n";
+    return 0;
   }
   if (mode == "wait") {
     // Polling a file is this worker's own business; the tests wait on conditions.

@@ -199,15 +199,40 @@ TEST_CASE("an unknown --rdzv-conf key is refused listing every known key") {
   CHECK(has(text, "heartbeat_timeout"));
 }
 
-TEST_CASE("etcd endpoints: http:// is accepted and https:// gets a clear message") {
+TEST_CASE("etcd endpoints: http:// and https:// are accepted, and etcd's TLS keys need the etcd "
+          "backend and files that exist") {
   auto dir = fresh_dir("dropin-etcd");
-  auto p = start({troupe_run, "--rdzv-backend", "etcd", "--rdzv-endpoint", "https://127.0.0.1:1",
+  auto p = start({troupe_run, "--rdzv-backend", "store", "--rdzv-endpoint", "https://127.0.0.1:1",
                   "--rdzv-id", "j", worker, "env", dir.string()},
                  dir / "out.txt");
   REQUIRE(p->wait(10s));
   CHECK(p->exit_code() == 2);
   CHECK(has(p->text(), "TLS"));
-  CHECK(has(p->text(), "http://host:port"));
+  CHECK(has(p->text(), "--rdzv-backend etcd"));
+
+  auto missing = start({troupe_run, "--rdzv-backend", "etcd", "--rdzv-endpoint",
+                        "https://127.0.0.1:1", "--rdzv-id", "j", "--rdzv-conf",
+                        "cacert=/nonexistent/ca.pem", worker, "env", dir.string()},
+                       dir / "missing.txt");
+  REQUIRE(missing->wait(10s));
+  CHECK(missing->exit_code() == 2);
+  CHECK(has(missing->text(), "/nonexistent/ca.pem"));
+
+  auto wrong_backend = start({troupe_run, "--rdzv-backend", "store", "--rdzv-endpoint",
+                              "127.0.0.1:1", "--rdzv-id", "j", "--rdzv-conf", "user=trainer",
+                              worker, "env", dir.string()},
+                             dir / "wrong.txt");
+  REQUIRE(wrong_backend->wait(10s));
+  CHECK(wrong_backend->exit_code() == 2);
+  CHECK(has(wrong_backend->text(), "applies to --rdzv-backend etcd only"));
+
+  // An https endpoint nobody serves: refused within the join timeout, naming it.
+  auto tls = start({troupe_run, "--rdzv-backend", "etcd", "--rdzv-endpoint", "https://127.0.0.1:1",
+                    "--rdzv-id", "j", "--rdzv-conf", "timeout=3s", worker, "env", dir.string()},
+                   dir / "tls.txt");
+  REQUIRE(tls->wait(25s));
+  CHECK(tls->exit_code() == 1);
+  CHECK(has(tls->text(), "127.0.0.1:1"));
 
   // Nothing listens on port 1: the join timeout of 3s bounds the attempt.
   const auto t0 = std::chrono::steady_clock::now();

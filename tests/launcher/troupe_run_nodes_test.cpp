@@ -8,9 +8,11 @@
 #include "process_helpers.hpp"
 #include "support/etcd_server.hpp"
 #include "support/skip.hpp"
+#include "support/test_pki.hpp"
 
 using namespace launcher_test;
 using troupe::test::etcd_server;
+using troupe::test::test_pki;
 
 namespace {
 
@@ -95,6 +97,50 @@ TEST_CASE("two launchers rendezvous through etcd into one world of twice their w
     CHECK(r.at("TROUPE_RUN_ID") == id);
     CHECK(r.at("TROUPE_STORE_URL") == "etcd://" + etcd->endpoint());
   }
+}
+
+TEST_CASE("two launchers rendezvous through an https etcd that wants client certificates, and "
+          "their workers meet in its store") {
+  if (!etcd_server::available()) TROUPE_SKIP_TEST(etcd_server::skip_reason());
+  if (!test_pki::available()) TROUPE_SKIP_TEST(test_pki::skip_reason());
+  auto pki = test_pki::make();
+  REQUIRE_MESSAGE(pki.has_value(), (pki ? "" : pki.error().to_string()));
+  troupe::test::etcd_server_options eo;
+  eo.cert_file = (*pki)->server_cert();
+  eo.key_file = (*pki)->server_key();
+  eo.client_ca_file = (*pki)->ca();
+  auto etcd = etcd_server::start(eo);
+  REQUIRE_MESSAGE(etcd.has_value(), (etcd ? "" : etcd.error().to_string()));
+  auto dir = fresh_dir("etcd-tls");
+  const std::string id = "tls-nodes-" + std::to_string(::getpid());
+  // As a user writes it: the https:// client URL and torchrun's TLS keys.
+  const std::string conf = ",cacert=" + (*pki)->ca() + ",cert=" + (*pki)->client_cert() +
+                           ",key=" + (*pki)->client_key();
+  auto a = start(node_args(dir, "2", "etcd", (*etcd)->url(), id, "store", {}, conf),
+                 dir / "a.txt");
+  auto b = start(node_args(dir, "2", "etcd", (*etcd)->url(), id, "store", {}, conf),
+                 dir / "b.txt");
+  REQUIRE(a->wait(40s));
+  REQUIRE(b->wait(40s));
+  INFO(a->text());
+  INFO(b->text());
+  CHECK(a->exit_code() == 0);
+  CHECK(b->exit_code() == 0);
+  auto recs = records_of_round(dir, 0);
+  check_world(recs, 4);
+  for (const auto& [rank, r] : recs) {
+    CHECK(r.at("TROUPE_STORE_URL").find("protocol=https") != std::string::npos);
+    CHECK(fs::exists(dir / ("store.rank" + std::to_string(rank))));
+  }
+
+  // Without a client certificate the launcher stops at once, saying what to give.
+  auto refused = start(node_args(dir, "1", "etcd", (*etcd)->url(), id + "-refused", "env", {},
+                                 ",cacert=" + (*pki)->ca()),
+                       dir / "refused.txt");
+  REQUIRE(refused->wait(30s));
+  INFO(refused->text());
+  CHECK(refused->exit_code() == 1);
+  CHECK(refused->text().find("cert=PATH and key=PATH") != std::string::npos);
 }
 
 TEST_CASE(
