@@ -17,10 +17,11 @@ case "${1:-}" in
   --demo) ;;
   "" | --bench)
     # The test suite: doctest, a real etcd, the docs target (doxygen), simulated hosts
-    # (iproute2, util-linux's unshare/nsenter, python3), and the usual developer tools.
+    # (iproute2, util-linux's unshare/nsenter, python3), the openssl command for the TLS
+    # tests' certificates, and the usual developer tools.
     packages+=(
       build-essential git pkg-config ca-certificates python3 procps
-      doctest-dev etcd-server etcd-client doxygen iproute2 util-linux
+      doctest-dev etcd-server etcd-client doxygen iproute2 util-linux openssl
     )
     if [[ "${1:-}" == "--bench" ]]; then
       packages+=(python3-torch openmpi-bin libopenmpi-dev)
