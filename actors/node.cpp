@@ -7,6 +7,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "actors/detail/control_messages.hpp"
 #include "actors/detail/inline_unit.hpp"
 #include "actors/detail/remote_proxy.hpp"
 #include "actors/detail/reply_sink.hpp"
@@ -31,11 +32,12 @@ void respond(const caf::strong_actor_ptr& sender, caf::message_id mid, caf::mess
     sender->enqueue(caf::make_mailbox_element(nullptr, mid.response_id(), {}, std::move(msg)), nullptr);
 }
 
-constexpr const char* fn_lookup = "actors.lookup";
-constexpr const char* fn_deliver = "actors.deliver";
-constexpr const char* fn_answer = "actors.answer";
-constexpr const char* fn_watch = "actors.watch";
-constexpr const char* fn_down = "actors.down";
+// The RPC functions of the actors layer; their arguments are in detail/control_messages.hpp.
+constexpr const char* fn_lookup = "actors.lookup";    // the name of a published actor
+constexpr const char* fn_deliver = "actors.deliver";  // detail::deliver_message
+constexpr const char* fn_answer = "actors.answer";    // detail::answer_message
+constexpr const char* fn_watch = "actors.watch";      // detail::watch_request
+constexpr const char* fn_down = "actors.down";        // detail::down_message
 
 }  // namespace
 
@@ -98,15 +100,14 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
 
   // A plain send from a local actor to worker/name.
   void tell(const std::string& worker, const std::string& name, caf::message msg) override {
-    bytes payload;
-    std::vector<rpc::tensor> tensors;
-    if (auto r = types->encode(msg, payload, &tensors); !r) {
+    detail::deliver_message m{name, 0, {}, {}};
+    if (auto r = types->encode(msg, m.payload, &m.tensors); !r) {
       TROUPE_LOG(log_level::warn, "actors", "dropping a message to ", path_of(worker, name), ": ",
                  r.error());
       return;
     }
     auto self = weak_from_this();
-    agent->notify(call_opts(true), worker, fn_deliver, name, std::uint64_t{0}, payload, tensors)
+    agent->notify(call_opts(true), worker, fn_deliver, m)
         .on_complete([self, worker, name](expected<void>&& r) {
           if (r) return;
           // A full send queue (backpressure past the timeout) is worth a warning; a
@@ -120,10 +121,9 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
   // A request from a local actor to worker/name; `rp` answers the requester.
   void ask(const std::string& worker, const std::string& name, caf::message msg,
            caf::strong_actor_ptr sender, caf::message_id mid) override {
-    bytes payload;
-    std::vector<rpc::tensor> tensors;
+    detail::deliver_message m{name, 0, {}, {}};
     pending_ask p{std::move(sender), mid, worker, deadline::after(duration::zero())};
-    if (auto r = types->encode(msg, payload, &tensors); !r) {
+    if (auto r = types->encode(msg, m.payload, &m.tensors); !r) {
       p.fail(r.error().with_operation("request to " + path_of(worker, name)));
       return;
     }
@@ -142,7 +142,8 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     }
     // One-way: the answer (or the callee's refusal) comes back as a call of its own.
     auto self = weak_from_this();
-    agent->notify(call_opts(false), worker, fn_deliver, name, id, payload, tensors)
+    m.ask_id = id;
+    agent->notify(call_opts(false), worker, fn_deliver, m)
         .on_complete([self, id, worker](expected<void>&& r) {
           if (r) return;
           auto n = self.lock();
@@ -230,13 +231,12 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
 
   // Arrives as a one-way call: a request's refusal goes back through the answer path, a
   // plain send's is logged here (there is nobody to tell).
-  void on_deliver(const rpc::call_info& info, const std::string& target, std::uint64_t ask_id,
-                  const bytes& payload, std::vector<rpc::tensor>& tensors) {
-    auto r = deliver(info, target, ask_id, payload, tensors);
+  void on_deliver(const rpc::call_info& info, detail::deliver_message& m) {
+    auto r = deliver(info, m.target, m.ask_id, m.payload, m.tensors);
     if (r) return;
-    if (ask_id != 0) return send_error_answer(info.caller.name, ask_id, r.error());
+    if (m.ask_id != 0) return send_error_answer(info.caller.name, m.ask_id, r.error());
     TROUPE_LOG(log_level::warn, "actors", "dropped a message from ", info.caller.name, " to ",
-               path_of(me.name, target), ": ", r.error());
+               path_of(me.name, m.target), ": ", r.error());
   }
 
   expected<void> deliver(const rpc::call_info& info, const std::string& target,
@@ -282,7 +282,8 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
 
   void send_error_answer(const std::string& caller, std::uint64_t id, error err) {
     err.with_worker(me.name);
-    agent->notify(call_opts(false), caller, fn_answer, id, false, bytes{}, std::vector<rpc::tensor>{}, err)
+    detail::answer_message m{id, false, {}, {}, std::move(err)};
+    agent->notify(call_opts(false), caller, fn_answer, m)
         .on_complete([caller](expected<void>&& r) {
           if (!r) TROUPE_LOG(log_level::debug, "actors", "an error reply to ", caller, " was lost: ", r.error());
         });
@@ -290,39 +291,35 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
 
   // Sends `reply` for request `id` of `caller` back.
   void send_answer(const std::string& caller, std::uint64_t id, caf::message& reply) {
-    bytes payload;
-    std::vector<rpc::tensor> tensors;
-    error err;
-    bool is_ok = true;
+    detail::answer_message m{id, true, {}, {}, {}};
     if (reply.match_elements<caf::error>()) {
-      is_ok = false;
-      err = from_caf_error(reply.get_as<caf::error>(0));
-    } else if (auto r = types->encode(reply, payload, &tensors); !r) {
-      is_ok = false;
-      err = std::move(r).error().with_operation("reply");
-      payload.clear();
-      tensors.clear();
+      m.ok = false;
+      m.failure = from_caf_error(reply.get_as<caf::error>(0));
+    } else if (auto r = types->encode(reply, m.payload, &m.tensors); !r) {
+      m.ok = false;
+      m.failure = std::move(r).error().with_operation("reply");
+      m.payload.clear();
+      m.tensors.clear();
     }
-    if (!is_ok) err.with_worker(me.name);
-    agent->notify(call_opts(false), caller, fn_answer, id, is_ok, payload, tensors, err)
+    if (!m.ok) m.failure.with_worker(me.name);
+    agent->notify(call_opts(false), caller, fn_answer, m)
         .on_complete([caller](expected<void>&& r) {
           if (!r)
             TROUPE_LOG(log_level::debug, "actors", "a reply to ", caller, " was lost: ", r.error());
         });
   }
 
-  void on_answer(std::uint64_t id, bool is_ok, const bytes& payload,
-                 std::vector<rpc::tensor>& tensors, const error& err) {
+  void on_answer(detail::answer_message& a) {
     std::optional<pending_ask> p;
     {
       std::lock_guard lk(mu);
-      auto it = asks.find(id);
+      auto it = asks.find(a.ask_id);
       if (it == asks.end()) return;  // timed out or failed meanwhile
       p = std::move(it->second);
       asks.erase(it);
     }
-    if (!is_ok) return p->fail(err);
-    auto msg = types->decode(payload, &tensors);
+    if (!a.ok) return p->fail(a.failure);
+    auto msg = types->decode(a.payload, &a.tensors);
     if (!msg) return p->fail(msg.error());
     p->answer(std::move(*msg));
   }
@@ -338,17 +335,20 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
       if (!n) return;
       bool normal = !reason || reason == caf::exit_reason::normal;
       error why = normal ? error(errc::peer_left, "exited normally") : from_caf_error(reason);
-      n->agent->notify(caller, fn_down, watch_id, normal, why).on_complete([](expected<void>&&) {});
+      n->agent->notify(caller, fn_down, detail::down_message{watch_id, normal, why})
+          .on_complete([](expected<void>&&) {});
     });
     return ok();
   }
 
-  void on_down(std::uint64_t watch_id, bool normal, const error& why) {
+  void on_down(const detail::down_message& d) {
+    const bool normal = d.normal;
+    const error& why = d.reason;
     caf::weak_actor_ptr w;
     std::string path;
     {
       std::lock_guard lk(mu);
-      auto it = proxies.find(watch_id);
+      auto it = proxies.find(d.watch_id);
       if (it == proxies.end()) return;
       w = it->second.proxy;
       path = path_of(it->second.worker, it->second.name);
@@ -444,30 +444,28 @@ expected<std::shared_ptr<node>> node::attach(caf::actor_system& sys,
       inline_fn));
   TROUPE_TRY(fns.add(
       fn_deliver,
-      [w](const rpc::call_info& info, const std::string& target, std::uint64_t ask_id,
-          const bytes& payload, std::vector<rpc::tensor> tensors) {
-        if (auto n = w.lock()) n->on_deliver(info, target, ask_id, payload, tensors);
+      [w](const rpc::call_info& info, detail::deliver_message m) {
+        if (auto n = w.lock()) n->on_deliver(info, m);
       },
       inline_fn));
   TROUPE_TRY(fns.add(
       fn_answer,
-      [w](std::uint64_t id, bool is_ok, const bytes& payload, std::vector<rpc::tensor> tensors,
-          const error& err) {
-        if (auto n = w.lock()) n->on_answer(id, is_ok, payload, tensors, err);
+      [w](detail::answer_message a) {
+        if (auto n = w.lock()) n->on_answer(a);
       },
       inline_fn));
   TROUPE_TRY(fns.add(
       fn_watch,
-      [w](const rpc::call_info& info, const std::string& target, std::uint64_t watch_id) -> expected<void> {
+      [w](const rpc::call_info& info, const detail::watch_request& r) -> expected<void> {
         auto n = w.lock();
         if (!n) return make_error(errc::shut_down, "the actor node has shut down");
-        return n->on_watch(info, target, watch_id);
+        return n->on_watch(info, r.target, r.watch_id);
       },
       inline_fn));
   TROUPE_TRY(fns.add(
       fn_down,
-      [w](std::uint64_t watch_id, bool normal, const error& why) {
-        if (auto n = w.lock()) n->on_down(watch_id, normal, why);
+      [w](const detail::down_message& d) {
+        if (auto n = w.lock()) n->on_down(d);
       },
       inline_fn));
   i->listener_id = i->agent->add_membership_listener([w](const rpc::membership_event& e) {
@@ -533,7 +531,8 @@ expected<caf::actor> node::remote_actor(std::string_view path, duration timeout)
                            impl::proxy_entry{caf::actor_cast<caf::weak_actor_ptr>(proxy), worker, name});
   }
   // The owner tells us when the actor exits; until then the proxy lives.
-  auto watched = impl_->agent->rpc_sync<void>(o, worker, fn_watch, name, watch_id);
+  auto watched =
+      impl_->agent->rpc_sync<void>(o, worker, fn_watch, detail::watch_request{name, watch_id});
   if (!watched) {
     {
       std::lock_guard lk(impl_->mu);
