@@ -12,7 +12,6 @@
 //   crash to running: the last start of attempt 1, minus the crash
 // Needs no troupe library: plain POSIX, so it also runs against any launcher.
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-extern char** environ;
+#include "support/child_process.hpp"
 namespace fs = std::filesystem;
 
 namespace {
@@ -98,22 +97,14 @@ sample measure(const std::vector<std::string>& launcher_args, int nproc, const f
   std::vector<std::string> args = launcher_args;
   args.back() = dir.string();
   args[args.size() - 3] = fs::read_symlink("/proc/self/exe").string();
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, (dir / "launcher.log").c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
   sample s;
   const long long t0 = now_ns();
-  pid_t pid = -1;
-  if (::posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) {
-    std::fprintf(stderr, "cannot start %s\n", argv[0]);
+  auto launcher =
+      troupe::test::child_process::start(args, {.output = (dir / "launcher.log").string()});
+  if (!launcher.started()) {
+    std::fprintf(stderr, "%s\n", launcher.start_error().c_str());
     return s;
   }
-  posix_spawn_file_actions_destroy(&fa);
   long long running = wait_all(dir, 0, nproc, 60);
   if (running > 0) {
     s.to_running_s = static_cast<double>(running - t0) / 1e9;
@@ -123,8 +114,7 @@ sample measure(const std::vector<std::string>& launcher_args, int nproc, const f
       s.crash_to_running_s = static_cast<double>(again - read_stamp(dir / "crashed")) / 1e9;
   }
   std::ofstream(dir / "stop") << 1;
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  launcher.wait(std::chrono::seconds(120));
   return s;
 }
 

@@ -4,10 +4,7 @@
 // its own arguments, and waits for all of them. The copies recognize --rank and run as it.
 #pragma once
 
-#include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <iostream>
 #include <optional>
@@ -16,8 +13,7 @@
 #include <vector>
 
 #include "store/tcp_store_server.hpp"
-
-extern char** environ;
+#include "support/child_process.hpp"
 
 namespace troupe::bench {
 
@@ -99,28 +95,20 @@ inline int run_self_as_ranks(int argc, char** argv, int world) {
     std::cerr << server.error() << "\n";
     return 1;
   }
-  std::vector<pid_t> pids;
+  std::vector<test::child_process> ranks;
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> args{argv[0], "--rank", std::to_string(r), "--store", (*server)->url()};
     for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
-    std::vector<char*> cargs;
-    for (auto& s : args) cargs.push_back(s.data());
-    cargs.push_back(nullptr);
-    pid_t pid = -1;
-    if (posix_spawn(&pid, argv[0], nullptr, nullptr, cargs.data(), environ) != 0) {
-      std::cerr << "could not start rank " << r << "\n";
-      for (pid_t p : pids) ::kill(p, SIGKILL);
-      for (pid_t p : pids) ::waitpid(p, nullptr, 0);
-      return 1;
+    ranks.push_back(test::child_process::start(args));
+    if (!ranks.back().started()) {
+      std::cerr << "could not start rank " << r << ": " << ranks.back().start_error() << "\n";
+      return 1;  // the handles kill the ranks already started
     }
-    pids.push_back(pid);
   }
+  // A benchmark sweep may take long; an hour bounds a rank that hangs.
   int rc = 0;
-  for (pid_t p : pids) {
-    int st = 0;
-    ::waitpid(p, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
-  }
+  for (auto& p : ranks)
+    if (!p.wait(std::chrono::hours(1)) || p.exit_code() != 0) rc = 1;
   return rc;
 }
 

@@ -20,7 +20,7 @@
 
 #include <doctest/doctest.h>
 
-extern char** environ;
+#include "support/child_process.hpp"
 
 namespace launcher_test {
 
@@ -36,63 +36,26 @@ inline fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
-/// A started troupe-run; killed (SIGKILL) if the test leaves it running.
+/// A started troupe-run (tests/support/child_process.hpp); killed (SIGKILL) if the test
+/// leaves it running.
 struct launcher_process {
+  troupe::test::child_process proc;
   pid_t pid = -1;
-  fs::path output;
-  int status = -1;
-  bool reaped = false;
-
-  ~launcher_process() {
-    if (pid > 0 && !reaped) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
 
   /// Waits for it to exit (at most `timeout`; killed after that). True if it exited.
-  bool wait(std::chrono::milliseconds timeout) {
-    const auto until = std::chrono::steady_clock::now() + timeout;
-    while (!reaped) {
-      pid_t r = ::waitpid(pid, &status, WNOHANG);
-      if (r == pid) {
-        reaped = true;
-        break;
-      }
-      if (std::chrono::steady_clock::now() >= until) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-        reaped = true;
-        return false;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    return true;
-  }
-  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-  std::string text() const {
-    std::ifstream in(output);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
+  bool wait(std::chrono::milliseconds timeout) { return proc.wait(timeout); }
+  int exit_code() const { return proc.exit_code(); }
+  int status() const { return proc.status(); }
+  std::string text() const { return proc.output_text(); }
 };
 
 /// Starts `args` (args[0] a path) with stdout and stderr going to `output`.
 inline std::unique_ptr<launcher_process> start(const std::vector<std::string>& args,
                                                const fs::path& output) {
   auto p = std::make_unique<launcher_process>();
-  p->output = output;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  int rc = ::posix_spawn(&p->pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  REQUIRE_MESSAGE(rc == 0, "cannot start ", args[0]);
+  p->proc = troupe::test::child_process::start(args, {.output = output.string()});
+  REQUIRE_MESSAGE(p->proc.started(), p->proc.start_error());
+  p->pid = p->proc.pid();
   return p;
 }
 

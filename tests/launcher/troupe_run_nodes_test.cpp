@@ -229,7 +229,7 @@ TEST_CASE("the node hosting the store stays until the other node's workers are d
                            records_of_round(dir, 0).size() == 4;
                   }),
                   host->text(), other->text());
-  CHECK(::waitpid(host->pid, &host->status, WNOHANG) == 0);  // still there for the other
+  CHECK_FALSE(host->proc.exited());  // still there for the other
   std::ofstream(dir / "stop") << "done\n";
   REQUIRE(other->wait(20s));
   REQUIRE(host->wait(20s));

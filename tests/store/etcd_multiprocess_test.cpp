@@ -15,6 +15,7 @@
 #include <doctest/doctest.h>
 
 #include "store/connect.hpp"
+#include "support/child_process.hpp"
 #include "support/etcd_server.hpp"
 #include "support/skip.hpp"
 
@@ -26,32 +27,19 @@ using namespace std::chrono_literals;
 using troupe::test::etcd_server;
 
 pid_t spawn_worker(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
-  REQUIRE_MESSAGE(rc == 0, "posix_spawn failed for ", args[0]);
+  std::string why;
+  pid_t pid = troupe::test::spawn_process(args, {}, &why);
+  REQUIRE_MESSAGE(pid > 0, why);
   return pid;
 }
 
 // Waits for `pid` at most `timeout`; kills it when it overstays. Returns the wait
 // status, or -1 when it had to be killed.
 int wait_for(pid_t pid, std::chrono::milliseconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() >= until) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(20ms);
-  }
-  return status;
+  return troupe::test::wait_processes({pid}, timeout).at(pid);
 }
 
-bool exited_zero(int st) { return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0; }
+using troupe::test::exited_zero;
 
 std::unique_ptr<troupe::store> open(const std::string& url) {
   troupe::store_options o;

@@ -15,8 +15,7 @@
 
 #include "store/connect.hpp"
 #include "store/tcp_store_server.hpp"
-
-extern char** environ;
+#include "support/child_process.hpp"
 
 namespace {
 
@@ -25,52 +24,19 @@ using troupe::errc;
 
 // Starts `args` as a child process; stdout goes to `stdout_fd` when >= 0.
 pid_t spawn(const std::vector<std::string>& args, int stdout_fd = -1) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (stdout_fd >= 0) posix_spawn_file_actions_adddup2(&actions, stdout_fd, STDOUT_FILENO);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  REQUIRE_MESSAGE(rc == 0, "posix_spawn failed for ", args[0]);
+  std::string why;
+  pid_t pid = troupe::test::spawn_process(args, {.stdout_fd = stdout_fd}, &why);
+  REQUIRE_MESSAGE(pid > 0, why);
   return pid;
 }
 
 // Waits for every child up to `timeout`; kills the stragglers. Returns pid -> wait status
 // (-1 for a child that had to be killed).
 std::map<pid_t, int> wait_all(const std::vector<pid_t>& pids, std::chrono::milliseconds timeout) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<pid_t, int> status;
-  std::vector<std::thread> waiters;
-  for (pid_t p : pids) {
-    waiters.emplace_back([&, p] {
-      int st = 0;
-      ::waitpid(p, &st, 0);
-      std::lock_guard lk(mu);
-      status.emplace(p, st);
-      cv.notify_all();
-    });
-  }
-  std::set<pid_t> killed;
-  {
-    std::unique_lock lk(mu);
-    if (!cv.wait_for(lk, timeout, [&] { return status.size() == pids.size(); })) {
-      for (pid_t p : pids)
-        if (!status.contains(p)) {
-          killed.insert(p);
-          ::kill(p, SIGKILL);
-        }
-    }
-  }
-  for (auto& w : waiters) w.join();
-  for (pid_t p : killed) status[p] = -1;
-  return status;
+  return troupe::test::wait_processes(pids, timeout);
 }
 
-bool exited_zero(int st) { return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0; }
+using troupe::test::exited_zero;
 
 std::unique_ptr<troupe::store> open(const std::string& url) {
   troupe::store_options o;

@@ -3,6 +3,8 @@
 // through a restart, and failing clearly when the store or a setting is wrong.
 #include <doctest/doctest.h>
 
+#include "support/child_process.hpp"
+
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -57,63 +59,27 @@ std::vector<std::string> environment(const vars& extra) {
   return out;
 }
 
-// A process with its output in a file; killed if still running at the end.
+// A process with its output in a file (support/child_process.hpp); killed if still
+// running at the end.
 struct process {
+  troupe::test::child_process proc;
   pid_t pid = -1;
-  fs::path output;
-  int status = -1;
-  bool reaped = false;
-  ~process() {
-    if (pid > 0 && !reaped) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
   // Waits at most `timeout` (killed after that); true if it exited by itself.
-  bool wait(std::chrono::milliseconds timeout) {
-    auto until = std::chrono::steady_clock::now() + timeout;
-    while (!reaped) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        reaped = true;
-        break;
-      }
-      if (std::chrono::steady_clock::now() >= until) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-        reaped = true;
-        return false;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    return true;
-  }
-  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-  std::string text() const {
-    std::ifstream in(output);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
+  bool wait(std::chrono::milliseconds timeout) { return proc.wait(timeout); }
+  int exit_code() const { return proc.exit_code(); }
+  std::string text() const { return proc.output_text(); }
 };
 
 std::unique_ptr<process> start(const std::vector<std::string>& args, const vars& env,
                                const fs::path& output) {
   auto p = std::make_unique<process>();
-  p->output = output;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  auto e = environment(env);
-  std::vector<char*> envp;
-  for (auto& s : e) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  int rc = ::posix_spawn(&p->pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  REQUIRE_MESSAGE(rc == 0, "cannot start ", args[0]);
+  troupe::test::spawn_options o;
+  o.output = output.string();
+  o.env = environment(env);  // the whole environment, as the test composes it
+  o.replace_env = true;
+  p->proc = troupe::test::child_process::start(args, o);
+  REQUIRE_MESSAGE(p->proc.started(), p->proc.start_error());
+  p->pid = p->proc.pid();
   return p;
 }
 
