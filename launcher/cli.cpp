@@ -40,6 +40,7 @@ struct raw_flags {
   std::string start_method = "spawn";
   bool no_python = false;
   std::string local_ranks_filter;
+  std::string metrics_port;
 };
 
 expected<run_config> convert(const raw_flags& f, std::vector<std::string> rest) {
@@ -109,6 +110,11 @@ expected<run_config> convert(const raw_flags& f, std::vector<std::string> rest) 
   TROUPE_TRY(finish_config(c));
   if (!f.local_addr.empty()) c.local_addr = f.local_addr;  // wins over --rdzv-conf local_addr
   c.secret_file = f.secret_file;
+  if (!f.metrics_port.empty()) {
+    auto p = parse_flag_int("--metrics-port", f.metrics_port, 0, 65535);
+    if (!p) return std::move(p).error();
+    c.metrics_port = *p;
+  }
   return c;
 }
 
@@ -181,6 +187,10 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
   app.add_option("--local-ranks-filter,--local_ranks_filter", f.local_ranks_filter,
                  "Only these local ranks' output reaches the console, e.g. 0 or 0,2 (all "
                  "ranks' output still reaches the log files) (default: all)");
+  app.add_option("--metrics-port,--metrics_port", f.metrics_port,
+                 "Serve GET /metrics (Prometheus text) and GET /status (JSON) over HTTP on "
+                 "this port of the node's address; 0 picks a free port and prints it "
+                 "(default: off). `troupe-run status HOST:PORT` prints the status as a table");
   app.add_option("--start-method,--start_method", f.start_method,
                  "Accepted for torchrun compatibility: spawn, fork or forkserver; troupe-run "
                  "always starts workers with fork and exec, so it has no effect");
