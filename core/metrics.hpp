@@ -61,8 +61,9 @@ class gauge {
 /// may be off by the ones in flight.
 class histogram {
  public:
-  /// At most max_buckets bounds, strictly ascending.
+  /// Bounds beyond this many are dropped; bounds must be strictly ascending.
   static constexpr std::size_t max_buckets = 24;
+  /// A histogram with these upper bounds (the first max_buckets are kept).
   explicit histogram(std::span<const double> bounds);
 
   /// Counts `v` into the first bucket whose bound is >= v (relaxed).
@@ -73,11 +74,13 @@ class histogram {
     observe(std::chrono::duration<double>(d).count());
   }
 
+  /// The buckets' upper bounds, as given (without +Inf).
   std::span<const double> bounds() const noexcept { return {bounds_.data(), size_}; }
   /// Non-cumulative count of bucket `i` (i == bounds().size() is the +Inf bucket).
   std::uint64_t bucket(std::size_t i) const noexcept {
     return counts_[i].load(std::memory_order_relaxed);
   }
+  /// The sum of every observed value.
   double sum() const noexcept { return sum_.load(std::memory_order_relaxed); }
 
  private:
@@ -103,19 +106,33 @@ gauge& get_gauge(std::string_view name, std::string_view help, const labels& lab
 histogram& get_histogram(std::string_view name, std::string_view help,
                          std::span<const double> bounds, const labels& label_set = {});
 
-enum class kind { counter, gauge, histogram };
+/// What a metric is, as Prometheus' TYPE line names it.
+enum class kind {
+  /// Only grows (a name ending in _total).
+  counter,
+  /// Goes up and down.
+  gauge,
+  /// Bucketed observations with their sum and count.
+  histogram,
+};
 
 /// One metric as read at one moment.
 struct sample {
+  /// The metric's name, e.g. "troupe_rpc_client_calls_total".
   std::string name;
+  /// One line saying what it counts.
   std::string help;
+  /// Counter, gauge or histogram.
   metrics::kind kind = kind::counter;
+  /// Its labels, in the order given at registration.
   metrics::labels label_set;
-  /// counter and gauge
+  /// The value of a counter or gauge.
   double value = 0;
-  /// histogram: bounds and cumulative counts (one more count than bounds: +Inf), and sum.
+  /// A histogram's bucket bounds (without +Inf).
   std::vector<double> bounds;
+  /// A histogram's cumulative counts: one per bound, then the +Inf bucket (the count).
   std::vector<std::uint64_t> cumulative;
+  /// A histogram's sum of observations.
   double sum = 0;
 };
 

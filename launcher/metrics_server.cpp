@@ -128,7 +128,7 @@ class session : public std::enable_shared_from_this<session> {
     if (ec) return close();  // timed out, reset, or not HTTP
     const auto& req = parser_->get();
     const int version = req.version();
-    if (req.method() != http::verb::get && req.method() != http::verb::head)
+    if (req.method() != http::verb::get)
       return reply(http::status::method_not_allowed, "text/plain", "only GET is served\n", version);
     const auto raw_target = req.target();
     std::string_view target(raw_target.data(), raw_target.size());

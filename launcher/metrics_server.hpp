@@ -38,6 +38,7 @@ class metrics_server {
   /// blocks on a client.
   void publish(job_status status);
 
+  /// The server's state, private to metrics_server.cpp.
   struct impl;
 
  private:
