@@ -14,7 +14,8 @@ constexpr const char* description =
     "world when nodes join or leave an elastic job.\n\n"
     "  troupe-run --standalone --nproc-per-node 4 ./train --epochs 3\n"
     "  troupe-run --nnodes 1:4 --nproc-per-node 8 --rdzv-backend etcd \\\n"
-    "             --rdzv-endpoint etcd0:2379 --rdzv-id job7 ./train\n";
+    "             --rdzv-endpoint etcd0:2379 --rdzv-id job7 ./train\n"
+    "  troupe-run status HOST:PORT   (the status of a job started with --metrics-port)\n";
 
 // The options in one place so that --help lists them in this order.
 struct raw_flags {

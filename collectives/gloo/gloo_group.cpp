@@ -301,7 +301,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       gloo::reduce(g);
       if (o.op == reduce_op::avg && rank() == o.root)
         cpu_divide(t, static_cast<std::size_t>(size()));
-    });
+    }, -1, SIZE_MAX, t.nbytes());
   }
 
   work allgather(tensor_view in, tensor_view out, const allgather_options& o) override {
@@ -333,7 +333,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       g.setTag(rc.tag);
       g.setTimeout(rc.timeout);
       gloo::gather(g);
-    });
+    }, -1, SIZE_MAX, in.nbytes());
   }
 
   work scatter(tensor_view in, tensor_view out, const scatter_options& o) override {
@@ -360,7 +360,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       g.setTag(rc.tag);
       g.setTimeout(rc.timeout);
       gloo::scatter(g);
-    });
+    }, -1, SIZE_MAX, out.nbytes());
   }
 
   work reduce_scatter(tensor_view in, tensor_view out, const reduce_scatter_options& o) override {
@@ -422,7 +422,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       g.setTag(rc.tag);
       g.setTimeout(rc.timeout);
       gloo::alltoallv(g);
-    });
+    }, -1, SIZE_MAX, in.nbytes());
   }
 
   work barrier(const barrier_options& o) override {
@@ -567,8 +567,9 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   // switch) costs more than the operation. Nobody waiting, the worker starts it after the
   // grace; get_future(), is_completed() and a wait() that could not run it inline end the
   // grace at once (urge).
+  // `metric_bytes` is the size the metrics record when `bytes` is not given.
   work submit(std::string_view op, duration timeout, std::function<void(const run_ctx&)> body,
-              int peer = -1, std::size_t bytes = SIZE_MAX) {
+              int peer = -1, std::size_t bytes = SIZE_MAX, std::size_t metric_bytes = SIZE_MAX) {
     std::unique_lock lk(mu_);
     std::uint64_t seq = peer < 0 ? ++seq_ : ++p2p_seq_;
     std::string what = strcat(op, peer < 0 ? " #" : " #p", seq, " on ", describe(*this));
@@ -591,7 +592,8 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     const bool hold = peer < 0 && bytes <= small_op_bytes;
     last_submit_ = now;
     queue_.push_back(task{std::move(what), seq, timeout, done, std::move(body), peer,
-                          hold ? now + inline_grace : clock::time_point::min(), op, bytes});
+                          hold ? now + inline_grace : clock::time_point::min(), op,
+                          bytes != SIZE_MAX ? bytes : metric_bytes});
     queue_depth().add(1);
     // A polling worker finds a held operation by itself; a parked one must be woken.
     const bool wake = !hold || worker_parked_;
@@ -757,8 +759,9 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       metrics::counter* bytes;
       metrics::counter* calls;
     };
-    static std::mutex mu;
-    static std::map<std::pair<std::string_view, std::string_view>, per_op> cache;
+    // Never destroyed: a group's thread may still finish an operation during exit.
+    static auto& mu = *new std::mutex;
+    static auto& cache = *new std::map<std::pair<std::string_view, std::string_view>, per_op>;
     const std::string_view size = t.bytes == SIZE_MAX ? "unknown" : metrics::size_class(t.bytes);
     per_op m;
     {
