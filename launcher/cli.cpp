@@ -218,7 +218,8 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
       "OMP_NUM_THREADS=1 when several run on a node and it is not set already, "
       "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME when TROUPE_SOCKET_IFNAME is given, and "
       "TROUPE_ERROR_FILE and TORCHELASTIC_ERROR_FILE (where a failing worker records its root "
-      "cause; the failure report quotes it). Every flag can also be set as PET_<FLAG> "
+      "cause; the failure report quotes it), and TROUPE_METRICS_FILE with --metrics-port (where "
+      "a worker writes its metrics snapshot). Every flag can also be set as PET_<FLAG> "
       "(e.g. PET_NPROC_PER_NODE=4); the command line wins. Durations: 250ms, 5s, 2m or "
       "seconds such as 0.1. Exit codes: 0 success, 1 failure, 2 bad usage, 128+N after "
       "signal N.");
