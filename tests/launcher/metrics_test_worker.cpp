@@ -1,8 +1,10 @@
-// A worker for the metrics endpoint's tests. Usage: metrics_test_worker STOP_FILE
+// A worker for the metrics endpoint's tests. Usage: metrics_test_worker STOP_FILE [--fail-first]
 // troupe::init with RPC over gloo, then rounds of: an RPC call to the next rank and an
 // allreduce that also carries whether any rank saw STOP_FILE; all ranks leave together
 // after the round in which one saw it (or after 60 s), shut down and exit 0.
-// Exit codes: 0 ok, 2 init failed, 3 a call or collective failed.
+// --fail-first: rank 1 exits with code 1 before init on the job's first attempt
+// (TROUPE_RESTART_COUNT 0), so that troupe-run restarts the workers once.
+// Exit codes: 0 ok, 1 the planned failure, 2 init failed, 3 a call or collective failed.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -17,9 +19,16 @@
 using namespace troupe;
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: metrics_test_worker STOP_FILE\n");
+  if (argc < 2 || argc > 3 || (argc == 3 && std::string(argv[2]) != "--fail-first")) {
+    std::fprintf(stderr, "usage: metrics_test_worker STOP_FILE [--fail-first]\n");
     return 2;
+  }
+  if (argc == 3) {
+    auto env = detect_cluster_env();
+    if (env && env->rank == 1 && env->restart_count == 0) {
+      std::fprintf(stderr, "rank 1: exiting on the first attempt on purpose\n");
+      return 1;
+    }
   }
   const std::filesystem::path stop_file = argv[1];
   init_options o;

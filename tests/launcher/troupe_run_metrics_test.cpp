@@ -136,10 +136,14 @@ parsed parse_with_prometheus_client(const std::string& text, const fs::path& dir
   return out;
 }
 
-std::vector<std::string> job(const fs::path& dir, const std::string& port) {
-  return {troupe_run, "--standalone",          "--nproc-per-node", "2",     "--metrics-port", port,
-          "--log-dir", (dir / "logs").string(), "--stop-grace",     "2s",   worker,
-          (dir / "stop").string()};
+std::vector<std::string> job(const fs::path& dir, const std::string& port,
+                             std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{troupe_run,  "--standalone",          "--nproc-per-node", "2",
+                                "--metrics-port", port, "--log-dir", (dir / "logs").string(),
+                                "--stop-grace", "2s"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {worker, (dir / "stop").string()});
+  return args;
 }
 
 }  // namespace
@@ -245,6 +249,45 @@ TEST_CASE("a job's metrics are served in Prometheus text format, and its counter
   CHECK(gone->exit_code() == 1);
   CHECK(gone->text().find("cannot connect to http://127.0.0.1:" + std::to_string(port)) !=
         std::string::npos);
+}
+
+TEST_CASE("after a worker fails and the group restarts, /metrics and /status count the restart") {
+  auto dir = fresh_dir("metrics-restart");
+  auto args = job(dir, "0", {"--max-restarts", "1"});
+  args.push_back("--fail-first");
+  auto p = start(args, dir / "out.txt");
+  int port = 0;
+  REQUIRE_MESSAGE(eventually([&] { return (port = printed_port(*p)) > 0; }, 20s), p->text());
+  // The restarted workers report, as the second attempt of the run.
+  nlohmann::json j;
+  REQUIRE_MESSAGE(eventually([&] {
+                    auto r = get(port, "/status");
+                    if (r.status != 200) return false;
+                    j = nlohmann::json::parse(r.body);
+                    return j.at("restarts") == 1 && j.at("workers_running") == 2;
+                  }, 30s),
+                  p->text());
+  CHECK(j.at("attempt") == 1);
+  CHECK(j.at("rounds") == 2);
+  for (const auto& w : j.at("workers")) {
+    CHECK(w.at("restarts") == 1);
+    CHECK(w.at("state") == "running");
+    CHECK(w.at("logs").get<std::string>().find("attempt_1") != std::string::npos);
+  }
+  std::string text;
+  REQUIRE(eventually([&] {
+    text = get(port, "/metrics").body;
+    return text.find("troupe_rpc_client_calls_total{rank=\"1\"}") != std::string::npos;
+  }, 30s));
+  const auto m = parse_with_prometheus_client(text, dir);
+  INFO(text);
+  CHECK(m.sum("troupe_run_restarts_total") == 1);
+  CHECK(m.sum("troupe_run_rendezvous_rounds_total") == 2);
+  CHECK(m.sum("troupe_run_workers_running") == 2);
+  std::ofstream(dir / "stop") << "stop\n";
+  REQUIRE(p->wait(60s));
+  INFO(p->text());
+  CHECK(p->exit_code() == 0);
 }
 
 TEST_CASE("a stuck or oversized client does not keep the endpoint from answering others") {
