@@ -1,7 +1,9 @@
 // The metrics registry: counters, gauges and histograms, the snapshot's line format, and
 // Prometheus' text format.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -112,4 +114,34 @@ TEST_CASE("size classes name the smallest class that holds a size") {
   CHECK(metrics::size_class(1025) == "16KiB");
   CHECK(metrics::size_class(4u << 20) == "4MiB");
   CHECK(metrics::size_class(1u << 30) == "large");
+}
+
+TEST_CASE("the exporter rewrites its file with fresh snapshots until the process exits") {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("troupe-metrics-test-" + std::to_string(::getpid()));
+  // Registered before the exporter's own handler, so it runs after the last snapshot.
+  std::atexit([] {
+    std::error_code ignored;
+    std::filesystem::remove(std::filesystem::temp_directory_path() /
+                                ("troupe-metrics-test-" + std::to_string(::getpid())),
+                            ignored);
+  });
+  auto& c = metrics::get_counter("test_exported_total", "counted while exporting");
+  c.add(1);
+  metrics::start_export(path.string(), std::chrono::milliseconds(20));
+  c.add(41);
+  const auto read_value = [&]() -> double {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto snap = metrics::decode_snapshot(ss.str());
+    if (!snap) return -1;
+    const auto* s = find(*snap, "test_exported_total");
+    return s == nullptr ? -1 : s->value;
+  };
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  double seen = -1;
+  while ((seen = read_value()) < 42 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(seen == 42);
 }
