@@ -49,6 +49,13 @@ inline constexpr setting restart_count{"TROUPE_RESTART_COUNT", "set by troupe-ru
 inline constexpr setting max_restarts{"TROUPE_MAX_RESTARTS", "set by troupe-run",
                                       "restarts the job allows (`--max-restarts`)"};
 
+inline constexpr setting metrics_file{
+    "TROUPE_METRICS_FILE", "set by troupe-run (`--metrics-port`)",
+    "where a worker writes its metrics snapshot, every second and at exit, for troupe-run's "
+    "`/metrics` endpoint to read; troupe-run sets it per worker "
+    "(`<log-dir>/<run-id>/attempt_<n>/<rank>/metrics`) when it serves metrics "
+    "(docs/metrics.md)"};
+
 /// core's settings, in the order of the generated table.
 setting_list core_settings();
 

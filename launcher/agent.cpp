@@ -17,6 +17,7 @@
 #include "core/log.hpp"
 #include "core/net_address.hpp"
 #include "core/settings.hpp"
+#include "launcher/metrics_server.hpp"
 #include "launcher/node_rendezvous.hpp"
 #include "launcher/signals.hpp"
 #include "launcher/worker_env.hpp"
@@ -228,6 +229,18 @@ int run_agent(const run_config& c) {
     say(addr.error().message());
     return 2;
   }
+  // So is a metrics port that is taken: the endpoint listens before anything else starts.
+  std::unique_ptr<metrics_server> metrics;
+  if (c.metrics_port >= 0) {
+    auto m = metrics_server::start(*addr, c.metrics_port);
+    if (!m) {
+      say(m.error().message());
+      return 2;
+    }
+    metrics = std::move(*m);
+    say(strcat("serving metrics at ", metrics->url(), "/metrics and the status at ",
+               metrics->url(), "/status (port ", metrics->port(), ")"));
+  }
   auto sigfd = install_signal_pipe();
   if (!sigfd) {
     say(sigfd.error().message());
@@ -238,6 +251,18 @@ int run_agent(const run_config& c) {
   const std::string run_id = c.rdzv_id.empty() ? fresh_run_id() : c.rdzv_id;
   say(strcat("run id ", run_id, ", logs in ", c.log_dir, "/", run_id, ", program ", c.program,
              " (", c.nproc_per_node, " workers on this node)"));
+  // What /status and /metrics show; the loop below keeps it current and publishes copies.
+  job_status status;
+  status.run_id = run_id;
+  status.host = this_host();
+  status.address = *addr;
+  status.max_restarts = c.max_restarts;
+  const auto publish = [&](std::string_view state) {
+    if (!metrics) return;
+    status.state = state;
+    metrics->publish(status);
+  };
+  publish("starting");
   auto secret = job_secret(c);
   if (!secret) {
     say(secret.error().message());
@@ -316,6 +341,7 @@ int run_agent(const run_config& c) {
       }
       joined = false;
       say(strcat("waiting for the rendezvous (nodes ", c.nnodes.min, ":", c.nnodes.max, ")"));
+      publish("rendezvous");
       auto r = rdzv->await_round([] { return stop_signal_received() != 0; });
       if (!r) {
         if (r.error().code() == errc::aborted) return 128 + stop_signal_received();
@@ -324,6 +350,13 @@ int run_agent(const run_config& c) {
       }
       rr = std::move(*r);
     }
+    ++status.rounds;
+    status.round = rr.round;
+    status.attempt = attempt;
+    status.restarts = restarts;
+    status.world_size = rr.world_size;
+    status.nodes = static_cast<int>(rr.nodes.size());
+    status.workers.clear();
     const std::string master_addr = c.master_addr.empty() ? rr.nodes.front().addr : c.master_addr;
     const int master_port = c.master_port > 0 ? c.master_port : rr.nodes.front().free_port;
     const std::string attempt_dir = strcat(c.log_dir, "/", run_id, "/attempt_", attempt);
@@ -366,6 +399,19 @@ int run_agent(const run_config& c) {
       std::filesystem::remove(error_path, ignored);
       vars.emplace_back(settings::error_file.variable, error_path);
       vars.emplace_back("TORCHELASTIC_ERROR_FILE", error_path);
+      worker_status ws;
+      ws.rank = a.rank;
+      ws.local_rank = i;
+      ws.state = "starting";
+      ws.restarts = restarts;
+      ws.log_dir = s.log_dir;
+      if (metrics) {
+        // The worker's metrics snapshot, which /metrics reads (docs/metrics.md).
+        ws.metrics_file = s.log_dir + "/metrics";
+        std::filesystem::remove(ws.metrics_file, ignored);
+        vars.emplace_back(settings::metrics_file.variable, ws.metrics_file);
+      }
+      status.workers.push_back(std::move(ws));
       s.env = merged_environment(environ, vars);
       s.redirect = c.redirects.for_local_rank(i);
       s.tee = c.tee.for_local_rank(i);
@@ -383,13 +429,35 @@ int run_agent(const run_config& c) {
       say(st.error().message());
       return 1;
     }
+    {
+      const auto pids = group.pids();
+      for (std::size_t i = 0; i < status.workers.size() && i < pids.size(); ++i) {
+        status.workers[i].pid = pids[i];
+        status.workers[i].state = "running";
+      }
+    }
+    // Records how workers ended; `rest` is the state of those still running.
+    const auto note_exits = [&](const std::vector<worker_exit>& exits, std::string_view rest) {
+      for (auto& w : status.workers) {
+        bool ended = false;
+        for (const auto& e : exits)
+          if (e.rank == w.rank) {
+            w.state = e.failed() ? strcat("failed (", e.describe(), ")") : std::string("succeeded");
+            ended = true;
+          }
+        if (!ended && !rest.empty() && w.state == "running") w.state = rest;
+      }
+    };
     std::string last_status;
     auto show_status = [&] {
       std::string s =
           strcat("round ", rr.round, ": ", group.running(), "/", group.size(),
                  " workers running (ranks ", rr.rank_base, "-", rr.rank_base + c.nproc_per_node - 1,
                  " of ", rr.world_size, "), restarts ", restarts, "/", c.max_restarts);
-      if (s != last_status) say(s);
+      if (s != last_status) {
+        say(s);
+        publish("running");
+      }
       last_status = std::move(s);
     };
     show_status();
@@ -402,6 +470,10 @@ int run_agent(const run_config& c) {
       drain_signal_pipe();
       if (stop_signal_received() != 0) return stop_now(group);
       auto exits = group.reap();
+      if (!exits.empty()) {
+        note_exits(exits, {});
+        publish("running");
+      }
       const worker_exit* failure = nullptr;
       for (const auto& e : exits)
         if (e.failed()) {
@@ -439,6 +511,9 @@ int run_agent(const run_config& c) {
         }
         ++restarts;
         say(strcat("restarting the worker group (restart ", restarts, " of ", c.max_restarts, ")"));
+        status.restarts = restarts;
+        note_exits({}, "stopped");
+        publish("restarting");
         if (rdzv && !join_next_round()) {
           group.stop(SIGTERM, c.stop_grace, interrupted);
           return 1;
@@ -449,6 +524,7 @@ int run_agent(const run_config& c) {
       }
       if (group.running() == 0) {
         say(strcat("all ", group.size(), " workers of this node finished successfully"));
+        publish("finished");
         if (rdzv && rr.nodes.size() > 1) {
           // Stay (and keep a hosted store up) until the other nodes are done too.
           auto done = rdzv->finish(c.exit_barrier_timeout, interrupted);
@@ -465,6 +541,8 @@ int run_agent(const run_config& c) {
             store_lost = true;
           } else if (*change) {
             say(strcat("the world of round ", rr.round, " changes; re-forming it"));
+            note_exits({}, "stopped");
+            publish("re-forming");
             if (!join_next_round()) {
               group.stop(SIGTERM, c.stop_grace, interrupted);
               return 1;

@@ -14,7 +14,8 @@ constexpr const char* description =
     "world when nodes join or leave an elastic job.\n\n"
     "  troupe-run --standalone --nproc-per-node 4 ./train --epochs 3\n"
     "  troupe-run --nnodes 1:4 --nproc-per-node 8 --rdzv-backend etcd \\\n"
-    "             --rdzv-endpoint etcd0:2379 --rdzv-id job7 ./train\n";
+    "             --rdzv-endpoint etcd0:2379 --rdzv-id job7 ./train\n"
+    "  troupe-run status HOST:PORT   (the status of a job started with --metrics-port)\n";
 
 // The options in one place so that --help lists them in this order.
 struct raw_flags {
@@ -40,6 +41,7 @@ struct raw_flags {
   std::string start_method = "spawn";
   bool no_python = false;
   std::string local_ranks_filter;
+  std::string metrics_port;
 };
 
 expected<run_config> convert(const raw_flags& f, std::vector<std::string> rest) {
@@ -109,6 +111,11 @@ expected<run_config> convert(const raw_flags& f, std::vector<std::string> rest) 
   TROUPE_TRY(finish_config(c));
   if (!f.local_addr.empty()) c.local_addr = f.local_addr;  // wins over --rdzv-conf local_addr
   c.secret_file = f.secret_file;
+  if (!f.metrics_port.empty()) {
+    auto p = parse_flag_int("--metrics-port", f.metrics_port, 0, 65535);
+    if (!p) return std::move(p).error();
+    c.metrics_port = *p;
+  }
   return c;
 }
 
@@ -183,6 +190,10 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
   app.add_option("--local-ranks-filter,--local_ranks_filter", f.local_ranks_filter,
                  "Only these local ranks' output reaches the console, e.g. 0 or 0,2 (all "
                  "ranks' output still reaches the log files) (default: all)");
+  app.add_option("--metrics-port,--metrics_port", f.metrics_port,
+                 "Serve GET /metrics (Prometheus text) and GET /status (JSON) over HTTP on "
+                 "this port of the node's address; 0 picks a free port and prints it "
+                 "(default: off). `troupe-run status HOST:PORT` prints the status as a table");
   app.add_option("--start-method,--start_method", f.start_method,
                  "Accepted for torchrun compatibility: spawn, fork or forkserver; troupe-run "
                  "always starts workers with fork and exec, so it has no effect");
@@ -209,7 +220,8 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
       "OMP_NUM_THREADS=1 when several run on a node and it is not set already, "
       "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME when TROUPE_SOCKET_IFNAME is given, and "
       "TROUPE_ERROR_FILE and TORCHELASTIC_ERROR_FILE (where a failing worker records its root "
-      "cause; the failure report quotes it). Every flag can also be set as PET_<FLAG> "
+      "cause; the failure report quotes it), and TROUPE_METRICS_FILE with --metrics-port (where "
+      "a worker writes its metrics snapshot). Every flag can also be set as PET_<FLAG> "
       "(e.g. PET_NPROC_PER_NODE=4); the command line wins. Durations: 250ms, 5s, 2m or "
       "seconds such as 0.1. Exit codes: 0 success, 1 failure, 2 bad usage, 128+N after "
       "signal N.");

@@ -101,6 +101,8 @@ struct run_config {
   std::string master_addr;
   /// -1: picked free by the rank-0 node at each round.
   int master_port = -1;
+  /// --metrics-port: the port of the /metrics and /status endpoint (0: a free one; -1: off).
+  int metrics_port = -1;
   /// The worker executable and its arguments.
   std::string program;
   std::vector<std::string> args;

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "core/cluster_env.hpp"
+#include "core/metrics.hpp"
 #include "store/cluster_store.hpp"
 
 namespace troupe::rpc {
@@ -146,6 +147,7 @@ expected<std::unique_ptr<agent>> init_rpc(std::string name, int rank, std::optio
 
 expected<std::unique_ptr<agent>> init_rpc_from_env(rpc_backend_options options, std::string name,
                                                    std::string_view prefix, std::string_view backend) {
+  metrics::start_export_from_env();  // under troupe-run --metrics-port
   auto env = detect_cluster_env();
   if (!env) return std::move(env).error();
   if (options.init_method.empty() && !options.store) {

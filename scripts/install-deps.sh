@@ -4,7 +4,8 @@
 #   scripts/install-deps.sh --demo    only what the demo build uses (scripts/demo.sh): the
 #                                     compiler, CMake and the libraries the libraries link
 #   scripts/install-deps.sh           everything to build and test (scripts/test.sh): the
-#                                     demo set, doctest, etcd, doxygen, network tools
+#                                     demo set, doctest, etcd, doxygen, network tools,
+#                                     python3-prometheus-client
 #   scripts/install-deps.sh --bench   also the benchmark anchors (PyTorch 1.13: python3-torch;
 #                                     Open MPI: openmpi-bin, libopenmpi-dev)
 set -euo pipefail
@@ -18,10 +19,12 @@ case "${1:-}" in
   "" | --bench)
     # The test suite: doctest, a real etcd, the docs target (doxygen), simulated hosts
     # (iproute2, util-linux's unshare/nsenter, python3), the openssl command for the TLS
-    # tests' certificates, and the usual developer tools.
+    # tests' certificates, a real Prometheus text parser for the metrics endpoint's test
+    # (python3-prometheus-client), and the usual developer tools.
     packages+=(
       build-essential git pkg-config ca-certificates python3 procps
       doctest-dev etcd-server etcd-client doxygen iproute2 util-linux openssl
+      python3-prometheus-client
     )
     if [[ "${1:-}" == "--bench" ]]; then
       packages+=(python3-torch openmpi-bin libopenmpi-dev)

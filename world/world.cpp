@@ -6,6 +6,7 @@
 #include "collectives/group.hpp"
 #include "collectives/process_group.hpp"
 #include "core/log.hpp"
+#include "core/metrics.hpp"
 #include "core/net_address.hpp"
 #include "rpc/agent.hpp"
 #include "rpc/backend_registry.hpp"
@@ -77,6 +78,7 @@ expected<void> world::shutdown(duration timeout) {
 }
 
 expected<world> init(init_options o) {
+  metrics::start_export_from_env();  // under troupe-run --metrics-port
   auto i = std::make_shared<world::impl>();
   i->timeout = o.timeout > duration::zero() ? o.timeout : default_timeout();
   // A failed init leaves nothing to shut down politely: the others fail on their own.

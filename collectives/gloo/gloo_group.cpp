@@ -33,6 +33,7 @@
 #include <cstring>
 #include <deque>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -46,6 +47,7 @@
 #include "collectives/settings.hpp"
 #include "core/codec.hpp"
 #include "core/log.hpp"
+#include "core/metrics.hpp"
 #include "core/net_address.hpp"
 #include "store/prefix_store.hpp"
 #include "store/rendezvous.hpp"
@@ -299,7 +301,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       gloo::reduce(g);
       if (o.op == reduce_op::avg && rank() == o.root)
         cpu_divide(t, static_cast<std::size_t>(size()));
-    });
+    }, -1, SIZE_MAX, t.nbytes());
   }
 
   work allgather(tensor_view in, tensor_view out, const allgather_options& o) override {
@@ -331,7 +333,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       g.setTag(rc.tag);
       g.setTimeout(rc.timeout);
       gloo::gather(g);
-    });
+    }, -1, SIZE_MAX, in.nbytes());
   }
 
   work scatter(tensor_view in, tensor_view out, const scatter_options& o) override {
@@ -358,7 +360,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       g.setTag(rc.tag);
       g.setTimeout(rc.timeout);
       gloo::scatter(g);
-    });
+    }, -1, SIZE_MAX, out.nbytes());
   }
 
   work reduce_scatter(tensor_view in, tensor_view out, const reduce_scatter_options& o) override {
@@ -420,7 +422,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       g.setTag(rc.tag);
       g.setTimeout(rc.timeout);
       gloo::alltoallv(g);
-    });
+    }, -1, SIZE_MAX, in.nbytes());
   }
 
   work barrier(const barrier_options& o) override {
@@ -485,6 +487,8 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     int peer = -1;  // the other rank of a point-to-point transfer
     // The worker leaves it to its waiter until then (min: start at once); see submit().
     clock::time_point start_by = clock::time_point::min();
+    std::string_view op;                 // "allreduce", ...: a literal, for the metrics
+    std::size_t bytes = SIZE_MAX;        // the tensor's bytes; SIZE_MAX: not given
   };
   struct p2p_wait {
     std::string what;
@@ -563,8 +567,9 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   // switch) costs more than the operation. Nobody waiting, the worker starts it after the
   // grace; get_future(), is_completed() and a wait() that could not run it inline end the
   // grace at once (urge).
+  // `metric_bytes` is the size the metrics record when `bytes` is not given.
   work submit(std::string_view op, duration timeout, std::function<void(const run_ctx&)> body,
-              int peer = -1, std::size_t bytes = SIZE_MAX) {
+              int peer = -1, std::size_t bytes = SIZE_MAX, std::size_t metric_bytes = SIZE_MAX) {
     std::unique_lock lk(mu_);
     std::uint64_t seq = peer < 0 ? ++seq_ : ++p2p_seq_;
     // Built by appending, with the group's description (which never changes) made once:
@@ -594,7 +599,9 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     const bool hold = peer < 0 && bytes <= small_op_bytes;
     last_submit_ = now;
     queue_.push_back(task{std::move(what), seq, timeout, done, std::move(body), peer,
-                          hold ? now + inline_grace : clock::time_point::min()});
+                          hold ? now + inline_grace : clock::time_point::min(), op,
+                          bytes != SIZE_MAX ? bytes : metric_bytes});
+    queue_depth().add(1);
     // A polling worker finds a held operation by itself; a parked one must be woken.
     const bool wake = !hold || worker_parked_;
     lk.unlock();
@@ -678,6 +685,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
         }
         t = std::move(queue_.front());
         queue_.pop_front();
+        queue_depth().add(-1);
         if (stopping_) {
           lk.unlock();
           t.done.complete(make_error(errc::shut_down, t.what, ": the group was shut down first"));
@@ -708,6 +716,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
         return;
       t = std::move(queue_.front());
       queue_.pop_front();
+      queue_depth().add(-1);
       busy_ = true;
     }
     execute(t);
@@ -718,8 +727,10 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     auto budget = roll_call_budget(t.timeout);
     run_ctx rc{static_cast<std::uint32_t>(t.seq & 0xffffffu),
                std::max(t.timeout - budget, duration(1)), t.seq};
+    const auto started = clock::now();
     try {
       t.body(rc);
+      if (t.peer < 0) record_collective(t, clock::now() - started);
       t.done.complete(ok());
     } catch (handed_off& h) {
       std::lock_guard lk(mu_);
@@ -739,6 +750,47 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     }
     if (more || stopping) cv_.notify_one();  // the next operation, or the worker's exit
     if (stopping) idle_cv_.notify_all();
+  }
+
+  static metrics::gauge& queue_depth() {
+    static metrics::gauge& g = metrics::get_gauge(
+        "troupe_collective_queue_depth", "collectives queued on gloo groups, not yet started");
+    return g;
+  }
+
+  // The time and bytes of a collective that succeeded, per operation and size class. The
+  // metrics of each (operation, size class) pair are looked up once and kept.
+  static void record_collective(const task& t, std::chrono::nanoseconds took) {
+    struct per_op {
+      metrics::histogram* seconds;
+      metrics::counter* bytes;
+      metrics::counter* calls;
+    };
+    // Never destroyed: a group's thread may still finish an operation during exit.
+    static auto& mu = *new std::mutex;
+    static auto& cache = *new std::map<std::pair<std::string_view, std::string_view>, per_op>;
+    const std::string_view size = t.bytes == SIZE_MAX ? "unknown" : metrics::size_class(t.bytes);
+    per_op m;
+    {
+      std::lock_guard lk(mu);
+      auto [it, fresh] = cache.try_emplace({t.op, size});
+      if (fresh) {
+        const metrics::labels op_size{{"op", std::string(t.op)}, {"size", std::string(size)}};
+        const metrics::labels op_only{{"op", std::string(t.op)}};
+        it->second.seconds = &metrics::get_histogram(
+            "troupe_collective_seconds", "time a gloo collective took on this worker, by operation "
+            "and size class", metrics::latency_buckets(), op_size);
+        it->second.bytes = &metrics::get_counter(
+            "troupe_collective_bytes_total", "tensor bytes of this worker's gloo collectives",
+            op_only);
+        it->second.calls = &metrics::get_counter(
+            "troupe_collective_calls_total", "gloo collectives this worker completed", op_only);
+      }
+      m = it->second;
+    }
+    m.seconds->observe(took);
+    m.calls->add();
+    if (t.bytes != SIZE_MAX) m.bytes->add(t.bytes);
   }
 
   // Records the sticky error, closes every connection so that peers still inside the
@@ -824,6 +876,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
 };
 
 expected<std::shared_ptr<process_group>> create_gloo(const group_spec& spec) {
+  metrics::start_export_from_env();  // under troupe-run --metrics-port
   auto g = std::make_shared<gloo_group>(spec);
   TROUPE_TRY(g->connect());
   // One small allreduce checks that every member arrived and the mesh works.

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include "core/log.hpp"
+#include "rpc/detail/rpc_metrics.hpp"
 #include "rpc/function_table.hpp"
 
 namespace troupe::rpc::detail {
@@ -141,6 +142,7 @@ void connection::on_read(const boost::system::error_code& ec, std::size_t n, boo
     do_close(describe_loss(ec == asio::error::eof ? "the peer closed it" : ec.message()));
     return;
   }
+  rpc_stats().bytes_received.add(n);
   expected<void> r = into_window ? decoder_.payload_written(n, ready_)
                                  : decoder_.feed(std::span(read_buf_.data(), n), ready_);
   if (!r) {
@@ -171,19 +173,28 @@ void connection::on_read(const boost::system::error_code& ec, std::size_t n, boo
 expected<void> connection::add_pending(std::uint64_t id, promise<wire::frame>&& p, deadline d) {
   std::lock_guard<std::mutex> lk(pmu_);
   if (pending_error_) return *pending_error_;
-  pending_.emplace(id, pending{std::move(p), d.time_point()});
+  pending_.emplace(id, pending{std::move(p), d.time_point(), clock::now()});
+  auto& m = rpc_stats();
+  m.client_calls.add();
+  m.pending.add(1);
   return ok();
 }
 
 bool connection::complete(std::uint64_t id, expected<wire::frame>&& r) {
   promise<wire::frame> p;
+  clock::time_point started;
   {
     std::lock_guard<std::mutex> lk(pmu_);
     auto it = pending_.find(id);
     if (it == pending_.end()) return false;
     p = std::move(it->second.p);
+    started = it->second.started;
     pending_.erase(it);
   }
+  auto& m = rpc_stats();
+  m.pending.add(-1);
+  m.client_latency.observe(clock::now() - started);
+  if (!r) m.client_errors.add();
   p.set(std::move(r));
   return true;
 }
@@ -203,6 +214,11 @@ void connection::expire(clock::time_point now) {
     }
     who = peer_.name;
   }
+  if (!expired.empty()) {
+    auto& m = rpc_stats();
+    m.pending.add(-static_cast<std::int64_t>(expired.size()));
+    m.client_errors.add(expired.size());
+  }
   for (auto& p : expired)
     p.set_error(make_error(errc::timeout, "no answer from worker '", who,
                            "' before the call's deadline; raise the call's timeout or the "
@@ -216,6 +232,11 @@ void connection::fail_all(const error& e) {
     std::lock_guard<std::mutex> lk(pmu_);
     pending_error_ = e;
     all.swap(pending_);
+  }
+  if (!all.empty()) {
+    auto& m = rpc_stats();
+    m.pending.add(-static_cast<std::int64_t>(all.size()));
+    m.client_errors.add(all.size());
   }
   for (auto& [id, p] : all) p.p.set_error(e);
 }

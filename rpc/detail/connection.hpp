@@ -194,6 +194,7 @@ class connection : public std::enable_shared_from_this<connection> {
   struct pending {
     promise<wire::frame> p;
     clock::time_point at;
+    clock::time_point started;  // for troupe_rpc_client_latency_seconds
   };
   std::map<std::uint64_t, pending> pending_;
   std::optional<error> pending_error_;

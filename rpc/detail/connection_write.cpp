@@ -10,6 +10,7 @@
 
 #include "core/log.hpp"
 #include "rpc/detail/connection.hpp"
+#include "rpc/detail/rpc_metrics.hpp"
 
 namespace troupe::rpc::detail {
 
@@ -127,6 +128,7 @@ connection::write_result connection::write_queue(std::unique_lock<std::mutex>& l
       return write_result::failed;
     }
     auto left = static_cast<std::size_t>(w);
+    rpc_stats().bytes_sent.add(left);
     queued_bytes_ -= left;
     while (left > 0 && !queue_.empty()) {
       auto& front = queue_.front();

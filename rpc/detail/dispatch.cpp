@@ -2,6 +2,7 @@
 #include "core/hmac.hpp"
 #include "core/log.hpp"
 #include "rpc/detail/agent_core.hpp"
+#include "rpc/detail/rpc_metrics.hpp"
 #include "rpc/routing.hpp"
 
 namespace troupe::rpc::detail {
@@ -185,6 +186,7 @@ void agent_core::handle_response(const std::shared_ptr<connection>& c, wire::fra
 }
 
 void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::frame&& f) {
+  rpc_stats().server_calls.add();
   std::string fn_name;
   std::uint8_t flags = 0;
   std::uint64_t rref_id = 0;

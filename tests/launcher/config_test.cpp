@@ -133,9 +133,24 @@ TEST_CASE("help documents every flag of the launcher") {
        {"--nnodes", "--nproc-per-node", "--node-rank", "--rdzv-backend", "--rdzv-endpoint",
         "--rdzv-id", "--rdzv-conf", "--standalone", "--max-restarts", "--monitor-interval",
         "--role", "--log-dir", "--redirects", "--tee", "--master-addr", "--master-port",
-        "--local-ranks-filter", "--start-method", "--no-python", "--version", "PET_",
+        "--local-ranks-filter", "--metrics-port", "--start-method", "--no-python", "--version", "PET_",
         "TROUPE_ERROR_FILE", "TORCHELASTIC_ERROR_FILE"})
     CHECK_MESSAGE(o.message.find(flag) != std::string::npos, flag);
+}
+
+TEST_CASE("--metrics-port is off by default, takes 0 to 65535 and refuses anything else") {
+  auto off = parse({"--standalone", "p"});
+  REQUIRE(off.config);
+  CHECK(off.config->metrics_port == -1);
+  auto any = parse({"--standalone", "--metrics-port", "0", "p"});
+  REQUIRE(any.config);
+  CHECK(any.config->metrics_port == 0);
+  auto fixed = parse({"--standalone", "--metrics_port", "9400", "p"});
+  REQUIRE(fixed.config);
+  CHECK(fixed.config->metrics_port == 9400);
+  CHECK(error_mentions(parse({"--standalone", "--metrics-port", "70000", "p"}),
+                       "--metrics-port: '70000'"));
+  CHECK(error_mentions(parse({"--standalone", "--metrics-port", "-1", "p"}), "--metrics-port"));
 }
 
 TEST_CASE("standalone uses the store backend on one node") {
