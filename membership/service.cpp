@@ -445,7 +445,9 @@ expected<epoch> service::declare_dead(std::string_view name, std::string_view re
                                       duration timeout) {
   epoch_change change;
   change.remove.push_back({std::string(name), {}});
-  epoch seen = current();
+  // The store's epoch, not this service's view, which may lag behind a join.
+  auto latest = read_epoch(*state_->s, timeout);
+  epoch seen = latest ? std::move(*latest) : current();
   const member* m = seen.find(name);
   change.cause = strcat("dead: ", m != nullptr ? describe(*m) : std::string(name), ": ", reason,
                         ", seen by ", state_->self.name);
