@@ -58,7 +58,9 @@ struct epoch {
 
 /// Which member to remove: a name, and an incarnation (empty: whichever holds the name).
 struct member_ref {
+  /// The member's name.
   std::string name;
+  /// Its incarnation; empty matches whichever member holds the name.
   std::string incarnation;
 };
 
