@@ -7,7 +7,7 @@ namespace troupe {
 
 namespace {
 
-constexpr std::array<std::pair<errc, std::string_view>, 15> names{{
+constexpr std::array<std::pair<errc, std::string_view>, 16> names{{
     {errc::timeout, "timeout"},
     {errc::invalid_argument, "invalid_argument"},
     {errc::not_found, "not_found"},
@@ -23,6 +23,7 @@ constexpr std::array<std::pair<errc, std::string_view>, 15> names{{
     {errc::unsupported, "unsupported"},
     {errc::user_error, "user_error"},
     {errc::internal, "internal"},
+    {errc::membership_changed, "membership_changed"},
 }};
 
 }  // namespace

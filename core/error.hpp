@@ -43,6 +43,10 @@ enum class errc : std::uint8_t {
   user_error,
   /// A bug in troupe or a broken invariant; please report it.
   internal,
+  /// The job's membership moved to a new epoch while the operation was pending (a member
+  /// died, left or joined), or this worker is no longer in the epoch; the message names the
+  /// new epoch and who left or came (docs/membership.md).
+  membership_changed,
 };
 
 /// The name of a code, e.g. "timeout".

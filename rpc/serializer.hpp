@@ -311,7 +311,7 @@ class binary_deserializer {
       std::string msg, w, op;
       if (auto r = (*this)(c, msg, w, op)) return r;
       errc code = errc::internal;
-      if (c >= static_cast<std::uint8_t>(errc::timeout) && c <= static_cast<std::uint8_t>(errc::internal))
+      if (c >= static_cast<std::uint8_t>(errc::timeout) && c <= static_cast<std::uint8_t>(errc::membership_changed))
         code = static_cast<errc>(c);
       x = error(code, std::move(msg));
       if (!w.empty()) x.with_worker(std::move(w));

@@ -19,6 +19,7 @@
 
 #include "collectives/settings.hpp"
 #include "core/settings.hpp"
+#include "membership/settings.hpp"
 #include "store/settings.hpp"
 
 namespace fs = std::filesystem;
@@ -31,7 +32,7 @@ constexpr std::string_view end_marker = "<!-- end of settings table -->";
 
 std::vector<troupe::setting_list> all_lists() {
   return {troupe::settings::core_settings(), troupe::settings::store_settings(),
-          troupe::settings::collectives_settings()};
+          troupe::settings::membership_settings(), troupe::settings::collectives_settings()};
 }
 
 std::string generated() { return troupe::settings_markdown(all_lists()); }
@@ -64,7 +65,7 @@ std::map<std::string, std::string> names_in_sources(const fs::path& root) {
   static const std::regex token("TROUPE_[A-Z0-9_]+");
   std::map<std::string, std::string> out;
   for (const char* dir :
-       {"core", "devicemap", "store", "rpc", "collectives", "actors", "launcher", "world"}) {
+       {"core", "devicemap", "store", "membership", "rpc", "collectives", "actors", "launcher", "world"}) {
     if (!fs::exists(root / dir)) continue;
     for (const auto& f : fs::recursive_directory_iterator(root / dir)) {
       const auto ext = f.path().extension();

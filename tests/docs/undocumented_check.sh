@@ -17,12 +17,12 @@ mkdir -p "$out"
   timeout 240 "$doxygen" - >"$out/doxygen.out" 2>&1 ||
   { cat "$out/doxygen.out"; echo "doxygen failed" >&2; exit 1; }
 [[ -f "$out/html/index.html" ]] || { echo "doxygen wrote no $out/html/index.html" >&2; exit 1; }
-scope="^$src/(core/[^/]+\.hpp|rpc/agent\.hpp|store/store\.hpp|collectives/process_group\.hpp):"
+scope="^$src/(core/[^/]+\.hpp|membership/[^/]+\.hpp|rpc/agent\.hpp|store/store\.hpp|collectives/process_group\.hpp):"
 missing=$(grep -E "$scope" "$out/warnings.log" | grep "is not documented" | sort -u || true)
 if [[ -n "$missing" ]]; then
   echo "$missing"
   echo "$(wc -l <<<"$missing") undocumented public entities above: add a /// comment to each" >&2
   exit 1
 fi
-echo "every public entity of core/, rpc/agent.hpp, store/store.hpp and collectives/process_group.hpp is documented"
+echo "every public entity of core/, membership/, rpc/agent.hpp, store/store.hpp and collectives/process_group.hpp is documented"
 echo "($(wc -l <"$out/warnings.log") lines of other Doxygen warnings in $out/warnings.log)"
