@@ -46,6 +46,7 @@
 #include "collectives/settings.hpp"
 #include "core/codec.hpp"
 #include "core/log.hpp"
+#include "core/trace.hpp"
 #include "core/net_address.hpp"
 #include "store/prefix_store.hpp"
 #include "store/rendezvous.hpp"
@@ -485,6 +486,9 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     int peer = -1;  // the other rank of a point-to-point transfer
     // The worker leaves it to its waiter until then (min: start at once); see submit().
     clock::time_point start_by = clock::time_point::min();
+    // For the trace: the operation's name (a literal) and its tensor bytes.
+    std::string_view op;
+    std::size_t bytes = SIZE_MAX;
   };
   struct p2p_wait {
     std::string what;
@@ -587,7 +591,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     const bool hold = peer < 0 && bytes <= small_op_bytes;
     last_submit_ = now;
     queue_.push_back(task{std::move(what), seq, timeout, done, std::move(body), peer,
-                          hold ? now + inline_grace : clock::time_point::min()});
+                          hold ? now + inline_grace : clock::time_point::min(), op, bytes});
     // A polling worker finds a held operation by itself; a parked one must be woken.
     const bool wake = !hold || worker_parked_;
     lk.unlock();
@@ -711,6 +715,17 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     auto budget = roll_call_budget(t.timeout);
     run_ctx rc{static_cast<std::uint32_t>(t.seq & 0xffffffu),
                std::max(t.timeout - budget, duration(1)), t.seq};
+    trace::span traced("collectives", t.op);
+    if (traced.on()) {
+      traced.args()
+          .add("group", spec().name)
+          .add(t.peer >= 0 ? "p2p_seq" : "seq", t.seq)
+          .add("transport", shm_ ? "shared memory" : "tcp")
+          .add("rank", rank())
+          .add("size", size());
+      if (t.bytes != SIZE_MAX) traced.args().add("bytes", static_cast<std::uint64_t>(t.bytes));
+      if (t.peer >= 0) traced.args().add("peer", spec().global_ranks[static_cast<std::size_t>(t.peer)]);
+    }
     try {
       t.body(rc);
       t.done.complete(ok());

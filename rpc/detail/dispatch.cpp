@@ -1,6 +1,7 @@
 // agent_core: what happens to each received frame.
 #include "core/hmac.hpp"
 #include "core/log.hpp"
+#include "core/trace.hpp"
 #include "rpc/detail/agent_core.hpp"
 #include "rpc/routing.hpp"
 
@@ -197,7 +198,9 @@ void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::fram
   const bool no_reply = flags & request_no_reply;
   std::size_t args_offset = f.message.size() - d.remaining();
   if (fn_name == ping_function) {
+    // The answer carries this host's clock, for the caller's clock-offset estimate.
     wire::frame_builder fb(wire::kind::response, f.id);
+    (void)serialize(fb.message(), nullptr, trace::now_ns());
     if (fb.finish()) (void)c->send(std::move(fb));
     return;
   }
@@ -247,7 +250,16 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
                              wire::frame&& f, std::size_t args_offset) {
   const bool as_remote = flags & request_as_remote;
   const bool no_reply = flags & request_no_reply;
+  const std::string label = trace::enabled() ? strcat("serve ", info.function) : std::string();
+  trace::span traced("rpc", label);
+  if (traced.on()) {
+    std::uint64_t bytes = f.message.size();
+    for (const auto& t : f.tensors) bytes += t.nbytes();
+    traced.args().add("function", info.function).add("peer", info.caller.name).add("call", id).add("bytes", bytes);
+    traced.set_flow({0, call_flow_id(info.caller.id, id)});
+  }
   auto fail = [&](error e) {
+    if (traced.on()) traced.args().add("error", e.message());
     e.with_worker(name_);
     e.with_operation(strcat("rpc '", info.function, "'"));
     if (as_remote) store_rref_value(rref_id, e);
