@@ -7,6 +7,7 @@
 #include "collectives/process_group.hpp"
 #include "core/log.hpp"
 #include "core/net_address.hpp"
+#include "core/trace.hpp"
 #include "rpc/agent.hpp"
 #include "rpc/backend_registry.hpp"
 #include "store/cluster_store.hpp"
@@ -51,6 +52,7 @@ struct world::impl {
     agent.reset();
     group.reset();
     job = {};
+    trace::flush();
     if (first_error) return *first_error;
     return ok();
   }
