@@ -260,6 +260,7 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
   }
   auto fail = [&](error e) {
     if (traced.on()) traced.args().add("error", e.message());
+    traced.end();  // before the answer leaves: the span lies inside the caller's
     e.with_worker(name_);
     e.with_operation(strcat("rpc '", info.function, "'"));
     if (as_remote) store_rref_value(rref_id, e);
@@ -300,6 +301,7 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
     value.tensors = std::move(reply.tensors());
     store_rref_value(rref_id, std::move(value));
     wire::frame_builder ack(wire::kind::response, id);
+    traced.end();
     if (ack.finish()) (void)c->send(std::move(ack));
     return;
   }
@@ -318,6 +320,7 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
     return fail(std::move(p).error());
   if (auto fin = reply.finish(opts_.limits); !fin) return fail(std::move(fin).error());
   refs.commit();
+  traced.end();
   (void)c->send(std::move(reply));
 }
 
