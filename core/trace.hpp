@@ -28,6 +28,7 @@ namespace troupe::trace {
 namespace detail {
 /// 0: not decided yet, 1: off, 2: on.
 extern std::atomic<int> state;
+/// Decides from TROUPE_TRACE once (start(options_from_env())); returns whether it is on.
 bool start_from_env() noexcept;
 }  // namespace detail
 
@@ -43,11 +44,17 @@ std::int64_t now_ns() noexcept;
 /// The `args` object of an event, built up as JSON text.
 class args {
  public:
+  /// Adds `"key": "value"` (escaped); returns *this for chaining.
   args& add(std::string_view key, std::string_view value);
+  /// Adds a string member.
   args& add(std::string_view key, const char* value) { return add(key, std::string_view(value)); }
+  /// Adds a number member.
   args& add(std::string_view key, std::int64_t value);
+  /// Adds a number member.
   args& add(std::string_view key, std::uint64_t value);
+  /// Adds a number member.
   args& add(std::string_view key, int value) { return add(key, static_cast<std::int64_t>(value)); }
+  /// The members so far, without the braces.
   const std::string& json() const noexcept { return text_; }
 
  private:
@@ -77,19 +84,24 @@ std::int64_t thread_id() noexcept;
 /// at construction.
 class span {
  public:
+  /// Starts the span; `category` and `name` must outlive it.
   span(std::string_view category, std::string_view name)
       : on_(enabled()), category_(category), name_(name), start_(on_ ? now_ns() : 0) {}
   span(const span&) = delete;
   span& operator=(const span&) = delete;
+  /// Records the span unless end() did.
   ~span() { end(); }
+  /// Whether the span will be recorded.
   bool on() const noexcept { return on_; }
   /// Details for the event (only meaningful when on()).
   trace::args& args() noexcept { return args_; }
+  /// Records the span now (once).
   void end() {
     if (!on_) return;
     on_ = false;
     complete(category_, name_, start_, now_ns(), args_, flow_);
   }
+  /// The flow arrows the span starts or ends.
   void set_flow(flow f) noexcept { flow_ = f; }
 
  private:
@@ -133,7 +145,9 @@ std::string file_path();
 
 /// What merge_files did.
 struct merge_result {
+  /// Input files merged.
   std::size_t files = 0;
+  /// Events written.
   std::size_t events = 0;
 };
 
