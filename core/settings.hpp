@@ -21,6 +21,12 @@ inline constexpr setting error_file{
     "(`<log-dir>/<run-id>/attempt_<n>/<rank>/error.json`) and quotes the file in its failure "
     "report. torchrun's `TORCHELASTIC_ERROR_FILE` is read when it is unset",
     "TORCHELASTIC_ERROR_FILE"};
+inline constexpr setting trace{
+    "TROUPE_TRACE", "unset",
+    "a directory: every process of the job records trace events (RPCs, collectives, launcher "
+    "events) there as Chrome trace-event JSON, one file per process, and troupe-run merges "
+    "its workers' files into one trace per attempt (docs/tracing.md); an unwritable directory "
+    "is reported once and the job runs without tracing"};
 inline constexpr setting local_addr{
     "TROUPE_LOCAL_ADDR", "derived",
     "this process's address for its job: the RPC agent, gloo and a store rank 0 hosts bind "

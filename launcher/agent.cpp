@@ -18,8 +18,10 @@
 #include "core/net_address.hpp"
 #include "core/settings.hpp"
 #include "launcher/metrics_server.hpp"
+#include "core/trace.hpp"
 #include "launcher/node_rendezvous.hpp"
 #include "launcher/signals.hpp"
+#include "launcher/trace_attempts.hpp"
 #include "launcher/worker_env.hpp"
 #include "launcher/worker_group.hpp"
 #include "store/connect.hpp"
@@ -268,6 +270,7 @@ int run_agent(const run_config& c) {
     say(secret.error().message());
     return 2;
   }
+  const trace_attempts tracing(run_id);
   auto job = open_job_store(c, run_id, *secret);
   if (!job) {
     say(job.error().message());
@@ -412,6 +415,7 @@ int run_agent(const run_config& c) {
         vars.emplace_back(settings::metrics_file.variable, ws.metrics_file);
       }
       status.workers.push_back(std::move(ws));
+      if (settings::trace.value()) vars.emplace_back(settings::trace.variable, tracing.worker_dir(attempt));
       s.env = merged_environment(environ, vars);
       s.redirect = c.redirects.for_local_rank(i);
       s.tee = c.tee.for_local_rank(i);
@@ -423,6 +427,18 @@ int run_agent(const run_config& c) {
       }
       specs.push_back(std::move(s));
     }
+    // Declared before the group: it merges the attempt's trace once the group is gone.
+    struct attempt_trace {
+      const trace_attempts& t;
+      int attempt;
+      std::int64_t start = trace::now_ns();
+      ~attempt_trace() {
+        if (!t.on()) return;
+        trace::complete("launcher", strcat("attempt ", attempt), start, trace::now_ns(),
+                        trace::args().add("attempt", attempt));
+        t.merge(attempt, [](const std::string& s) { say(s); });
+      }
+    } attempt_tracing{tracing, attempt};
     worker_group group;
     if (stop_signal_received() != 0) return 128 + stop_signal_received();
     if (auto st = group.start(std::move(specs)); !st) {
@@ -448,6 +464,17 @@ int run_agent(const run_config& c) {
         if (!ended && !rest.empty() && w.state == "running") w.state = rest;
       }
     };
+    if (trace::enabled()) {
+      auto pids = group.pids();
+      for (std::size_t i = 0; i < pids.size(); ++i)
+        trace::instant("launcher", "spawn",
+                       trace::args()
+                           .add("rank", rr.rank_base + static_cast<int>(i))
+                           .add("pid", static_cast<std::int64_t>(pids[i]))
+                           .add("attempt", attempt)
+                           .add("round", rr.round)
+                           .add("restarts", restarts));
+    }
     std::string last_status;
     auto show_status = [&] {
       std::string s =
@@ -474,6 +501,14 @@ int run_agent(const run_config& c) {
         note_exits(exits, {});
         publish("running");
       }
+      if (trace::enabled())
+        for (const auto& e : exits)
+          trace::instant("launcher", "exit",
+                         trace::args()
+                             .add("rank", e.rank)
+                             .add("pid", static_cast<std::int64_t>(e.pid))
+                             .add("status", e.describe())
+                             .add("failed", e.failed() ? "yes" : "no"));
       const worker_exit* failure = nullptr;
       for (const auto& e : exits)
         if (e.failed()) {
@@ -514,6 +549,13 @@ int run_agent(const run_config& c) {
         status.restarts = restarts;
         note_exits({}, "stopped");
         publish("restarting");
+        if (trace::enabled())
+          trace::instant("launcher", "restart",
+                         trace::args()
+                             .add("restart", restarts)
+                             .add("max_restarts", c.max_restarts)
+                             .add("failed_rank", failure->rank)
+                             .add("status", failure->describe()));
         if (rdzv && !join_next_round()) {
           group.stop(SIGTERM, c.stop_grace, interrupted);
           return 1;

@@ -148,7 +148,8 @@ future<wire::frame> agent::start_call(const call_options& o, const worker_ref& t
   refs.commit();
   const bool one_way = (flags & detail::request_no_reply) != 0;
   return core_->send_request(*who, std::move(fb), timeout, !one_way,
-                             one_way && o.combine_writes ? detail::write_mode::combine : detail::write_mode::now);
+                             one_way && o.combine_writes ? detail::write_mode::combine : detail::write_mode::now,
+                             fn);
 }
 
 namespace detail {

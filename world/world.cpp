@@ -8,6 +8,7 @@
 #include "core/log.hpp"
 #include "core/metrics.hpp"
 #include "core/net_address.hpp"
+#include "core/trace.hpp"
 #include "rpc/agent.hpp"
 #include "rpc/backend_registry.hpp"
 #include "store/cluster_store.hpp"
@@ -52,6 +53,7 @@ struct world::impl {
     agent.reset();
     group.reset();
     job = {};
+    trace::flush();
     if (first_error) return *first_error;
     return ok();
   }

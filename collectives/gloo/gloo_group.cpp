@@ -48,6 +48,7 @@
 #include "core/codec.hpp"
 #include "core/log.hpp"
 #include "core/metrics.hpp"
+#include "core/trace.hpp"
 #include "core/net_address.hpp"
 #include "store/prefix_store.hpp"
 #include "store/rendezvous.hpp"
@@ -728,6 +729,17 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     run_ctx rc{static_cast<std::uint32_t>(t.seq & 0xffffffu),
                std::max(t.timeout - budget, duration(1)), t.seq};
     const auto started = clock::now();
+    trace::span traced("collectives", t.op);
+    if (traced.on()) {
+      traced.args()
+          .add("group", spec().name)
+          .add(t.peer >= 0 ? "p2p_seq" : "seq", t.seq)
+          .add("transport", shm_ ? "shared memory" : "tcp")
+          .add("rank", rank())
+          .add("size", size());
+      if (t.bytes != SIZE_MAX) traced.args().add("bytes", static_cast<std::uint64_t>(t.bytes));
+      if (t.peer >= 0) traced.args().add("peer", spec().global_ranks[static_cast<std::size_t>(t.peer)]);
+    }
     try {
       t.body(rc);
       if (t.peer < 0) record_collective(t, clock::now() - started);

@@ -21,6 +21,7 @@
 #include "collectives/settings.hpp"
 #include "core/cuda_runtime.hpp"
 #include "core/log.hpp"
+#include "core/trace.hpp"
 #include "store/prefix_store.hpp"
 
 namespace troupe::collectives {
@@ -375,6 +376,16 @@ class nccl_group final : public process_group {
     std::unique_lock lk(comm_mu_);
     std::uint64_t seq = peer < 0 ? ++seq_ : ++p2p_seq_;
     std::string what = strcat(op, peer < 0 ? " #" : " #p", seq, " on ", describe(*this));
+    // The span covers queueing the kernel on the stream (host time), not the GPU's work.
+    trace::span traced("collectives", op);
+    if (traced.on())
+      traced.args()
+          .add("group", name())
+          .add(peer < 0 ? "seq" : "p2p_seq", seq)
+          .add("transport", "nccl")
+          .add("rank", rank())
+          .add("size", size())
+          .add("phase", "enqueue");
     if (auto f = failure())
       return work::completed(
           make_error(f->code(), what, " was not run: the group failed earlier: ", f->message()),

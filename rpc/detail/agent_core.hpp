@@ -55,6 +55,11 @@ inline constexpr std::uint8_t request_no_reply = 2;
 /// Built-in function answered by the agent itself (warm-up round).
 inline constexpr std::string_view ping_function = "troupe.ping";
 
+/// The id of the trace flow arrow from call `call` of worker `caller` to its server span:
+/// both sides know the pair (the caller's id from the handshake, the call id from the
+/// frame header), so nothing extra travels.
+std::uint64_t call_flow_id(std::int32_t caller, std::uint64_t call) noexcept;
+
 class agent_core final : public connection_owner,
                          public rref_context,
                          public std::enable_shared_from_this<agent_core> {
@@ -85,8 +90,14 @@ class agent_core final : public connection_owner,
   /// on the connection. A request is always written at once (write_mode::now, after what
   /// was queued before it); `mode` applies to one-way calls. A full send queue blocks the
   /// caller until `timeout` (connection::send).
+  /// With tracing on and `fn` given, the call is recorded as a client span (docs/tracing.md).
   future<wire::frame> send_request(const worker_info& to, wire::frame_builder&& fb, duration timeout,
-                                   bool expect_reply = true, write_mode mode = write_mode::now);
+                                   bool expect_reply = true, write_mode mode = write_mode::now,
+                                   std::string_view fn = {});
+  /// Estimates this process's clock offset against worker `to` with `samples` pings (each
+  /// answered with the peer's clock) and records it in the trace (core/trace.hpp): the
+  /// sample with the shortest round trip wins, its half round trip is the uncertainty.
+  expected<void> record_clock_offset(const worker_info& to, int samples, deadline d);
   /// A fresh remote-reference id, unique in the group.
   std::uint64_t next_rref_id();
   /// Asks `owner` for the value of remote reference `id`.
@@ -177,6 +188,8 @@ class agent_core final : public connection_owner,
   const std::optional<int> world_size_;
   rpc_backend_options opts_;
   worker_info self_;
+  future<wire::frame> send_request_now(const worker_info& to, wire::frame_builder&& fb, duration timeout,
+                                       bool expect_reply, write_mode mode);
   std::shared_ptr<function_table> functions_;
   std::shared_ptr<store> store_;
   int device_count_ = 0;

@@ -1,5 +1,6 @@
 // agent_core: the calling side (requests, remote-reference operations).
 #include "core/log.hpp"
+#include "core/trace.hpp"
 #include "rpc/detail/agent_core.hpp"
 #include "rpc/routing.hpp"
 
@@ -19,9 +20,40 @@ std::uint64_t agent_core::next_rref_id() {
   return (creator << 40) | next_rref_.fetch_add(1, std::memory_order_relaxed);
 }
 
+std::uint64_t call_flow_id(std::int32_t caller, std::uint64_t call) noexcept {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(caller) + 1) << 40) ^
+         (call & ((std::uint64_t{1} << 40) - 1));
+}
+
 future<wire::frame> agent_core::send_request(const worker_info& to, wire::frame_builder&& fb,
-                                             duration timeout, bool expect_reply,
-                                             write_mode mode) {
+                                             duration timeout, bool expect_reply, write_mode mode,
+                                             std::string_view fn) {
+  if (fn.empty() || !trace::enabled()) return send_request_now(to, std::move(fb), timeout, expect_reply, mode);
+  const auto start = trace::now_ns();
+  const auto tid = trace::thread_id();
+  std::uint64_t bytes = fb.message().size() - wire::header_size;
+  for (const auto& t : fb.tensors()) bytes += t.nbytes();
+  trace::args a;
+  a.add("function", fn).add("peer", to.name).add("call", fb.id()).add("bytes", bytes);
+  const auto flow = call_flow_id(self_.id, fb.id());
+  return send_request_now(to, std::move(fb), timeout, expect_reply, mode)
+      .handle([start, tid, a = std::move(a), flow, name = std::string(fn)](
+                  expected<wire::frame>&& r) mutable -> expected<wire::frame> {
+        if (r) {
+          std::uint64_t back = r->message.size();
+          for (const auto& t : r->tensors) back += t.nbytes();
+          a.add("reply_bytes", back);
+        } else {
+          a.add("error", r.error().message());
+        }
+        trace::complete("rpc", strcat("call ", name), start, trace::now_ns(), a, {flow, 0}, tid);
+        return std::move(r);
+      });
+}
+
+future<wire::frame> agent_core::send_request_now(const worker_info& to, wire::frame_builder&& fb,
+                                                 duration timeout, bool expect_reply,
+                                                 write_mode mode) {
   auto context = [&](error e) {
     e.with_worker(to.name);
     return make_error_future<wire::frame>(std::move(e));

@@ -1,6 +1,7 @@
 // agent_core: what happens to each received frame.
 #include "core/hmac.hpp"
 #include "core/log.hpp"
+#include "core/trace.hpp"
 #include "rpc/detail/agent_core.hpp"
 #include "rpc/detail/rpc_metrics.hpp"
 #include "rpc/routing.hpp"
@@ -199,7 +200,9 @@ void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::fram
   const bool no_reply = flags & request_no_reply;
   std::size_t args_offset = f.message.size() - d.remaining();
   if (fn_name == ping_function) {
+    // The answer carries this host's clock, for the caller's clock-offset estimate.
     wire::frame_builder fb(wire::kind::response, f.id);
+    (void)serialize(fb.message(), nullptr, trace::now_ns());
     if (fb.finish()) (void)c->send(std::move(fb));
     return;
   }
@@ -249,7 +252,17 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
                              wire::frame&& f, std::size_t args_offset) {
   const bool as_remote = flags & request_as_remote;
   const bool no_reply = flags & request_no_reply;
+  const std::string label = trace::enabled() ? strcat("serve ", info.function) : std::string();
+  trace::span traced("rpc", label);
+  if (traced.on()) {
+    std::uint64_t bytes = f.message.size();
+    for (const auto& t : f.tensors) bytes += t.nbytes();
+    traced.args().add("function", info.function).add("peer", info.caller.name).add("call", id).add("bytes", bytes);
+    traced.set_flow({0, call_flow_id(info.caller.id, id)});
+  }
   auto fail = [&](error e) {
+    if (traced.on()) traced.args().add("error", e.message());
+    traced.end();  // before the answer leaves: the span lies inside the caller's
     e.with_worker(name_);
     e.with_operation(strcat("rpc '", info.function, "'"));
     if (as_remote) store_rref_value(rref_id, e);
@@ -290,6 +303,7 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
     value.tensors = std::move(reply.tensors());
     store_rref_value(rref_id, std::move(value));
     wire::frame_builder ack(wire::kind::response, id);
+    traced.end();
     if (ack.finish()) (void)c->send(std::move(ack));
     return;
   }
@@ -308,6 +322,7 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
     return fail(std::move(p).error());
   if (auto fin = reply.finish(opts_.limits); !fin) return fail(std::move(fin).error());
   refs.commit();
+  traced.end();
   (void)c->send(std::move(reply));
 }
 

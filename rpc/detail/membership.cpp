@@ -2,6 +2,7 @@
 #include <random>
 
 #include "core/log.hpp"
+#include "core/trace.hpp"
 #include "core/net_address.hpp"
 #include "rpc/detail/agent_core.hpp"
 #include "store/connect.hpp"
@@ -122,7 +123,39 @@ expected<void> agent_core::init_static(deadline d) {
   if (!checked) return std::move(checked).error();
   TROUPE_TRY(apply_members(std::move(all)));
   TROUPE_TRY(warm_up(d));
+  if (trace::enabled()) {
+    // Rank 0 is the trace's clock reference: every other rank measures against it.
+    if (rank_ == 0) {
+      trace::set_clock(0, 0, "reference (rank 0)");
+    } else {
+      for (const auto& w : workers())
+        if (w.id == 0) {
+          if (auto r = record_clock_offset(w, 16, d); !r)
+            TROUPE_LOG(log_level::warn, "trace", "no clock offset against rank 0: ", r.error().message());
+        }
+    }
+  }
   return barrier(*store_, strcat(opts_.group, "/ready"), rank_, *world_size_, d.remaining());
+}
+
+expected<void> agent_core::record_clock_offset(const worker_info& to, int samples, deadline d) {
+  std::int64_t best_rtt = -1, best_offset = 0;
+  for (int i = 0; i < samples; ++i) {
+    auto fb = begin_request(ping_function, 0, 0, d.remaining());
+    const auto t0 = trace::now_ns();
+    auto reply = send_request(to, std::move(fb), d.remaining()).get(d.remaining());
+    const auto t1 = trace::now_ns();
+    if (!reply) return std::move(reply).error();
+    std::int64_t theirs = 0;
+    if (auto r = deserialize(reply->message, nullptr, theirs); !r)
+      return make_error(errc::protocol_error, "worker '", to.name, "' answered a ping without its clock");
+    if (best_rtt < 0 || t1 - t0 < best_rtt) {
+      best_rtt = t1 - t0;
+      best_offset = t0 + (t1 - t0) / 2 - theirs;
+    }
+  }
+  trace::set_clock(best_offset, best_rtt / 2, strcat("rpc ping to '", to.name, "', best of ", samples));
+  return ok();
 }
 
 expected<void> agent_core::announce(const member& who, std::uint8_t op, const std::vector<member>& to,

@@ -1,11 +1,11 @@
 // A program written as a user would, for the troupe::init tests. Under any launcher:
-//   world_test_worker [--timeout 30s] [--rank1-fails-first]
+//   world_test_worker [--timeout 30s] [--rank1-fails-first] [--repeat N]
 // troupe::init with RPC, an allreduce over every rank, an RPC call to the next rank, a
 // key through the world's store, then shutdown. --rank1-fails-first: rank 1 exits with
 // code 1 before init on attempt 0 (TROUPE_RESTART_COUNT / TORCHELASTIC_RESTART_COUNT 0).
 // Prints "rank R of N: ok under LAUNCHER, attempt A, scope 'S', address X" on success.
 // Exit codes: 0 ok, 1 the planned failure, 2 init failed (the error on stderr), 3 a check
-// failed.
+// failed. --repeat N: N allreduces and N calls instead of one each (for the trace test).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -30,16 +30,19 @@ int main(int argc, char** argv) {
   init_options o;
   o.timeout = std::chrono::seconds(30);
   bool rank1_fails_first = false;
+  int repeat = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--timeout" && i + 1 < argc) {
       auto t = parse_duration(argv[++i]);
       if (!t) return std::fprintf(stderr, "%s\n", t.error().to_string().c_str()), 2;
       o.timeout = *t;
+    } else if (a == "--repeat" && i + 1 < argc) {
+      repeat = std::atoi(argv[++i]);
     } else if (a == "--rank1-fails-first") {
       rank1_fails_first = true;
     } else {
-      std::fprintf(stderr, "usage: world_test_worker [--timeout 30s] [--rank1-fails-first]\n");
+      std::fprintf(stderr, "usage: world_test_worker [--timeout 30s] [--rank1-fails-first] [--repeat N]\n");
       return 2;
     }
   }
@@ -64,16 +67,18 @@ int main(int argc, char** argv) {
   }
   const int rank = w->rank(), n = w->size();
 
-  std::vector<float> v(8, static_cast<float>(rank + 1));
-  if (auto r = w->group().allreduce({v.data(), collectives::dtype::float32, v.size()}).wait(o.timeout); !r)
-    return check_failed(rank, "allreduce: " + r.error().to_string());
-  for (float x : v)
-    if (x != static_cast<float>(n * (n + 1) / 2)) return check_failed(rank, "allreduce sum");
+  for (int i = 0; i < repeat; ++i) {
+    std::vector<float> v(8, static_cast<float>(rank + 1));
+    if (auto r = w->group().allreduce({v.data(), collectives::dtype::float32, v.size()}).wait(o.timeout); !r)
+      return check_failed(rank, "allreduce: " + r.error().to_string());
+    for (float x : v)
+      if (x != static_cast<float>(n * (n + 1) / 2)) return check_failed(rank, "allreduce sum");
 
-  const std::string next = "worker" + std::to_string((rank + 1) % n);
-  auto sum = w->rpc()->rpc_sync<int>(next, "add", rank, 1000);
-  if (!sum || *sum != rank + 1000)
-    return check_failed(rank, "add on " + next + ": " + (sum ? "wrong sum" : sum.error().to_string()));
+    const std::string next = "worker" + std::to_string((rank + 1) % n);
+    auto sum = w->rpc()->rpc_sync<int>(next, "add", rank, 1000);
+    if (!sum || *sum != rank + 1000)
+      return check_failed(rank, "add on " + next + ": " + (sum ? "wrong sum" : sum.error().to_string()));
+  }
 
   if (auto s = w->store()->set("hello/" + std::to_string(rank), "hi"); !s)
     return check_failed(rank, "store set: " + s.error().to_string());
