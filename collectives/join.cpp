@@ -1,6 +1,7 @@
 #include "collectives/join.hpp"
 
 #include "core/log.hpp"
+#include "core/trace.hpp"
 
 namespace troupe::collectives {
 
@@ -149,6 +150,8 @@ expected<void> join::finish() {
   }
   bool is_last_joiner = true;
   bool warned = false;
+  // The wait of a rank that ran out of inputs, shadowing the others' collectives.
+  trace::span traced("join", "join");
   auto result = [&]() -> expected<void> {
     for (;;) {
       if (shadowed_ > warn_threshold && !warned) {
@@ -176,6 +179,13 @@ expected<void> join::finish() {
     for (auto& h : hooks_) TROUPE_TRY(h->post_hook(is_last_joiner));
     return ok();
   }();
+  if (traced.on())
+    traced.args()
+        .add("rank", group_->rank())
+        .add("shadowed", static_cast<std::uint64_t>(shadowed_))
+        .add("last_joiner", is_last_joiner ? "yes" : "no")
+        .add("ok", result ? "yes" : "no");
+  traced.end();
   close();
   return result;
 }

@@ -345,6 +345,7 @@ int run_agent(const run_config& c) {
       joined = false;
       say(strcat("waiting for the rendezvous (nodes ", c.nnodes.min, ":", c.nnodes.max, ")"));
       publish("rendezvous");
+      const std::int64_t waited_from = trace::now_ns();
       auto r = rdzv->await_round([] { return stop_signal_received() != 0; });
       if (!r) {
         if (r.error().code() == errc::aborted) return 128 + stop_signal_received();
@@ -352,6 +353,13 @@ int run_agent(const run_config& c) {
         return 1;
       }
       rr = std::move(*r);
+      // The wait for this round, from joining it to the world it formed.
+      trace::complete("launcher", "rendezvous", waited_from, trace::now_ns(),
+                      trace::args()
+                          .add("round", static_cast<std::int64_t>(rr.round))
+                          .add("group_rank", rr.group_rank)
+                          .add("nodes", static_cast<std::int64_t>(rr.nodes.size()))
+                          .add("world_size", rr.world_size));
     }
     ++status.rounds;
     status.round = rr.round;

@@ -1,5 +1,7 @@
 #include "actors/training/ddp.hpp"
 
+#include "core/trace.hpp"
+
 #include <algorithm>
 #include <map>
 
@@ -91,12 +93,14 @@ expected<void> ddp::begin_step() {
     buckets_[b].pending = plans_[b].params.size();
   next_launch_ = 0;
   in_step_ = true;
+  step_started_ns_ = trace::enabled() ? trace::now_ns() : 0;
   return ok();
 }
 
 void ddp::launch(std::size_t b) {
   auto& s = buckets_[b];
   s.flat.pack();
+  s.launched_ns = trace::enabled() ? trace::now_ns() : 0;
   comm_bucket cb{b, s.flat.view(), grad_divisor_, group_.get(), options_.timeout};
   try {
     s.result = options_.hook(cb);
@@ -131,6 +135,18 @@ expected<void> ddp::wait_buckets() {
     auto& s = buckets_[b];
     if (!s.result.valid()) continue;
     auto r = s.result.get(options_.timeout + wait_grace);
+    if (s.launched_ns != 0) {
+      // From the hook's start to the moment this rank had the result: the bucket's
+      // communication as the step saw it (it may have ended earlier, behind other buckets).
+      trace::complete("ddp", "bucket", s.launched_ns, trace::now_ns(),
+                      trace::args()
+                          .add("bucket", static_cast<std::uint64_t>(b))
+                          .add("bytes", static_cast<std::uint64_t>(s.flat.view().nbytes()))
+                          .add("params", static_cast<std::uint64_t>(plans_[b].params.size()))
+                          .add("step", static_cast<std::uint64_t>(steps_))
+                          .add("ok", r ? "yes" : "no"));
+      s.launched_ns = 0;
+    }
     if (r && first) s.flat.unpack();
     if (!r && first) first = std::move(r).error().with_operation("ddp.finish_step");
   }
@@ -163,6 +179,15 @@ expected<void> ddp::finish_step() {
     if (result && !waited) result = std::move(waited);
   }
   in_step_ = false;
+  if (step_started_ns_ != 0) {
+    trace::complete("ddp", "step", step_started_ns_, trace::now_ns(),
+                    trace::args()
+                        .add("step", static_cast<std::uint64_t>(steps_))
+                        .add("buckets", static_cast<std::uint64_t>(buckets_.size()))
+                        .add("synced", step_syncs_ ? "yes" : "no")
+                        .add("ok", result ? "yes" : "no"));
+    step_started_ns_ = 0;
+  }
   if (!result) return result;
   if (step_counts_) {
     if (step_averages_) average_pending_ = true;

@@ -148,6 +148,7 @@ class ddp final : public collectives::joinable {
     flat_views flat;
     std::size_t pending = 0;
     future<void> result;
+    std::int64_t launched_ns = 0;  // for the trace: when the hook got the bucket (0: off)
   };
   struct step_flags {
     std::int32_t active = 0, grad_sync = 0, average = 0;
@@ -176,6 +177,7 @@ class ddp final : public collectives::joinable {
 
   // Per step.
   bool in_step_ = false;
+  std::int64_t step_started_ns_ = 0;  // for the trace (0: tracing off)
   bool step_counts_ = false;  // not under no_sync: counts as a synchronized step
   bool step_syncs_ = false;   // gradients are reduced in this step
   bool step_averages_ = false;
