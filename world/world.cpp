@@ -9,6 +9,7 @@
 #include "core/metrics.hpp"
 #include "core/net_address.hpp"
 #include "core/trace.hpp"
+#include "world/trace_clock.hpp"
 #include "rpc/agent.hpp"
 #include "rpc/backend_registry.hpp"
 #include "store/cluster_store.hpp"
@@ -125,6 +126,13 @@ expected<world> init(init_options o) {
                                i->env.world_size, std::move(ro));
     if (!agent) return fail(std::move(agent).error());
     i->agent = std::shared_ptr<rpc::agent>(std::move(*agent));
+  } else if (trace::enabled() && i->env.world_size > 1 && i->job.scoped) {
+    // The RPC agent measures the trace's clock offset by ping; without one, the store does.
+    auto measured = detail::measure_trace_clock(*i->job.scoped, i->env.rank, i->env.world_size,
+                                                8, deadline::after(i->timeout));
+    if (!measured)
+      TROUPE_LOG(log_level::warn, "trace", "no clock offset against rank 0: ",
+                 measured.error().message());
   }
   return world(std::move(i));
 }

@@ -1,6 +1,7 @@
 """Checks the merged trace of a traced train_demo job (DDP with a Join scope): every rank
-recorded DDP steps with their buckets nested inside, as many Join waits as the others, and
-troupe-run recorded the rendezvous of the round.
+recorded DDP steps with their buckets nested inside, as many Join waits as the others and a
+clock offset measured through the store (the demo has no RPC agent), and troupe-run recorded
+the rendezvous of the round.
 
   python3 check_ddp_trace.py MERGED_TRACE.json WORLD_SIZE
 """
@@ -42,6 +43,13 @@ def main():
                 fail(f"rank {rank}: bucket {b['args']} at {b['ts']} lies in no step")
         if any(s["args"].get("ok") != "yes" for s in steps):
             fail(f"rank {rank}: a step did not succeed")
+    # The demo has no RPC agent: its clock offsets come from pings through the store.
+    clocks = {e["pid"]: e["args"] for e in events
+              if e.get("ph") == "M" and e.get("name") == "troupe_clock_applied"}
+    for rank in range(1, world):
+        how = clocks.get(rank, {}).get("how", "")
+        if "store ping" not in how or clocks[rank].get("uncertainty_ns", -1) < 0:
+            fail(f"rank {rank}'s clock was not measured through the store: {clocks.get(rank)}")
     if len(join_counts) != 1:
         fail(f"the ranks ended different numbers of Join scopes: {sorted(join_counts)}")
     rendezvous = [e for e in spans if e.get("cat") == "launcher" and e["name"] == "rendezvous"]
