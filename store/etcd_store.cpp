@@ -1,4 +1,4 @@
-// Why this file is long (~650 lines): every store operation maps to etcd transactions over
+// Why this file is long (~730 lines): every store operation maps to etcd transactions over
 // one key layout and one lease; keeping them together keeps that layout in one place.
 // etcd_store on top of etcd_http: key layout, the lease and its keep-alive thread,
 // transactions for add/compare_set, and watches for get/wait.

@@ -771,34 +771,22 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   }
 
   // The time and bytes of a collective that succeeded, per operation and size class. The
-  // metrics of each (operation, size class) pair are looked up once and kept.
-  static void record_collective(const task& t, std::chrono::nanoseconds took) {
-    struct per_op {
-      metrics::histogram* seconds;
-      metrics::counter* bytes;
-      metrics::counter* calls;
-    };
-    // Never destroyed: a group's thread may still finish an operation during exit.
-    static auto& mu = *new std::mutex;
-    static auto& cache = *new std::map<std::pair<std::string_view, std::string_view>, per_op>;
+  // metrics of each (operation, size class) pair are looked up once per group and kept;
+  // only execute() calls this, one collective at a time (busy_), so the cache needs no lock.
+  void record_collective(const task& t, std::chrono::nanoseconds took) {
     const std::string_view size = t.bytes == SIZE_MAX ? "unknown" : metrics::size_class(t.bytes);
-    per_op m;
-    {
-      std::lock_guard lk(mu);
-      auto [it, fresh] = cache.try_emplace({t.op, size});
-      if (fresh) {
-        const metrics::labels op_size{{"op", std::string(t.op)}, {"size", std::string(size)}};
-        const metrics::labels op_only{{"op", std::string(t.op)}};
-        it->second.seconds = &metrics::get_histogram(
-            "troupe_collective_seconds", "time a gloo collective took on this worker, by operation "
-            "and size class", metrics::latency_buckets(), op_size);
-        it->second.bytes = &metrics::get_counter(
-            "troupe_collective_bytes_total", "tensor bytes of this worker's gloo collectives",
-            op_only);
-        it->second.calls = &metrics::get_counter(
-            "troupe_collective_calls_total", "gloo collectives this worker completed", op_only);
-      }
-      m = it->second;
+    auto [it, fresh] = collective_metrics_.try_emplace({t.op, size});
+    collective_metrics& m = it->second;
+    if (fresh) {
+      const metrics::labels op_size{{"op", std::string(t.op)}, {"size", std::string(size)}};
+      const metrics::labels op_only{{"op", std::string(t.op)}};
+      m.seconds = &metrics::get_histogram(
+          "troupe_collective_seconds", "time a gloo collective took on this worker, by operation "
+          "and size class", metrics::latency_buckets(), op_size);
+      m.bytes = &metrics::get_counter("troupe_collective_bytes_total",
+                                      "tensor bytes of this worker's gloo collectives", op_only);
+      m.calls = &metrics::get_counter("troupe_collective_calls_total",
+                                      "gloo collectives this worker completed", op_only);
     }
     m.seconds->observe(took);
     m.calls->add();
@@ -879,6 +867,13 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   bool stopping_ = false;
   bool busy_ = false;
   std::string description_;  // describe(*this), made by the first submit (under mu_)
+  // The registry's metrics of each (operation, size class), for record_collective.
+  struct collective_metrics {
+    metrics::histogram* seconds = nullptr;
+    metrics::counter* bytes = nullptr;
+    metrics::counter* calls = nullptr;
+  };
+  std::map<std::pair<std::string_view, std::string_view>, collective_metrics> collective_metrics_;
   bool worker_parked_ = false;          // the worker waits for a notify, not polling
   clock::time_point last_submit_{};     // when the last operation was queued
   bool p2p_busy_ = false;
