@@ -85,7 +85,10 @@ class service {
   expected<epoch> wait_until(const std::function<bool(const epoch&)>& predicate,
                              duration timeout);
 
-  /// Calls `cb` for every epoch after the current one; returns an id for unsubscribe().
+  /// Calls `cb` for every epoch after the current one, in order, from the watcher thread;
+  /// returns an id for unsubscribe(). A caller that also reads current() after subscribing
+  /// races that thread: the epoch it reads may be older than one `cb` already got, so keep
+  /// whichever has the higher number.
   std::uint64_t on_epoch(callback cb);
   /// Stops calling the callback `id`; returns whether it was subscribed.
   bool unsubscribe(std::uint64_t id);

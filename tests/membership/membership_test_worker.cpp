@@ -9,6 +9,8 @@
 // Exits 2 on any other failure; it never runs longer than two minutes.
 #include <chrono>
 #include <iostream>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "membership/service.hpp"
@@ -41,7 +43,13 @@ int main(int argc, char** argv) {
   o.heartbeat_timeout = troupe::duration(std::stoll(argv[4]));
   o.heartbeat_interval = troupe::duration(std::stoll(argv[5]));
   o.op_timeout = 5s;
-  auto record = [records, name](const m::epoch& e) {
+  // Called from the main thread once and from the service's watcher for every later epoch;
+  // the two can race, so an older epoch never overwrites a newer one in `latest/<name>`.
+  auto recorded = std::make_shared<std::pair<std::mutex, std::uint64_t>>();
+  auto record = [records, name, recorded](const m::epoch& e) {
+    std::lock_guard lk(recorded->first);
+    if (e.number <= recorded->second) return;
+    recorded->second = e.number;
     const auto text = m::encode(e);
     (void)records->set("seen/" + name + "/" + std::to_string(e.number), text);
     (void)records->set("latest/" + name, text);
