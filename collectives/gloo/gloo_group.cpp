@@ -655,15 +655,15 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
                                      [weak = weak_from_this(), seq] {
                                        if (auto g = weak.lock()) g->urge(seq);
                                      });
-    if (stopping_) {
-      lk.unlock();
-      done.complete(make_error(errc::shut_down, what, ": the group was shut down"));
-      return w;
-    }
-    if (aborted_) {
+    if (aborted_) {  // before shut_down: the abort says why the group ended
       auto why = *failure_;
       lk.unlock();
       done.complete(stopped_by(what, why));
+      return w;
+    }
+    if (stopping_) {
+      lk.unlock();
+      done.complete(make_error(errc::shut_down, what, ": the group was shut down"));
       return w;
     }
     const auto now = clock::now();
