@@ -8,11 +8,12 @@
 //   store       records, connects to TROUPE_STORE_URL under TROUPE_STORE_PREFIX, and meets
 //               every rank there (a counter and a wait); writes DIR/store.rank<RANK> when met
 //   elastic     joins the job's membership (TROUPE_STORE_PREFIX/membership) as
-//               worker<RANK> with a 60 s heartbeat timeout and writes
-//               DIR/elastic.rank<RANK>.restart<TROUPE_RESTART_COUNT> (its pid); local rank
-//               1 of restart 0 then kills itself with SIGKILL. The others wait for epoch 5
-//               (three joins, one death, one replacement), rank 0 writes epochs 1-5 to
-//               DIR/history, and all leave and exit 0.
+//               worker<RANK> with a 60 s heartbeat timeout, writes
+//               DIR/elastic.rank<RANK>.restart<TROUPE_RESTART_COUNT> (its pid) and prints
+//               "elastic: worker<RANK> pid <pid> restart <n> joined"; rank 1 of restart 0
+//               then kills itself with SIGKILL. The others wait for epoch WORLD_SIZE + 2
+//               (every join, one death, one replacement); rank 0 writes those epochs to
+//               DIR/history and prints them ("history: " lines); all leave and exit 0.
 // The record is DIR/round<TROUPE_ROUND>.rank<RANK>: "KEY=VALUE" lines and "PID=<pid>",
 // written to a temporary name and renamed, so a reader never sees half a file.
 #include <signal.h>
@@ -160,15 +161,21 @@ int main(int argc, char** argv) {
     const std::string restart = env("TROUPE_RESTART_COUNT");
     std::ofstream(dir + "/elastic.rank" + env("RANK") + ".restart" + restart)
         << ::getpid() << '\n';
-    if (env("LOCAL_RANK") == "1" && restart == "0") ::raise(SIGKILL);
-    auto five = (*svc)->wait_for_epoch(5, std::chrono::seconds(30));
-    if (!five) {
-      std::fprintf(stderr, "epoch 5: %s\n", five.error().to_string().c_str());
+    std::printf("elastic: worker%s pid %d restart %s joined\n", env("RANK").c_str(),
+                static_cast<int>(::getpid()), restart.c_str());
+    std::fflush(stdout);
+    if (env("RANK") == "1" && restart == "0") ::raise(SIGKILL);
+    const auto world = static_cast<std::uint64_t>(std::stoll(env("WORLD_SIZE")));
+    const std::uint64_t last = world + 2;
+    auto reached = (*svc)->wait_for_epoch(last, std::chrono::seconds(30));
+    if (!reached) {
+      std::fprintf(stderr, "epoch %llu: %s\n", static_cast<unsigned long long>(last),
+                   reached.error().to_string().c_str());
       return 5;
     }
     if (env("RANK") == "0") {
       std::string history;
-      for (std::uint64_t n = 1; n <= 5; ++n) {
+      for (std::uint64_t n = 1; n <= last; ++n) {
         auto e = m::read_epoch(*scoped, n, std::chrono::seconds(10));
         if (!e) {
           std::fprintf(stderr, "epoch %llu: %s\n", static_cast<unsigned long long>(n),
@@ -179,12 +186,19 @@ int main(int argc, char** argv) {
       }
       std::ofstream(dir + "/history.tmp") << history;
       std::filesystem::rename(dir + "/history.tmp", dir + "/history");
+      std::size_t from = 0;
+      for (auto nl = history.find('\n'); nl != std::string::npos; nl = history.find('\n', from)) {
+        std::printf("history: %s\n", history.substr(from, nl - from).c_str());
+        from = nl + 1;
+      }
+      std::fflush(stdout);
     }
     // Everyone has seen epoch 5 before anyone leaves (leaving makes epochs 6, 7, ...).
     troupe::prefix_store meeting(*base, env("TROUPE_STORE_PREFIX") + "/test-done");
     auto n = meeting.add("done", 1, std::chrono::seconds(20));
     std::vector<std::string> keys{"all-done"};
-    if (n && *n == 3) (void)meeting.set("all-done", std::string_view("1"));
+    if (n && *n == static_cast<std::int64_t>(world))
+      (void)meeting.set("all-done", std::string_view("1"));
     if (!n || !meeting.wait(keys, std::chrono::seconds(20))) return 7;
     auto left = (*svc)->shutdown(std::chrono::seconds(10));
     return left ? 0 : 8;
