@@ -54,6 +54,11 @@ inline constexpr setting restart_count{"TROUPE_RESTART_COUNT", "set by troupe-ru
                                        "restarts of the job so far"};
 inline constexpr setting max_restarts{"TROUPE_MAX_RESTARTS", "set by troupe-run",
                                       "restarts the job allows (`--max-restarts`)"};
+inline constexpr setting elastic{
+    "TROUPE_ELASTIC", "set by troupe-run (`--failure-policy replace`)",
+    "`1`: a failed worker is replaced while the others run on, and the replacement joins the "
+    "running job under the same store scope; workers must follow the job's membership "
+    "(docs/membership.md) instead of forming a fixed world"};
 
 inline constexpr setting metrics_file{
     "TROUPE_METRICS_FILE", "set by troupe-run (`--metrics-port`)",

@@ -24,6 +24,7 @@
 #include "launcher/trace_attempts.hpp"
 #include "launcher/worker_env.hpp"
 #include "launcher/worker_group.hpp"
+#include "membership/service.hpp"
 #include "store/connect.hpp"
 #include "store/prefix_store.hpp"
 #include "store/tcp_store_server.hpp"
@@ -192,6 +193,34 @@ void report_failure(const worker_exit& e, int attempt, const std::string& log_pa
     text += strcat(" (its stderr was empty; logs in ", log_path, ")");
   }
   say(text);
+}
+
+// With --failure-policy replace: takes the worker that exited out of the job's membership
+// at once, instead of leaving the others to wait for its heartbeat to go silent. The
+// worker is found by this host and its pid; one that never joined is not there. Best
+// effort: a failure is said and the heartbeat settles it.
+void declare_exited_dead(store& base, const std::string& workers_prefix, const worker_exit& e) {
+  prefix_store scoped(base, workers_prefix + "/membership");
+  const auto timeout = std::chrono::seconds(5);
+  auto current = membership::read_epoch(scoped, timeout);
+  if (!current) {
+    say(strcat("could not read the membership to take worker rank ", e.rank, " out: ",
+               current.error().message()));
+    return;
+  }
+  const std::string host = this_host();
+  for (const auto& m : current->members) {
+    if (m.host != host || m.pid != static_cast<std::int64_t>(e.pid)) continue;
+    membership::epoch_change change;
+    change.remove.push_back({m.name, m.incarnation});
+    change.cause = strcat("dead: ", membership::describe(m), ": its process ended with ",
+                          e.describe(), ", seen by troupe-run on ", host);
+    if (auto r = membership::apply_change(scoped, change, timeout); !r)
+      say(strcat("could not take worker rank ", e.rank, " (", m.name,
+                 ") out of the membership: ", r.error().message(),
+                 "; the others will notice its silent heartbeat"));
+    return;
+  }
 }
 
 }  // namespace
@@ -372,8 +401,9 @@ int run_agent(const run_config& c) {
     const int master_port = c.master_port > 0 ? c.master_port : rr.nodes.front().free_port;
     const std::string attempt_dir = strcat(c.log_dir, "/", run_id, "/attempt_", attempt);
 
-    std::vector<worker_spec> specs;
-    for (int i = 0; i < c.nproc_per_node; ++i) {
+    // Worker `i`'s spec and status entry; `log_dir` is where its logs go (a replacement
+    // gets its own, so the failed worker's logs stay).
+    const auto make_worker = [&](int i, const std::string& log_dir) {
       worker_assignment a;
       a.local_rank = i;
       a.rank = rr.rank_base + i;
@@ -394,6 +424,7 @@ int run_agent(const run_config& c) {
       a.round = rr.round;
       a.store_url = job->url;
       a.secret = *secret;
+      a.elastic = c.replace_failed;
       if (!a.store_url.empty())
         a.store_prefix = strcat("troupe-run/", run_id, "/workers/", rr.round);
       worker_spec s;
@@ -401,7 +432,7 @@ int run_agent(const run_config& c) {
       s.rank = a.rank;
       s.program = c.program;
       s.args = c.args;
-      s.log_dir = strcat(attempt_dir, "/", a.rank);
+      s.log_dir = log_dir;
       // The worker's root-cause file (torchrun's TORCHELASTIC_ERROR_FILE); a stale one from
       // an earlier run with the same id is removed so that it is not quoted.
       auto vars = worker_environment(a, limit_omp);
@@ -422,7 +453,6 @@ int run_agent(const run_config& c) {
         std::filesystem::remove(ws.metrics_file, ignored);
         vars.emplace_back(settings::metrics_file.variable, ws.metrics_file);
       }
-      status.workers.push_back(std::move(ws));
       if (settings::trace.value()) vars.emplace_back(settings::trace.variable, tracing.worker_dir(attempt));
       s.env = merged_environment(environ, vars);
       s.redirect = c.redirects.for_local_rank(i);
@@ -433,7 +463,13 @@ int run_agent(const run_config& c) {
         s.redirect = stream_stdout | stream_stderr;  // filtered out: logs only
         s.tee = 0;
       }
+      return std::make_pair(std::move(s), std::move(ws));
+    };
+    std::vector<worker_spec> specs;
+    for (int i = 0; i < c.nproc_per_node; ++i) {
+      auto [s, ws] = make_worker(i, strcat(attempt_dir, "/", rr.rank_base + i));
       specs.push_back(std::move(s));
+      status.workers.push_back(std::move(ws));
     }
     // Declared before the group: it merges the attempt's trace once the group is gone.
     struct attempt_trace {
@@ -526,9 +562,15 @@ int run_agent(const run_config& c) {
       // The first failure is the one whose error file says it failed first; without error
       // files, the first one reaped.
       std::string first_time;
+      // Where worker `e` (the one now in its slot, or the one that just ended) logs.
+      const auto dir_of = [&](const worker_exit& e) {
+        const auto i = static_cast<std::size_t>(e.local_rank);
+        return i < status.workers.size() ? status.workers[i].log_dir
+                                         : strcat(attempt_dir, "/", e.rank);
+      };
       for (const auto& e : exits) {
         if (!e.failed()) continue;
-        auto root = read_error_file(strcat(attempt_dir, "/", e.rank, "/error.json"));
+        auto root = read_error_file(dir_of(e) + "/error.json");
         if (!root.timestamp.empty() &&
             (first_time.empty() ||
              std::strtoll(root.timestamp.c_str(), nullptr, 10) <
@@ -537,13 +579,62 @@ int run_agent(const run_config& c) {
           failure = &e;
         }
       }
+      const std::string on_node =
+          c.nnodes.max > 1 ? strcat(", on node ", this_host(), " (group rank ", rr.group_rank, ")")
+                           : std::string();
+      if (failure != nullptr && c.replace_failed) {
+        // Replace mode: each failed worker alone gets a successor; the others run on.
+        bool gave_up = false;
+        for (const auto& e : exits) {
+          if (!e.failed()) continue;
+          report_failure(e, attempt, dir_of(e) + "/stderr", dir_of(e) + "/error.json", on_node);
+          if (job->base)
+            declare_exited_dead(*job->base, strcat("troupe-run/", run_id, "/workers/", rr.round), e);
+          if (restarts >= c.max_restarts) {
+            say(strcat("giving up: worker rank ", e.rank, " failed with ", e.describe(),
+                       " and all ", c.max_restarts,
+                       " replacements (--max-restarts) are used up"));
+            gave_up = true;
+            break;
+          }
+          ++restarts;
+          status.restarts = restarts;
+          const auto i = e.local_rank;
+          auto [spec, ws] =
+              make_worker(i, strcat(attempt_dir, "/", e.rank, "-replacement-", restarts));
+          say(strcat("replacing worker rank ", e.rank, " (replacement ", restarts, " of ",
+                     c.max_restarts, "); the other workers run on; its logs are in ",
+                     spec.log_dir));
+          if (auto r = group.replace(static_cast<std::size_t>(i), std::move(spec)); !r) {
+            say(strcat("cannot start the replacement of worker rank ", e.rank, ": ",
+                       r.error().message()));
+            gave_up = true;
+            break;
+          }
+          const pid_t pid = group.pids()[static_cast<std::size_t>(i)];
+          ws.pid = pid;
+          ws.state = "running";
+          status.workers[static_cast<std::size_t>(i)] = std::move(ws);
+          if (trace::enabled())
+            trace::instant("launcher", "replace",
+                           trace::args()
+                               .add("rank", e.rank)
+                               .add("pid", static_cast<std::int64_t>(pid))
+                               .add("replacement", restarts)
+                               .add("status", e.describe()));
+        }
+        if (gave_up) {
+          group.stop(SIGTERM, c.stop_grace, interrupted);
+          if (rdzv) (void)rdzv->request_reform();
+          return 1;
+        }
+        publish("running");
+        show_status();
+        continue;
+      }
       if (failure != nullptr) {
-        const auto log_path = strcat(attempt_dir, "/", failure->rank, "/stderr");
-        report_failure(*failure, attempt, log_path,
-                       strcat(attempt_dir, "/", failure->rank, "/error.json"),
-                       c.nnodes.max > 1 ? strcat(", on node ", this_host(), " (group rank ",
-                                                 rr.group_rank, ")")
-                                        : std::string());
+        report_failure(*failure, attempt, dir_of(*failure) + "/stderr",
+                       dir_of(*failure) + "/error.json", on_node);
         if (restarts >= c.max_restarts) {
           group.stop(SIGTERM, c.stop_grace, interrupted);
           if (rdzv) (void)rdzv->request_reform();

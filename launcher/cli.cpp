@@ -28,6 +28,7 @@ struct raw_flags {
   std::string conf;
   bool standalone = false;
   std::string max_restarts = "0";
+  std::string failure_policy = "restart";
   std::string monitor_interval = "0.1";
   std::string stop_grace = "5s";
   std::string role = "default";
@@ -69,6 +70,14 @@ expected<run_config> convert(const raw_flags& f, std::vector<std::string> rest) 
   auto mr = parse_flag_int("--max-restarts", f.max_restarts, 0, 1 << 20);
   if (!mr) return std::move(mr).error();
   c.max_restarts = *mr;
+  if (f.failure_policy == "replace") {
+    c.replace_failed = true;
+  } else if (f.failure_policy != "restart") {
+    return make_error(errc::invalid_argument, "--failure-policy: '", f.failure_policy,
+                      "' is not valid; write restart (stop and restart the node's workers, "
+                      "the default) or replace (start a new worker in place of the failed one "
+                      "while the others run on)");
+  }
   auto mi = parse_flag_duration("--monitor-interval", f.monitor_interval);
   if (!mi) return std::move(mi).error();
   if (mi->count() <= 0)
@@ -157,6 +166,12 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
                "One node with its own store on a free loopback port and a fresh run id");
   app.add_option("--max-restarts,--max_restarts", f.max_restarts,
                  "Worker-group restarts after failures before giving up (default 0)");
+  app.add_option("--failure-policy,--failure_policy", f.failure_policy,
+                 "What a failed worker costs: restart (stop the node's workers and start them "
+                 "all again, as torchrun does) or replace (start a new worker in its place while "
+                 "the others run on; workers get TROUPE_ELASTIC=1 and must follow the job's "
+                 "membership, docs/membership.md). Each restart or replacement counts against "
+                 "--max-restarts (default restart)");
   app.add_option("--monitor-interval,--monitor_interval", f.monitor_interval,
                  "How often membership changes are checked; worker exits are noticed at once "
                  "(default 100ms)");
@@ -216,7 +231,7 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
       "LOCAL_RANK, GROUP_RANK, ROLE_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, ROLE_WORLD_SIZE, "
       "GROUP_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT, TROUPE_RESTART_COUNT, "
       "TROUPE_MAX_RESTARTS, TROUPE_RUN_ID, TROUPE_ROUND, TROUPE_STORE_URL, TROUPE_STORE_PREFIX, "
-      "TROUPE_LOCAL_ADDR, TROUPE_JOB_SECRET, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, and "
+      "TROUPE_LOCAL_ADDR, TROUPE_JOB_SECRET, TROUPE_ELASTIC (with --failure-policy replace), TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, and "
       "OMP_NUM_THREADS=1 when several run on a node and it is not set already, "
       "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME when TROUPE_SOCKET_IFNAME is given, and "
       "TROUPE_ERROR_FILE and TORCHELASTIC_ERROR_FILE (where a failing worker records its root "

@@ -85,6 +85,10 @@ struct run_config {
   std::string secret_file;
   bool standalone = false;
   int max_restarts = 0;
+  /// --failure-policy replace: a failed worker is replaced alone while the others run on
+  /// (each replacement counts against max_restarts), and workers get TROUPE_ELASTIC=1.
+  /// false (restart, the default): the node's whole worker group restarts.
+  bool replace_failed = false;
   /// How often membership and the status line are checked (exits are noticed at once).
   duration monitor_interval = std::chrono::milliseconds(100);
   /// How long workers get to exit after SIGTERM before SIGKILL.

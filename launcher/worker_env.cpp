@@ -37,6 +37,7 @@ env_list worker_environment(const worker_assignment& a, bool limit_omp_threads) 
     e.emplace_back(settings::store_prefix.variable, a.store_prefix);
   }
   if (!a.secret.empty()) e.emplace_back(settings::job_secret.variable, a.secret);
+  if (a.elastic) e.emplace_back(settings::elastic.variable, "1");
   if (limit_omp_threads) e.emplace_back("OMP_NUM_THREADS", "1");
   // One interface named once: NCCL's and Gloo's own bootstrap follow it too, unless they
   // were told otherwise.
@@ -58,11 +59,12 @@ std::vector<std::string> merged_environment(const char* const* base, const env_l
     // A variable troupe-run only sets sometimes must not leak in from the launcher's
     // own environment, or a worker would see a store of some other job.
     // Nor a secret other than the job's (the older name would otherwise be read when the
-    // job has none).
+    // job has none), nor elastic mode from an enclosing job.
     if (eq != std::string_view::npos) {
       const std::string_view name = entry.substr(0, eq);
       if (name == settings::store_url.variable || name == settings::store_prefix.variable ||
-          name == settings::job_secret.variable || name == settings::job_secret.fallback)
+          name == settings::job_secret.variable || name == settings::job_secret.fallback ||
+          name == settings::elastic.variable)
         continue;
     }
     out.emplace_back(entry);

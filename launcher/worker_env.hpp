@@ -37,6 +37,8 @@ struct worker_assignment {
   std::string store_prefix;
   /// The job's secret (TROUPE_JOB_SECRET; empty: not set).
   std::string secret;
+  /// --failure-policy replace: TROUPE_ELASTIC=1.
+  bool elastic = false;
 };
 
 using env_list = std::vector<std::pair<std::string, std::string>>;

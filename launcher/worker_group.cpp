@@ -176,106 +176,136 @@ std::string resolve_program(const std::string& program) {
 }
 
 expected<void> worker_group::start(std::vector<worker_spec> specs) {
-  const pid_t parent = ::getpid();
   for (auto& spec : specs) {
-    auto w = std::make_unique<worker>();
-    w->local_rank = spec.local_rank;
-    w->rank = spec.rank;
-    std::error_code ec;
-    std::filesystem::create_directories(spec.log_dir, ec);
-    if (ec) {
+    auto w = launch(spec);
+    if (!w) {
       stop(SIGKILL, duration::zero());
-      return make_error(errc::unavailable, "cannot create the log folder '", spec.log_dir,
-                        "': ", ec.message());
+      return std::move(w).error();
     }
-    w->out.file =
-        ::open((spec.log_dir + "/stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    w->err.file =
-        ::open((spec.log_dir + "/stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (w->out.file < 0 || w->err.file < 0) {
-      const int open_errno = errno;
-      stop(SIGKILL, duration::zero());
-      return make_error(errc::unavailable, "cannot create the log files in '", spec.log_dir,
-                        "': ", std::strerror(open_errno));
-    }
-    auto on_console = [&](int bit) { return (spec.tee & bit) != 0 || (spec.redirect & bit) == 0; };
-    w->out.console = on_console(stream_stdout) ? 1 : -1;
-    w->err.console = on_console(stream_stderr) ? 2 : -1;
-    int out_pipe[2];
-    int err_pipe[2];
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
-      stop(SIGKILL, duration::zero());
-      return make_error(errc::unavailable, "pipe: ", std::strerror(errno));
-    }
-    if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
-      ::close(out_pipe[0]);
-      ::close(out_pipe[1]);
-      stop(SIGKILL, duration::zero());
-      return make_error(errc::unavailable, "pipe: ", std::strerror(errno));
-    }
-    // Everything the child needs is prepared before fork: after it, only
-    // async-signal-safe calls.
-    std::string path = resolve_program(spec.program);
-    if (::access(path.c_str(), X_OK) != 0) {
-      const int access_errno = errno;
-      stop(SIGKILL, duration::zero());
-      return make_error(errc::invalid_argument, "cannot execute the worker program '", spec.program,
-                        "': ", std::strerror(access_errno),
-                        spec.program.find('/') == std::string::npos ? " (searched PATH)" : "");
-    }
-    std::vector<char*> argv{const_cast<char*>(spec.program.c_str())};
-    for (auto& a : spec.args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<char*> envp;
-    for (auto& e : spec.env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::signal(SIGPIPE, SIG_DFL);
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);
-      ::dup2(out_pipe[1], 1);
-      ::dup2(err_pipe[1], 2);
-      ::syscall(SYS_close_range, 3U, ~0U, 0U);
-      ::execve(path.c_str(), argv.data(), envp.data());
-      const char msg[] = "troupe-run: cannot execute the worker program\n";
-      [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
-      ::_exit(127);
-    }
-    const int fork_errno = errno;
-    ::close(out_pipe[1]);
-    ::close(err_pipe[1]);
-    if (pid < 0) {
-      ::close(out_pipe[0]);
-      ::close(err_pipe[0]);
-      stop(SIGKILL, duration::zero());
-      return make_error(errc::unavailable, "cannot start worker rank ", spec.rank,
-                        ": fork: ", std::strerror(fork_errno));
-    }
-    ::setpgid(pid, pid);  // also done by the child; whichever runs first wins the race
-    w->pid = pid;
-    if (int guard[2]; ::pipe2(guard, O_CLOEXEC) == 0) {
-      w->watchdog = start_watchdog(pid, guard[0]);
-      ::close(guard[0]);
-      if (w->watchdog > 0) {
-        w->guard = guard[1];
-      } else {
-        ::close(guard[1]);
-      }
-    }
-    w->pidfd = open_pidfd(pid);
-    w->out.pipe = out_pipe[0];
-    w->err.pipe = err_pipe[0];
-    ::fcntl(w->out.pipe, F_SETFL, O_NONBLOCK);
-    ::fcntl(w->err.pipe, F_SETFL, O_NONBLOCK);
-    workers_.push_back(std::move(w));
+    workers_.push_back(std::move(*w));
   }
   return ok();
+}
+
+expected<void> worker_group::replace(std::size_t index, worker_spec spec) {
+  if (index >= workers_.size())
+    return make_error(errc::invalid_argument, "no worker at index ", index, " of ",
+                      workers_.size());
+  auto& old = workers_[index];
+  if (!old->exited)
+    return make_error(errc::invalid_argument, "worker rank ", old->rank, " (pid ", old->pid,
+                      ") still runs; only an exited worker is replaced");
+  retire(*old);
+  auto w = launch(spec);
+  if (!w) return std::move(w).error();
+  old = std::move(*w);
+  return ok();
+}
+
+void worker_group::retire(worker& w) {
+  // Whatever the dead worker started in its process group goes with it, then its watchdog.
+  ::kill(-w.pid, SIGKILL);
+  close_fd(w.guard);
+  if (w.watchdog > 0) {
+    ::kill(w.watchdog, SIGKILL);
+    while (::waitpid(w.watchdog, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    w.watchdog = -1;
+  }
+}
+
+expected<std::unique_ptr<worker_group::worker>> worker_group::launch(const worker_spec& spec) {
+  const pid_t parent = ::getpid();
+  auto w = std::make_unique<worker>();
+  w->local_rank = spec.local_rank;
+  w->rank = spec.rank;
+  std::error_code ec;
+  std::filesystem::create_directories(spec.log_dir, ec);
+  if (ec) {
+    return make_error(errc::unavailable, "cannot create the log folder '", spec.log_dir,
+                      "': ", ec.message());
+  }
+  w->out.file =
+      ::open((spec.log_dir + "/stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  w->err.file =
+      ::open((spec.log_dir + "/stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (w->out.file < 0 || w->err.file < 0) {
+    const int open_errno = errno;
+    return make_error(errc::unavailable, "cannot create the log files in '", spec.log_dir,
+                      "': ", std::strerror(open_errno));
+  }
+  auto on_console = [&](int bit) { return (spec.tee & bit) != 0 || (spec.redirect & bit) == 0; };
+  w->out.console = on_console(stream_stdout) ? 1 : -1;
+  w->err.console = on_console(stream_stderr) ? 2 : -1;
+  int out_pipe[2];
+  int err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    return make_error(errc::unavailable, "pipe: ", std::strerror(errno));
+  }
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ::close(out_pipe[0]);
+    ::close(out_pipe[1]);
+    return make_error(errc::unavailable, "pipe: ", std::strerror(errno));
+  }
+  // Everything the child needs is prepared before fork: after it, only
+  // async-signal-safe calls.
+  std::string path = resolve_program(spec.program);
+  if (::access(path.c_str(), X_OK) != 0) {
+    const int access_errno = errno;
+    return make_error(errc::invalid_argument, "cannot execute the worker program '", spec.program,
+                      "': ", std::strerror(access_errno),
+                      spec.program.find('/') == std::string::npos ? " (searched PATH)" : "");
+  }
+  std::vector<char*> argv{const_cast<char*>(spec.program.c_str())};
+  for (const auto& a : spec.args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    ::dup2(out_pipe[1], 1);
+    ::dup2(err_pipe[1], 2);
+    ::syscall(SYS_close_range, 3U, ~0U, 0U);
+    ::execve(path.c_str(), argv.data(), envp.data());
+    const char msg[] = "troupe-run: cannot execute the worker program\n";
+    [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
+    ::_exit(127);
+  }
+  const int fork_errno = errno;
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (pid < 0) {
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    return make_error(errc::unavailable, "cannot start worker rank ", spec.rank,
+                      ": fork: ", std::strerror(fork_errno));
+  }
+  ::setpgid(pid, pid);  // also done by the child; whichever runs first wins the race
+  w->pid = pid;
+  if (int guard[2]; ::pipe2(guard, O_CLOEXEC) == 0) {
+    w->watchdog = start_watchdog(pid, guard[0]);
+    ::close(guard[0]);
+    if (w->watchdog > 0) {
+      w->guard = guard[1];
+    } else {
+      ::close(guard[1]);
+    }
+  }
+  w->pidfd = open_pidfd(pid);
+  w->out.pipe = out_pipe[0];
+  w->err.pipe = err_pipe[0];
+  ::fcntl(w->out.pipe, F_SETFL, O_NONBLOCK);
+  ::fcntl(w->err.pipe, F_SETFL, O_NONBLOCK);
+  return w;
 }
 
 bool worker_group::pump(duration timeout, int wake_fd) {

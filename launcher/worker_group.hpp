@@ -58,6 +58,11 @@ class worker_group {
   /// Starts one process per spec. On failure nothing is left running.
   expected<void> start(std::vector<worker_spec> specs);
 
+  /// Starts `spec` in place of the worker at `index` (the order of start's specs), which
+  /// must have exited and been reaped: what it left in its process group is killed, and
+  /// the others keep running. On failure the slot keeps the exited worker.
+  expected<void> replace(std::size_t index, worker_spec spec);
+
   /// Waits up to `timeout` for output, or for `wake_fd` to become readable (then returns
   /// true), copying whatever output arrives.
   bool pump(duration timeout, int wake_fd);
@@ -77,6 +82,10 @@ class worker_group {
 
  private:
   struct worker;
+  // Starts one worker; nothing of it is left on failure.
+  expected<std::unique_ptr<worker>> launch(const worker_spec& spec);
+  // Kills what an exited worker left in its process group, and its watchdog.
+  void retire(worker& w);
   worker_exit collect(worker& w, int status);
   std::vector<std::unique_ptr<worker>> workers_;
 };

@@ -195,6 +195,14 @@ expected<std::unique_ptr<tcp_store_server>> tcp_store_server::start(
   if (options.max_frame_size < 64)
     return make_error(errc::invalid_argument, "tcp store server: max_frame_size ",
                       options.max_frame_size, " is too small; use at least 64 bytes");
+  if (options.max_unread_output == 0)
+    options.max_unread_output = options.max_queued_output + 2 * options.max_frame_size;
+  if (options.max_unread_output < options.max_queued_output)
+    return make_error(errc::invalid_argument, "tcp store server: max_unread_output ",
+                      options.max_unread_output, " is below max_queued_output ",
+                      options.max_queued_output,
+                      "; raise it, or give 0 for the default (max_queued_output + 2 * "
+                      "max_frame_size)");
   if (options.io_threads > 64)
     return make_error(
         errc::invalid_argument, "tcp store server: io_threads ", options.io_threads,

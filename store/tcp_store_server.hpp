@@ -14,7 +14,9 @@
 // - When accept() fails (out of descriptors), the server pauses accepting (10 ms doubling
 //   to 1 s), logs at most once a second, serves the connections it has and resumes alone.
 // - A connection whose unsent replies pass max_queued_output is not read from until they
-//   drain (backpressure on a client that does not read).
+//   drain (backpressure on a client that does not read). Notifications of other clients'
+//   writes cannot be held back that way; a connection whose unsent bytes pass
+//   max_unread_output is dropped (logged at warn) and everything queued for it is freed.
 // - shutdown() is idempotent and bounded; the destructor calls it.
 #pragma once
 
@@ -43,6 +45,12 @@ struct tcp_store_server_options {
   /// stops reading that connection's requests until they drain: a client that sends but
   /// never reads cannot make the server buffer without bound. 16 MiB by default.
   std::size_t max_queued_output = std::size_t{16} << 20;
+  /// The hard limit: when the bytes waiting to go to one connection (its replies plus the
+  /// values woken by other clients' writes, which backpressure cannot hold back) would
+  /// pass this, the connection is closed and its queue freed. A frame into an empty queue
+  /// is always taken. 0 (the default) means max_queued_output + 2 * max_frame_size
+  /// (144 MiB with the defaults); otherwise it must be at least max_queued_output.
+  std::size_t max_unread_output = 0;
   /// Connections open at once; one more is closed as soon as it is accepted (logged at
   /// most once a second). Each costs a descriptor and at most a few KiB until its hello.
   std::size_t max_connections = 4096;

@@ -404,10 +404,25 @@ void server_connection::deliver(std::vector<wake_reply>& ready) {
   }
 }
 
+bool server_connection::overflows_locked(std::size_t more) {
+  if (overflowed_) return true;
+  const std::size_t queued = queued_.load(std::memory_order_relaxed);
+  if (queued == 0 || queued + more <= core_->options.max_unread_output) return false;
+  overflowed_ = true;
+  asio::post(loop_, [self = shared_from_this(), queued, more] {
+    self->close(strcat("it has not read ", queued, " bytes of replies and notifications, and ",
+                       more, " more would pass max_unread_output (",
+                       self->core_->options.max_unread_output,
+                       " bytes): a client that does not read is dropped and its queue freed"),
+                true);
+  });
+  return true;
+}
+
 void server_connection::send_from_elsewhere(bytes frame) {
   {
     std::lock_guard lk(out_mu_);
-    if (!open_) return;
+    if (!open_ || overflows_locked(frame.size())) return;
     if (!writing_ && out_head_ == outbox_.size()) {
       // Nothing of ours in flight: the frame may go straight onto the socket.
       ssize_t n = 0;
@@ -433,6 +448,7 @@ void server_connection::send(bytes frame) {
   if (closed_) return;
   {
     std::lock_guard lk(out_mu_);
+    if (overflows_locked(frame.size())) return;
     account(static_cast<std::ptrdiff_t>(frame.size()));
     outbox_.push_back(std::move(frame));
   }

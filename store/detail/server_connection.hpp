@@ -65,6 +65,9 @@ class server_connection : public std::enable_shared_from_this<server_connection>
     return queued_.load(std::memory_order_relaxed) > core_->options.max_queued_output;
   }
   void account(std::ptrdiff_t delta);
+  // Whether queuing `more` bytes would pass max_unread_output; out_mu_ held. The first
+  // time, marks the connection overflowed and posts its close to the loop.
+  bool overflows_locked(std::size_t more);
   std::size_t frame_length() const;
   bool parse_frames();
   void on_frame(std::span<const std::byte> body);
@@ -106,6 +109,7 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   std::string client_nonce_;
   std::string server_nonce_;
   bool closing_ = false;  // refuse the peer once the outbox is flushed
+  bool overflowed_ = false;  // passed max_unread_output: nothing more is queued; closing
   bool closed_ = false;
 };
 

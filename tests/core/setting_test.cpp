@@ -58,7 +58,7 @@ TEST_CASE("every setting core declares has a distinct TROUPE_ name, a default an
     CHECK(s->doc.find('|') == std::string_view::npos);  // would break the Markdown table
     CHECK(seen.insert(s->variable).second);
   }
-  CHECK(seen.size() == 13);
+  CHECK(seen.size() == 14);
 }
 
 TEST_CASE("the generated table has one row per setting after its header") {

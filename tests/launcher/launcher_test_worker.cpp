@@ -7,8 +7,16 @@
 //               rest exit 0
 //   store       records, connects to TROUPE_STORE_URL under TROUPE_STORE_PREFIX, and meets
 //               every rank there (a counter and a wait); writes DIR/store.rank<RANK> when met
+//   elastic     joins the job's membership (TROUPE_STORE_PREFIX/membership) as
+//               worker<RANK> with a 60 s heartbeat timeout, writes
+//               DIR/elastic.rank<RANK>.restart<TROUPE_RESTART_COUNT> (its pid) and prints
+//               "elastic: worker<RANK> pid <pid> restart <n> joined"; rank 1 of restart 0
+//               then kills itself with SIGKILL. The others wait for epoch WORLD_SIZE + 2
+//               (every join, one death, one replacement); rank 0 writes those epochs to
+//               DIR/history and prints them ("history: " lines); all leave and exit 0.
 // The record is DIR/round<TROUPE_ROUND>.rank<RANK>: "KEY=VALUE" lines and "PID=<pid>",
 // written to a temporary name and renamed, so a reader never sees half a file.
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +29,7 @@
 #include <thread>
 
 #include "core/error_file.hpp"
+#include "membership/service.hpp"
 #include "store/connect.hpp"
 #include "store/prefix_store.hpp"
 
@@ -58,7 +67,8 @@ void record(const std::string& dir) {
                          "TROUPE_LOCAL_ADDR",
                          "NCCL_SOCKET_IFNAME",
                          "GLOO_SOCKET_IFNAME",
-                         "TROUPE_JOB_SECRET"};
+                         "TROUPE_JOB_SECRET",
+                         "TROUPE_ELASTIC"};
   const std::string name = dir + "/round" + env("TROUPE_ROUND") + ".rank" + env("RANK");
   {
     std::ofstream out(name + ".tmp");
@@ -123,6 +133,75 @@ int main(int argc, char** argv) {
     }
     std::ofstream(dir + "/store.rank" + env("RANK")) << "met\n";
     return 0;
+  }
+  if (mode == "elastic") {
+    namespace m = troupe::membership;
+    troupe::store_options so;
+    so.timeout = std::chrono::seconds(20);
+    so.connect_timeout = std::chrono::seconds(20);
+    auto opened = troupe::connect_store(env("TROUPE_STORE_URL"), so);
+    if (!opened) {
+      std::fprintf(stderr, "store: %s\n", opened.error().to_string().c_str());
+      return 3;
+    }
+    std::shared_ptr<troupe::store> base = std::move(*opened);
+    auto scoped =
+        std::make_shared<troupe::prefix_store>(base, env("TROUPE_STORE_PREFIX") + "/membership");
+    m::service_options o;
+    o.name = "worker" + env("RANK");
+    // Far longer than the test waits: the dead worker leaves the membership only because
+    // troupe-run takes it out.
+    o.heartbeat_timeout = std::chrono::seconds(60);
+    o.heartbeat_interval = std::chrono::seconds(1);
+    auto svc = m::service::join(scoped, o, std::chrono::seconds(20));
+    if (!svc) {
+      std::fprintf(stderr, "join: %s\n", svc.error().to_string().c_str());
+      return 4;
+    }
+    const std::string restart = env("TROUPE_RESTART_COUNT");
+    std::ofstream(dir + "/elastic.rank" + env("RANK") + ".restart" + restart)
+        << ::getpid() << '\n';
+    std::printf("elastic: worker%s pid %d restart %s joined\n", env("RANK").c_str(),
+                static_cast<int>(::getpid()), restart.c_str());
+    std::fflush(stdout);
+    if (env("RANK") == "1" && restart == "0") ::raise(SIGKILL);
+    const auto world = static_cast<std::uint64_t>(std::stoll(env("WORLD_SIZE")));
+    const std::uint64_t last = world + 2;
+    auto reached = (*svc)->wait_for_epoch(last, std::chrono::seconds(30));
+    if (!reached) {
+      std::fprintf(stderr, "epoch %llu: %s\n", static_cast<unsigned long long>(last),
+                   reached.error().to_string().c_str());
+      return 5;
+    }
+    if (env("RANK") == "0") {
+      std::string history;
+      for (std::uint64_t n = 1; n <= last; ++n) {
+        auto e = m::read_epoch(*scoped, n, std::chrono::seconds(10));
+        if (!e) {
+          std::fprintf(stderr, "epoch %llu: %s\n", static_cast<unsigned long long>(n),
+                       e.error().to_string().c_str());
+          return 6;
+        }
+        history += m::encode(*e);
+      }
+      std::ofstream(dir + "/history.tmp") << history;
+      std::filesystem::rename(dir + "/history.tmp", dir + "/history");
+      std::size_t from = 0;
+      for (auto nl = history.find('\n'); nl != std::string::npos; nl = history.find('\n', from)) {
+        std::printf("history: %s\n", history.substr(from, nl - from).c_str());
+        from = nl + 1;
+      }
+      std::fflush(stdout);
+    }
+    // Everyone has seen epoch 5 before anyone leaves (leaving makes epochs 6, 7, ...).
+    troupe::prefix_store meeting(*base, env("TROUPE_STORE_PREFIX") + "/test-done");
+    auto n = meeting.add("done", 1, std::chrono::seconds(20));
+    std::vector<std::string> keys{"all-done"};
+    if (n && *n == static_cast<std::int64_t>(world))
+      (void)meeting.set("all-done", std::string_view("1"));
+    if (!n || !meeting.wait(keys, std::chrono::seconds(20))) return 7;
+    auto left = (*svc)->shutdown(std::chrono::seconds(10));
+    return left ? 0 : 8;
   }
   if (mode == "wait") {
     // Polling a file is this worker's own business; the tests wait on conditions.

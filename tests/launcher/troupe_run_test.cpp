@@ -1,6 +1,8 @@
 // troupe-run with real worker processes on one node: environments, restarts, giving up,
 // and no worker left behind when the launcher is stopped or killed.
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include "process_helpers.hpp"
 
@@ -106,6 +108,66 @@ TEST_CASE("when restarts are exhausted troupe-run exits non-zero and reports the
   CHECK(text.find("failed on attempt 1: exit code 7") != std::string::npos);
   CHECK(text.find("worker rank 0") != std::string::npos);
   CHECK(text.find("fatal: rank 0 cannot go on") != std::string::npos);
+}
+
+namespace {
+
+std::string file_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("with --failure-policy replace a killed worker is replaced alone and joins the running job") {
+  auto dir = fresh_dir("replace");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p = start(standalone(dir, "3", {"--max-restarts", "2", "--failure-policy", "replace"},
+                            "elastic"),
+                 dir / "out.txt");
+  REQUIRE(p->wait(40s));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  const auto text = p->text();
+  INFO(text);
+  REQUIRE(p->exit_code() == 0);
+  // The others ran once: no restart record, and troupe-run said it replaced only rank 1.
+  CHECK(fs::exists(dir / "elastic.rank0.restart0"));
+  CHECK(fs::exists(dir / "elastic.rank2.restart0"));
+  CHECK_FALSE(fs::exists(dir / "elastic.rank0.restart1"));
+  CHECK_FALSE(fs::exists(dir / "elastic.rank2.restart1"));
+  REQUIRE(fs::exists(dir / "elastic.rank1.restart0"));
+  REQUIRE(fs::exists(dir / "elastic.rank1.restart1"));
+  CHECK(text.find("replacing worker rank 1 (replacement 1 of 2); the other workers run on") !=
+        std::string::npos);
+  CHECK(text.find("restarting the worker group") == std::string::npos);
+  for (const auto& [rank, r] : records_of_round(dir, 0)) CHECK(r.at("TROUPE_ELASTIC") == "1");
+  // troupe-run took the dead worker out of the membership at once (the heartbeat timeout
+  // is 60 s), and the replacement, a new process under the same name, is in epoch 5.
+  const auto history = file_text(dir / "history");
+  INFO(history);
+  const auto dead_pid = file_text(dir / "elastic.rank1.restart0");
+  const auto new_pid = file_text(dir / "elastic.rank1.restart1");
+  CHECK(history.find("dead: worker1 (rank ") != std::string::npos);
+  CHECK(history.find("its process ended with signal 9 (SIGKILL), seen by troupe-run") !=
+        std::string::npos);
+  const auto five = history.substr(history.find("number 5\n"));
+  CHECK(five.find("member worker1 ") != std::string::npos);
+  CHECK(five.find(" " + new_pid.substr(0, new_pid.size() - 1) + " ") != std::string::npos);
+  CHECK(five.find(" " + dead_pid.substr(0, dead_pid.size() - 1) + " ") == std::string::npos);
+  CHECK(took < 30s);
+}
+
+TEST_CASE("an unknown --failure-policy is refused with both valid values named") {
+  auto dir = fresh_dir("policy");
+  auto p = start({troupe_run, "--failure-policy", "respawn", worker, "env", dir.string()},
+                 dir / "out.txt");
+  REQUIRE(p->wait(10s));
+  CHECK(p->exit_code() == 2);
+  CHECK(p->text().find("--failure-policy: 'respawn' is not valid; write restart") !=
+        std::string::npos);
+  CHECK(p->text().find("or replace") != std::string::npos);
 }
 
 TEST_CASE("a usage error names the flag and exits with code 2") {

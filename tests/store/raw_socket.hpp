@@ -15,9 +15,12 @@ namespace troupe::testing {
 
 class raw_socket {
  public:
-  /// Connects to 127.0.0.1:port; every later receive gives up after 5 s.
-  explicit raw_socket(std::uint16_t port) {
+  /// Connects to 127.0.0.1:port; every later receive gives up after 5 s. A positive
+  /// `receive_buffer` sets SO_RCVBUF first, so that the kernel holds little for it.
+  explicit raw_socket(std::uint16_t port, int receive_buffer = 0) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (receive_buffer > 0)
+      ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);

@@ -499,6 +499,53 @@ TEST_CASE("a client that sends requests but never reads cannot make the server b
   CHECK(server->queued_output_bytes() == 0);
 }
 
+TEST_CASE("a client woken with more than max_unread_output that it never reads is dropped and its queue freed") {
+  troupe::tcp_store_server_options o;
+  o.max_queued_output = 1u << 20;
+  o.max_unread_output = 4u << 20;
+  auto server = start_server(o);
+  auto writer = connect_to(*server).value();
+
+  namespace wire = troupe::detail::wire;
+  auto sock = std::make_unique<raw_socket>(server->port(), 4096);
+  REQUIRE(sock->send(wire::encode_hello({wire::magic, wire::version, "", "never-reads"})));
+  auto len = sock->receive(4);
+  REQUIRE(len.size() == 4);
+  auto n = std::to_integer<std::uint32_t>(len[0]) | std::to_integer<std::uint32_t>(len[1]) << 8;
+  REQUIRE(sock->receive(n).size() == n);
+  // 400 gets of a key nobody has set yet: each parks, and each is woken with the value.
+  troupe::bytes burst;
+  for (std::uint64_t id = 1; id <= 400; ++id) {
+    wire::frame_builder f(wire::kind::get, id);
+    f.writer().str("late");
+    auto frame = std::move(f).finish();
+    burst.insert(burst.end(), frame.begin(), frame.end());
+  }
+  REQUIRE(sock->send(burst));
+  // Let the server park them all (a check from the same kind of client is answered after).
+  for (int i = 0; i < 50; ++i) std::this_thread::sleep_for(10ms);
+  // 400 wakes of 64 KiB: 25 MiB, far past the hard limit, all produced by another client.
+  REQUIRE(writer->set("late", troupe::bytes(64u << 10, std::byte{'v'})));
+
+  // The server drops the reader: its queue is freed and it reads end of stream.
+  for (int i = 0; i < 250 && server->queued_output_bytes() != 0; ++i)
+    std::this_thread::sleep_for(20ms);
+  CHECK(server->queued_output_bytes() == 0);
+  CHECK(sock->closed_by_peer());
+  check_serves(*server);
+}
+
+TEST_CASE("max_unread_output below max_queued_output is refused at start, naming both") {
+  troupe::tcp_store_server_options o;
+  o.max_queued_output = 4u << 20;
+  o.max_unread_output = 1u << 20;
+  auto server = troupe::tcp_store_server::start(o);
+  REQUIRE_FALSE(server.has_value());
+  CHECK(server.error().code() == errc::invalid_argument);
+  CHECK(server.error().message().find("max_unread_output") != std::string::npos);
+  CHECK(server.error().message().find("max_queued_output") != std::string::npos);
+}
+
 TEST_CASE("a quiet set is seen by the same client's next call and by other clients once applied") {
   auto server = start_server();
   auto a = connect_to(*server).value();
