@@ -19,6 +19,12 @@ namespace {
 
 using namespace troupe::collectives;
 
+long long wall_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 int fail(const std::string& who, const std::string& what) {
   std::fprintf(stderr, "%s: %s\n", who.c_str(), what.c_str());
   return 1;
@@ -102,12 +108,18 @@ int train_elastic(world& w, const elastic_settings& s) {
   // The world size of every step this member applied, by step (a redone step overwrites).
   std::vector<int> worlds(static_cast<std::size_t>(steps), 0);
   std::int64_t first_step = -1;
+  bool resized = false;  // a step completed after the last resize is reported
+  if (s.recovery_report && w.env().restart_count > 0) {
+    std::printf("recovery: %s started at %lld\n", me.c_str(), wall_ns());
+    std::fflush(stdout);
+  }
   training::elastic_loop_options lo;
   lo.steps = steps;
   lo.timeout = s.timeout;
   lo.rebuild_timeout = s.timeout;
   lo.on_resize = [&](const training::elastic_step& next, const membership::epoch& e) {
     if (first_step < 0) first_step = next.step;
+    resized = true;
     if (next.rank == 0)
       std::printf("epoch %llu of the membership: %zu workers (%s) from step %lld; cause: %s\n",
                   static_cast<unsigned long long>(e.number), e.size(), e.names().c_str(),
@@ -124,6 +136,11 @@ int train_elastic(world& w, const elastic_settings& s) {
           std::fflush(stderr);
           // A moment into the step, so that the others are sometimes mid-allreduce.
           std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 2000));
+          if (s.recovery_report) {
+            std::printf("recovery: %s killed at %lld (step %lld)\n", me.c_str(), wall_ns(),
+                        static_cast<long long>(st.step));
+            std::fflush(stdout);
+          }
           ::raise(SIGKILL);
         }
         const auto [b, e] = training::split_evenly(global_batch, st.rank, st.world);
@@ -135,6 +152,13 @@ int train_elastic(world& w, const elastic_settings& s) {
       [&](const training::elastic_step& st) -> expected<void> {
         model.sgd(s.lr);
         worlds[static_cast<std::size_t>(st.step)] = st.world;
+        if (resized && s.recovery_report) {
+          std::printf("recovery: %s completed step %lld at %lld (epoch %llu, world %d)\n",
+                      me.c_str(), static_cast<long long>(st.step), wall_ns(),
+                      static_cast<unsigned long long>(st.epoch), st.world);
+          std::fflush(stdout);
+        }
+        resized = false;
         if ((st.step + 1) % steps_per_epoch == 0 && st.rank == 0)
           std::printf("epoch %lld/%d: loss %.4f with %d workers\n",
                       static_cast<long long>((st.step + 1) / steps_per_epoch), s.epochs,

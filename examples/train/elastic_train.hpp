@@ -33,6 +33,10 @@ struct elastic_settings {
   bool kill_one = false;
   /// The same on every worker; 0: derived from the run id.
   std::uint64_t seed = 0;
+  /// Print "recovery: ..." lines with wall-clock times (ns since the epoch): the kill, a
+  /// replacement's start, and each member's first completed step after every resize
+  /// (bench/elastic_bench.sh reads them).
+  bool recovery_report = false;
 };
 
 /// Trains in the elastic world `w` (w.elastic() is set), prints the loss per epoch from the

@@ -43,6 +43,7 @@ struct options {
   std::string hook = "allreduce";
   duration timeout = 30s;
   bool kill_one = false;
+  bool recovery_report = false;
   std::uint64_t seed = 0;
 };
 
@@ -50,7 +51,7 @@ int usage(const std::string& why) {
   std::fprintf(stderr,
                "train_demo: %s\nusage: train_demo [--epochs N] [--samples N] [--batch N] "
                "[--tolerance X] [--hook allreduce|fp16_compress|bf16_compress] [--timeout 30s] "
-               "[--kill-one] [--seed N]\n(run it under troupe-run --standalone "
+               "[--kill-one] [--seed N] [--recovery-report]\n(run it under troupe-run --standalone "
                "--nproc-per-node 4 for data-parallel training; add --failure-policy replace "
                "--max-restarts 1 for elastic training, where --kill-one kills a worker mid-run)\n",
                why.c_str());
@@ -90,6 +91,7 @@ int train(const options& o) {
     es.tolerance = o.tolerance;
     es.timeout = o.timeout;
     es.kill_one = o.kill_one;
+    es.recovery_report = o.recovery_report;
     es.seed = o.seed;
     return examples::train_elastic(*w, es);
   }
@@ -180,8 +182,8 @@ int main(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--kill-one") {
-      o.kill_one = true;
+    if (a == "--kill-one" || a == "--recovery-report") {
+      (a == "--kill-one" ? o.kill_one : o.recovery_report) = true;
       continue;
     }
     if (i + 1 >= argc) return usage(a + " needs a value");
