@@ -7,7 +7,8 @@
 //   arrive fails the work within that timeout with an error naming the group and, where
 //   known, the ranks that did not arrive. Nothing hangs.
 // - Errors are sticky: after the first failure the group is broken and every pending and
-//   later operation fails promptly with that error. Build a new group to go on.
+//   later operation fails promptly with that error. Build a new group to go on. abort()
+//   breaks a group on purpose, with the caller's error.
 // - Arguments are checked before anything is sent: a bad size, root, rank or an
 //   unsupported dtype/op pair fails the work with invalid_argument or unsupported.
 // - The caller keeps the tensors' memory alive until the work completes.
@@ -91,6 +92,14 @@ class process_group {
 
   /// The sticky error, if the group has failed.
   virtual std::optional<troupe::error> failure() const = 0;
+  /// Fails the group with `why`, at once: `why` becomes the sticky error (a group that had
+  /// already failed keeps its first error), queued and running operations fail with it
+  /// without waiting for their timeouts (the transport is closed under a running one), and
+  /// every later operation fails with it. The other members are not told; they fail when
+  /// they next exchange data with this one, or abort too. Safe from any thread; idempotent.
+  /// shutdown() still releases the threads. Used to retire a group whose membership is
+  /// over (collectives/elastic_group.hpp).
+  virtual void abort(troupe::error why) = 0;
   /// Stops the group: queued work fails with errc::shut_down, the running operation is
   /// given up to `timeout`. Idempotent; the destructor does the same.
   virtual void shutdown(duration timeout) = 0;

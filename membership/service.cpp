@@ -403,6 +403,8 @@ expected<std::unique_ptr<service>> service::join(std::shared_ptr<store> s, servi
 
 const member& service::self() const noexcept { return state_->self; }
 
+const service_options& service::options() const noexcept { return state_->opts; }
+
 epoch service::current() const {
   std::lock_guard lk(state_->mu);
   return state_->current;

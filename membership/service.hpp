@@ -73,6 +73,8 @@ class service {
 
   /// This member as it joined (its rank is the one it had in the epoch that added it).
   const member& self() const noexcept;
+  /// The options in force: join()'s, with zero durations replaced by the settings'.
+  const service_options& options() const noexcept;
   /// The latest epoch this service has seen.
   epoch current() const;
   /// This member's rank in current(), or -1 once it is out.

@@ -12,17 +12,25 @@
 #include "world/trace_clock.hpp"
 #include "rpc/agent.hpp"
 #include "rpc/backend_registry.hpp"
+#include "core/settings.hpp"
+#include "membership/service.hpp"
 #include "store/cluster_store.hpp"
+#include "store/prefix_store.hpp"
 
 namespace troupe {
 
 struct world::impl {
   cluster_env env;
+  int rank = 0;
+  int size = 1;
   std::string address;
   duration timeout{};
   cluster_store job;
   std::shared_ptr<collectives::process_group> group;
   std::shared_ptr<rpc::agent> agent;
+  // An elastic world: the membership, and the group that follows it.
+  std::shared_ptr<troupe::membership::service> members;
+  std::unique_ptr<collectives::elastic_group> elastic;
 
   std::mutex mu;
   bool done = false;
@@ -38,10 +46,12 @@ struct world::impl {
       if (!r && !first_error) first_error = std::move(r).error();
     };
     if (agent) keep(agent->shutdown(t));
+    if (elastic) elastic->shutdown(t);
     if (group) group->shutdown(t);
+    if (members) keep(members->shutdown(t));
     // Every rank says it is done; the rank hosting the store waits for all of them, so
-    // that nobody loses the store while still using it.
-    if (job.scoped && env.world_size > 1) {
+    // that nobody loses the store while still using it. (An elastic world never hosts it.)
+    if (job.scoped && env.world_size > 1 && !members) {
       keep(job.scoped->set(strcat("troupe/finished/", env.rank), "1"));
       if (job.hosted) {
         std::vector<std::string> keys;
@@ -52,7 +62,9 @@ struct world::impl {
       }
     }
     agent.reset();
+    elastic.reset();
     group.reset();
+    members.reset();
     job = {};
     trace::flush();
     if (first_error) return *first_error;
@@ -62,8 +74,8 @@ struct world::impl {
 
 world::world(std::shared_ptr<impl> i) : impl_(std::move(i)) {}
 
-int world::rank() const noexcept { return impl_->env.rank; }
-int world::size() const noexcept { return impl_->env.world_size; }
+int world::rank() const noexcept { return impl_->rank; }
+int world::size() const noexcept { return impl_->size; }
 int world::local_rank() const noexcept { return impl_->env.local_rank; }
 int world::local_size() const noexcept { return impl_->env.local_world_size; }
 const cluster_env& world::env() const noexcept { return impl_->env; }
@@ -74,11 +86,56 @@ const std::shared_ptr<collectives::process_group>& world::group_ptr() const noex
   return impl_->group;
 }
 const std::shared_ptr<rpc::agent>& world::rpc() const noexcept { return impl_->agent; }
+const std::shared_ptr<troupe::membership::service>& world::membership() const noexcept {
+  return impl_->members;
+}
+collectives::elastic_group* world::elastic() const noexcept { return impl_->elastic.get(); }
 bool world::hosts_store() const noexcept { return impl_->job.hosted; }
 
 expected<void> world::shutdown(duration timeout) {
   return impl_->shutdown(timeout > duration::zero() ? timeout : impl_->timeout);
 }
+
+namespace {
+
+// init's elastic path: joins the membership and builds the world group of its epoch.
+expected<void> init_elastic(world::impl& i, const init_options& o) {
+  if (o.rpc)
+    return make_error(errc::invalid_argument, "an elastic world (TROUPE_ELASTIC=1 or "
+                      "init_options::elastic) cannot start the RPC agent yet: its static group "
+                      "does not follow the membership; leave init_options::rpc off, or run "
+                      "without --failure-policy replace");
+  if (i.job.hosted || !i.job.scoped || i.job.url.starts_with("memory://"))
+    return make_error(errc::invalid_argument, "an elastic world needs a store that outlives "
+                      "every worker, such as troupe-run's; this process would hold the job's "
+                      "store itself (", i.job.url.empty() ? std::string("none offered") : i.job.url,
+                      "); run it under troupe-run --failure-policy replace, or set "
+                      "TROUPE_STORE_URL to a store of the job");
+  membership::service_options mo;
+  mo.name = strcat(o.rpc_name_prefix, i.env.rank);
+  mo.op_timeout = std::min<duration>(i.timeout, std::chrono::seconds(10));
+  auto scoped = std::make_shared<prefix_store>(i.job.scoped, "membership");
+  auto joined = membership::service::join(scoped, mo, i.timeout);
+  if (!joined) return std::move(joined).error();
+  i.members = std::shared_ptr<membership::service>(std::move(*joined));
+  collectives::elastic_options eo;
+  eo.name = o.group_name;
+  if (!o.backend.empty()) eo.backend = o.backend;
+  eo.build_timeout = i.timeout;
+  auto eg = collectives::elastic_group::make(i.members, i.job.scoped, eo);
+  if (!eg) return std::move(eg).error();
+  i.elastic = std::move(*eg);
+  auto view = i.elastic->rebuild(i.timeout);
+  if (!view) return std::move(view).error();
+  i.group = view->group;
+  i.rank = i.group->rank();
+  i.size = i.group->size();
+  TROUPE_LOG(log_level::info, "world", mo.name, " joined an elastic world: epoch ",
+             view->epoch.number, ", rank ", i.rank, " of ", i.size);
+  return ok();
+}
+
+}  // namespace
 
 expected<world> init(init_options o) {
   metrics::start_export_from_env();  // under troupe-run --metrics-port
@@ -104,6 +161,15 @@ expected<world> init(init_options o) {
   i->job = std::move(*job);
   if (i->job.hosted)
     TROUPE_LOG(log_level::info, "world", "rank 0 hosts the job's store at ", i->job.url);
+
+  i->rank = i->env.rank;
+  i->size = i->env.world_size;
+  const bool elastic = o.elastic.value_or(settings::elastic.value().value_or("") == "1");
+  if (elastic) {
+    auto built = init_elastic(*i, o);
+    if (!built) return fail(std::move(built).error());
+    return world(std::move(i));
+  }
 
   collectives::world_options wo;
   wo.rank = i->env.rank;

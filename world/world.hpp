@@ -28,8 +28,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "collectives/elastic_group.hpp"
 #include "collectives/process_group.hpp"
 #include "core/cluster_env.hpp"
 #include "core/expected.hpp"
@@ -62,11 +64,19 @@ struct init_options {
   /// Refuse to run without a launcher's variables (errc::not_found saying what to set)
   /// instead of running as a world of one.
   bool require_launcher = false;
+  /// Follow the job's membership (docs/membership.md) instead of forming a fixed world:
+  /// join it as "<rpc_name_prefix><RANK>" and build the world group per epoch
+  /// (collectives::elastic_group, named group_name), so that ranks may die, be replaced
+  /// and join while the others run on. Unset: on when TROUPE_ELASTIC=1 (troupe-run
+  /// --failure-policy replace). Needs a store that outlives every worker (a launcher's,
+  /// never one this process hosts) and, for now, no RPC agent.
+  std::optional<bool> elastic;
 };
 
 class world {
  public:
-  /// This process's place in the job.
+  /// This process's place in the job. In an elastic world: its rank and the size of the
+  /// epoch init built the group of (group() and elastic() say what holds now).
   int rank() const noexcept;
   int size() const noexcept;
   int local_rank() const noexcept;
@@ -77,16 +87,22 @@ class world {
   const std::string& address() const noexcept;
   /// The job's store, every key under this attempt's scope.
   const std::shared_ptr<troupe::store>& store() const noexcept;
-  /// The world process group (all ranks).
+  /// The world process group (all ranks). In an elastic world, the group of init's epoch:
+  /// once the epoch moves on its work fails with membership_changed; elastic()->rebuild()
+  /// gives the current one.
   collectives::process_group& group() const noexcept;
   const std::shared_ptr<collectives::process_group>& group_ptr() const noexcept;
+  /// The job's membership and the world group that follows it; null unless elastic.
+  const std::shared_ptr<troupe::membership::service>& membership() const noexcept;
+  collectives::elastic_group* elastic() const noexcept;
   /// The RPC agent; null unless init_options::rpc was set.
   const std::shared_ptr<rpc::agent>& rpc() const noexcept;
   /// Whether this process hosts the job's store (rank 0 when no launcher does).
   bool hosts_store() const noexcept;
 
-  /// Shuts the RPC agent down (a static group waits for every worker), then the group;
-  /// the rank hosting the store waits for every rank to get here before closing it.
+  /// Shuts the RPC agent down (a static group waits for every worker), then the group (an
+  /// elastic world then leaves the membership); the rank hosting the store waits for every
+  /// rank to get here before closing it.
   /// Idempotent; zero timeout: init's. The first error is returned (and again later).
   expected<void> shutdown(duration timeout = duration::zero());
 

@@ -20,6 +20,7 @@
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/pair.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include <dirent.h>
@@ -155,6 +156,27 @@ void size_local_send_buffers(gloo::Context& ctx) {
       locals.push_back(static_cast<const gloo::transport::tcp::Address&>(ctx.getPair(r)->address())
                            .getSockaddr());
   gloo_sockets::size_local_send_buffers(gloo_sockets::connections_from(locals), bytes);
+}
+
+// Fails every operation waiting on the TCP pairs of `ctx` at once with `why`, as a peer's
+// closed connection would. Closing the pairs (closeConnections) does not: a receive posted
+// before the close keeps waiting for its timeout. Gloo fails them through a pair's
+// signalExceptionExternal (which its own timeouts call), a protected member reached here
+// through a pointer to member formed in a derived class, which is legal C++.
+struct pair_failer : gloo::transport::tcp::Pair {
+  static constexpr auto signal = &pair_failer::signalExceptionExternal;
+};
+
+void fail_pairs(gloo::Context& ctx, const std::string& why) {
+  for (int r = 0; r < ctx.size; ++r) {
+    if (r == ctx.rank) continue;
+    auto* pair = dynamic_cast<gloo::transport::tcp::Pair*>(ctx.getPair(r).get());
+    if (pair == nullptr) continue;
+    try {
+      (void)(pair->*pair_failer::signal)(why);
+    } catch (...) {
+    }
+  }
 }
 
 class gloo_group final : public process_group, public std::enable_shared_from_this<gloo_group> {
@@ -445,6 +467,41 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     return failure_;
   }
 
+  void abort(troupe::error why) override {
+    std::deque<task> queued;
+    std::deque<p2p_wait> posted;
+    {
+      std::lock_guard lk(mu_);
+      if (!failure_) failure_ = std::move(why);
+      if (aborted_) return;
+      aborted_ = true;
+      why = *failure_;
+      queued.swap(queue_);
+      posted.swap(p2p_queue_);
+      // The transfer the p2p thread waits for: its wait returns false at once.
+      if (p2p_current_ != nullptr) {
+        if (p2p_current_is_send_)
+          p2p_current_->abortWaitSend();
+        else
+          p2p_current_->abortWaitRecv();
+      }
+    }
+    queue_depth().add(-static_cast<std::int64_t>(queued.size()));
+    TROUPE_LOG(log_level::info, "collectives", describe(*this), " aborted: ", why.message());
+    // The running operation, on the worker or on a waiter, fails as its transport closes.
+    {
+      std::lock_guard lk(teardown_mu_);
+      if (shm_) shm_->abort();
+      if (context_) fail_pairs(*context_, "the group was aborted: " + why.message());
+      break_connections();
+    }
+    cv_.notify_all();
+    p2p_cv_.notify_all();
+    idle_cv_.notify_all();
+    for (auto& t : queued) t.done.complete(stopped_by(t.what, why));
+    for (auto& w : posted) w.done.complete(stopped_by(w.what, why));
+  }
+
   void shutdown(duration timeout) override {
     {
       std::lock_guard lk(mu_);
@@ -463,11 +520,13 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       });
     }
     if (!idle) {
+      std::lock_guard lk(teardown_mu_);
       if (shm_) shm_->abort();
       break_connections();
     }
     if (worker_.joinable()) worker_.join();
     if (p2p_thread_.joinable()) p2p_thread_.join();
+    std::lock_guard lk(teardown_mu_);
     shm_.reset();
     context_.reset();
     device_.reset();
@@ -525,6 +584,11 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   }
 
   work failed(expected<void> why) const { return work::completed(std::move(why)); }
+
+  // The error of operation `what` ended by abort(why): why's code, naming the operation.
+  static troupe::error stopped_by(const std::string& what, const troupe::error& why) {
+    return troupe::error(why.code(), strcat(what, " was stopped: ", why.message()));
+  }
 
   static bool overlaps(const tensor_view& a, const tensor_view& b) {
     const auto a0 = reinterpret_cast<std::uintptr_t>(a.data);
@@ -591,6 +655,12 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
                                      [weak = weak_from_this(), seq] {
                                        if (auto g = weak.lock()) g->urge(seq);
                                      });
+    if (aborted_) {  // before shut_down: the abort says why the group ended
+      auto why = *failure_;
+      lk.unlock();
+      done.complete(stopped_by(what, why));
+      return w;
+    }
     if (stopping_) {
       lk.unlock();
       done.complete(make_error(errc::shut_down, what, ": the group was shut down"));
@@ -796,6 +866,16 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   // Records the sticky error, closes every connection so that peers still inside the
   // operation fail at once too, then asks the store which ranks reached this point.
   void fail_group(task& t, const troupe::error& cause, duration budget) {
+    {
+      std::unique_lock lk(mu_);
+      if (aborted_) {
+        // Stopped on purpose: the abort's error, without asking who arrived.
+        auto why = *failure_;
+        lk.unlock();
+        t.done.complete(stopped_by(t.what, why));
+        return;
+      }
+    }
     break_connections();
     auto missing =
         t.peer >= 0
@@ -821,6 +901,16 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
         w = std::move(p2p_queue_.front());
         p2p_queue_.pop_front();
         p2p_busy_ = true;
+        if (aborted_) {
+          auto why = *failure_;
+          p2p_busy_ = false;
+          lk.unlock();
+          w.done.complete(stopped_by(w.what, why));
+          idle_cv_.notify_all();
+          continue;
+        }
+        p2p_current_ = w.buffer.get();
+        p2p_current_is_send_ = w.is_send;
       }
       try {
         auto left =
@@ -831,15 +921,32 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
         w.done.complete(ok());
       } catch (...) {
         auto cause = current_error();
+        std::unique_lock lk(mu_);
+        p2p_current_ = nullptr;
+        if (aborted_) {
+          auto why = *failure_;
+          lk.unlock();
+          w.done.complete(stopped_by(w.what, why));
+          w.buffer.reset();
+          lk.lock();
+          p2p_busy_ = false;
+          lk.unlock();
+          idle_cv_.notify_all();
+          continue;
+        }
+        lk.unlock();
         break_connections();
         int peer = spec().global_ranks[static_cast<std::size_t>(w.peer)];
         auto e = make_error(cause.code(), w.what, " failed (timeout ", format_duration(w.timeout),
                             "): rank ", format_ranks({peer}), " did not arrive; ", cause.message());
-        {
-          std::lock_guard lk(mu_);
-          if (!failure_) failure_ = e;
-        }
+        lk.lock();
+        if (!failure_) failure_ = e;
+        lk.unlock();
         w.done.complete(e);
+      }
+      {
+        std::lock_guard lk(mu_);
+        p2p_current_ = nullptr;
       }
       w.buffer.reset();
       {
@@ -877,7 +984,13 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   bool worker_parked_ = false;          // the worker waits for a notify, not polling
   clock::time_point last_submit_{};     // when the last operation was queued
   bool p2p_busy_ = false;
+  // The transfer the p2p thread waits for (under mu_), so that abort() can end its wait.
+  gloo::transport::UnboundBuffer* p2p_current_ = nullptr;
+  bool p2p_current_is_send_ = false;
   std::optional<troupe::error> failure_;
+  bool aborted_ = false;  // abort() ran; failure_ holds its error (under mu_)
+  // Orders abort()'s closing of the transport with shutdown()'s release of it.
+  std::mutex teardown_mu_;
   std::thread worker_;
   std::thread p2p_thread_;
 };

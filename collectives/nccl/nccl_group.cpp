@@ -283,6 +283,22 @@ class nccl_group final : public process_group {
     return failure_;
   }
 
+  void abort(troupe::error why) override {
+    {
+      std::lock_guard lk(mu_);
+      if (!failure_) failure_ = std::move(why);
+      if (aborted_) return;
+      aborted_ = true;
+    }
+    {
+      std::lock_guard lk(comm_mu_);
+      if (comm_) comm_->abort();
+    }
+    TROUPE_LOG(log_level::info, "collectives", describe(*this), " aborted: ", failure()->message());
+    fail_aborted();
+    cv_.notify_all();
+  }
+
   void shutdown(duration timeout) override {
     {
       std::lock_guard lk(mu_);
@@ -426,6 +442,24 @@ class nccl_group final : public process_group {
     return stopping_;
   }
 
+  // After abort(): fails what is pending with the abort's error (no roll call; the
+  // communicator is gone). Called by abort() and by the watchdog, which may have held a
+  // batch out of pending_ while abort() ran.
+  void fail_aborted() {
+    std::deque<pending_op> rest;
+    troupe::error why;
+    {
+      std::lock_guard lk(mu_);
+      if (!aborted_) return;
+      why = *failure_;
+      rest.swap(pending_);
+    }
+    for (auto& p : rest) {
+      api_->destroy_event(p.done_event);
+      p.completer.complete(troupe::error(why.code(), strcat(p.what, " was stopped: ", why.message())));
+    }
+  }
+
   void run_watchdog() {
     for (;;) {
       std::deque<pending_op> batch;
@@ -452,7 +486,14 @@ class nccl_group final : public process_group {
         api_->destroy_event(p.done_event);
         p.completer.complete(ok());
       }
-      if (verdict.cause) {
+      bool aborted = false;
+      {
+        std::lock_guard lk(mu_);
+        aborted = aborted_;
+      }
+      if (aborted) {
+        fail_aborted();
+      } else if (verdict.cause) {
         auto seq = verdict.failed.empty() ? seq_.load() : verdict.failed.front().seq;
         auto timeout = verdict.failed.empty() ? spec().timeout : verdict.failed.front().timeout;
         std::string what =
@@ -513,6 +554,7 @@ class nccl_group final : public process_group {
   bool stopping_ = false;
   bool quit_ = false;
   std::optional<troupe::error> failure_;
+  bool aborted_ = false;  // abort() ran; failure_ holds its error (under mu_)
   std::thread watchdog_;
 };
 

@@ -10,6 +10,9 @@
 //
 //   troupe-run --standalone --nproc-per-node 4 train_demo [--epochs 5] [--samples 8192]
 //              [--hook allreduce|fp16_compress|bf16_compress]
+//   troupe-run --standalone --nproc-per-node 4 --failure-policy replace --max-restarts 1
+//              train_demo --kill-one        elastic: one worker is killed mid-training and
+//                                           replaced while the others train on (elastic_train.hpp)
 //   torchrun --no-python --nproc-per-node 4 train_demo     (or srun, or RANK/WORLD_SIZE/...)
 //   train_demo                      one process (world size 1), no launcher needed
 #include <chrono>
@@ -20,6 +23,7 @@
 
 #include "actors/training/ddp.hpp"
 #include "core/log.hpp"
+#include "elastic_train.hpp"
 #include "mlp.hpp"
 #include "world/world.hpp"
 
@@ -38,13 +42,18 @@ struct options {
   double tolerance = 1e-4;
   std::string hook = "allreduce";
   duration timeout = 30s;
+  bool kill_one = false;
+  bool recovery_report = false;
+  std::uint64_t seed = 0;
 };
 
 int usage(const std::string& why) {
   std::fprintf(stderr,
                "train_demo: %s\nusage: train_demo [--epochs N] [--samples N] [--batch N] "
-               "[--tolerance X] [--hook allreduce|fp16_compress|bf16_compress] [--timeout 30s]\n(run it under troupe-run --standalone "
-               "--nproc-per-node 4 for data-parallel training)\n",
+               "[--tolerance X] [--hook allreduce|fp16_compress|bf16_compress] [--timeout 30s] "
+               "[--kill-one] [--seed N] [--recovery-report]\n(run it under troupe-run --standalone "
+               "--nproc-per-node 4 for data-parallel training; add --failure-policy replace "
+               "--max-restarts 1 for elastic training, where --kill-one kills a worker mid-run)\n",
                why.c_str());
   return 2;
 }
@@ -66,6 +75,29 @@ int train(const options& o) {
   }
   const int rank = w->rank(), world = w->size();
   set_log_identity("rank " + std::to_string(rank));
+  if (w->elastic() != nullptr) {
+    // Under troupe-run --failure-policy replace: train on the group that follows the
+    // membership, so a dead worker's replacement joins the others' training.
+    if (o.hook != "allreduce")
+      return fail(rank, "--hook " + o.hook + " is not available in elastic training");
+    examples::elastic_settings es;
+    es.epochs = o.epochs;
+    es.samples = o.samples;
+    es.batch = o.batch;
+    es.features = o.features;
+    es.hidden = o.hidden;
+    es.classes = o.classes;
+    es.lr = o.lr;
+    es.tolerance = o.tolerance;
+    es.timeout = o.timeout;
+    es.kill_one = o.kill_one;
+    es.recovery_report = o.recovery_report;
+    es.seed = o.seed;
+    return examples::train_elastic(*w, es);
+  }
+  if (o.kill_one)
+    return fail(rank, "--kill-one needs elastic training: run under troupe-run --failure-policy "
+                      "replace --max-restarts 1 (TROUPE_ELASTIC=1)");
 
   const std::uint64_t data_seed = 7, model_seed = 11;
   auto data = examples::make_dataset(o.samples, o.features, o.classes, data_seed);
@@ -150,6 +182,10 @@ int main(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--kill-one" || a == "--recovery-report") {
+      (a == "--kill-one" ? o.kill_one : o.recovery_report) = true;
+      continue;
+    }
     if (i + 1 >= argc) return usage(a + " needs a value");
     std::string v = argv[++i];
     char* endp = nullptr;
@@ -157,6 +193,10 @@ int main(int argc, char** argv) {
       long n = std::strtol(v.c_str(), &endp, 10);
       if (*endp != '\0' || n < 1 || n > 10'000'000) return usage(a + " takes a whole number >= 1, got '" + v + "'");
       (a == "--epochs" ? o.epochs : a == "--samples" ? o.samples : o.batch) = static_cast<int>(n);
+    } else if (a == "--seed") {
+      unsigned long long n = std::strtoull(v.c_str(), &endp, 10);
+      if (*endp != '\0' || n == 0) return usage("--seed takes a whole number >= 1, got '" + v + "'");
+      o.seed = n;
     } else if (a == "--tolerance") {
       o.tolerance = std::strtod(v.c_str(), &endp);
       if (*endp != '\0' || !(o.tolerance > 0)) return usage("--tolerance takes a positive number, got '" + v + "'");

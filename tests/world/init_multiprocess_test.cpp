@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "support/child_process.hpp"
+#include "world/world.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -137,6 +138,50 @@ TEST_CASE("init works under troupe-run: allreduce, RPC and the store on every ra
     CHECK(p->text().find("rank " + std::to_string(r) + " of 3: ok under troupe-run, attempt 0, "
                          "scope 'troupe-run/") != std::string::npos);
   CHECK(p->text().find("address 127.0.0.1") != std::string::npos);
+}
+
+TEST_CASE("under troupe-run --failure-policy replace, init makes an elastic world that survives a killed rank") {
+  auto dir = fresh_dir("elastic");
+  auto p = start({troupe_run, "--standalone", "--nproc-per-node", "3", "--max-restarts", "1",
+                  "--failure-policy", "replace", "--log-dir", (dir / "logs").string(),
+                  ELASTIC_WORLD_WORKER},
+                 {}, dir / "out");
+  REQUIRE(p->wait(90s));
+  const auto text = p->text();
+  INFO(text);
+  CHECK(p->exit_code() == 0);
+  CHECK(text.find("replacing worker rank 1 (replacement 1 of 1)") != std::string::npos);
+  CHECK(text.find("restarting the worker group") == std::string::npos);
+  // Every member ends in epoch 5 (three joins, the death, the replacement) at size 3; the
+  // survivors trained on more than one group, in the same processes.
+  for (int r = 0; r < 3; ++r)
+    CHECK(text.find("worker" + std::to_string(r) + ": ok, rank ") != std::string::npos);
+  CHECK(text.find(" of 3 in epoch 5 after ") != std::string::npos);
+  CHECK(text.find("worker0: init rank") != std::string::npos);
+  // Rank 0 and 2 initialised once each; rank 1 twice (the killed one and its replacement).
+  auto count = [&](const std::string& needle) {
+    std::size_t n = 0;
+    for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count("worker0: init rank") == 1);
+  CHECK(count("worker2: init rank") == 1);
+  CHECK(count("worker1: init rank") == 2);
+}
+
+TEST_CASE("an elastic world refuses the RPC agent and a store it would host itself, saying why") {
+  troupe::init_options o;
+  o.elastic = true;
+  o.timeout = 5s;
+  auto alone = troupe::init(o);  // no launcher: this process would host an in-process store
+  REQUIRE_FALSE(alone.has_value());
+  CHECK(alone.error().code() == troupe::errc::invalid_argument);
+  CHECK(alone.error().message().find("needs a store that outlives every worker") !=
+        std::string::npos);
+  o.rpc = true;
+  auto with_rpc = troupe::init(o);
+  REQUIRE_FALSE(with_rpc.has_value());
+  CHECK(with_rpc.error().message().find("cannot start the RPC agent yet") != std::string::npos);
 }
 
 TEST_CASE("init works under a torchrun-style environment, rank 0 hosting the store") {
