@@ -29,6 +29,16 @@ def now_ns():
     return time.time_ns()
 
 
+def process_start_ns():
+    """This process's start in wall-clock ns (/proc, 10 ms resolution): the interpreter's
+    start and the imports count, as they do for every restarted worker."""
+    with open("/proc/self/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/stat") as f:
+        btime = next(int(l.split()[1]) for l in f if l.startswith("btime"))
+    return btime * 1_000_000_000 + ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ckpt", required=True, help="folder for the checkpoint")
@@ -43,7 +53,7 @@ def main():
     rank = int(os.environ["RANK"])
     me = f"worker{rank}"
     if restart > 0:
-        print(f"recovery: {me} started at {now_ns()}", flush=True)
+        print(f"recovery: {me} started at {process_start_ns()}", flush=True)
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     world = dist.get_world_size()

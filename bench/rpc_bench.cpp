@@ -294,7 +294,7 @@ double max_init_ms(store& s, const std::vector<std::string>& names) {
   return mx;
 }
 
-void membership(const config& c) {
+void membership_figures(const config& c) {
   // Static init of 4 workers: the slowest worker's init_rpc time.
   {
     auto server = tcp_store_server::start({});
@@ -442,6 +442,6 @@ int main(int argc, char** argv) {
   raw_tcp(c);
   auto server = tcp_store_server::start({});
   rpc_calls(c, (*server)->url());
-  membership(c);
+  membership_figures(c);
   return 0;
 }
