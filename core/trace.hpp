@@ -61,6 +61,29 @@ class args {
   std::string text_;
 };
 
+/// What a flow arrow joins; part of its id, so that two kinds of message with the same
+/// numbers never share an arrow.
+enum class flow_channel : std::uint8_t {
+  /// An RPC request (a call or a remote-reference fetch) and the span that served it.
+  rpc = 0,
+  /// An actor's plain send (numbered by the RPC request that carries it) and its delivery
+  /// on the receiving worker.
+  actor_send = 1,
+  /// An actor's request (numbered by the sender's request id) and its delivery.
+  actor_request = 2,
+};
+
+/// The id of the flow arrow of message `seq` sent by worker `origin` on `channel`. Both
+/// sides compute it from what they know already (the sender's worker id, a number the
+/// message carries), so nothing extra travels. Distinct for worker ids below 2^22 and
+/// numbers below 2^40.
+constexpr std::uint64_t flow_id(std::int32_t origin, std::uint64_t seq,
+                                flow_channel channel = flow_channel::rpc) noexcept {
+  return ((static_cast<std::uint64_t>(static_cast<std::uint32_t>(origin) + 1) << 40) ^
+          (seq & ((std::uint64_t{1} << 40) - 1))) ^
+         (static_cast<std::uint64_t>(channel) << 62);
+}
+
 /// Which flow arrow, if any, an event starts or ends (ids are process-independent).
 struct flow {
   /// Starts an arrow with this id at the span's start (0: none).

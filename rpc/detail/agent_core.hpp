@@ -173,6 +173,16 @@ class agent_core final : public connection_owner,
   void handle_rref(const std::shared_ptr<connection>& c, wire::frame&& f);
   void reply_error(const std::shared_ptr<connection>& c, std::uint64_t id, error e);
   void store_rref_value(std::uint64_t id, expected<wire::frame> value);
+  // A fetch of a remote reference waiting for its value: who asked, the request id, and
+  // when it arrived (trace clock; 0 when tracing is off).
+  struct rref_waiter {
+    std::shared_ptr<connection> c;
+    std::uint64_t req = 0;
+    std::int64_t since_ns = 0;
+  };
+  // Answers fetch `w` of reference `id` with `value` (or its error) and records its
+  // "serve rref fetch" span when tracing.
+  void answer_fetch(const rref_waiter& w, std::uint64_t id, const expected<wire::frame>& value);
   // Frees the shares held by `worker` (it died or left); never called with a lock held.
   void drop_rref_shares_of(const std::string& worker);
 
@@ -232,7 +242,7 @@ class agent_core final : public connection_owner,
     bool ready = false;
     std::optional<expected<wire::frame>> value;
     std::map<std::uint64_t, std::string> shares;
-    std::vector<std::pair<std::shared_ptr<connection>, std::uint64_t>> waiters;
+    std::vector<rref_waiter> waiters;
     std::optional<clock::time_point> parked_since;
   };
   mutable std::mutex rrefs_mu_;
