@@ -178,6 +178,12 @@ bool start(const process_options& o) {
       detail::state.store(1);
       return false;
     }
+    if constexpr (!sites) {
+      detail::state.store(1);
+      TROUPE_LOG(log_level::warn, "trace", "this build has no trace sites (TROUPE_TRACE_SITES=OFF); ",
+                 settings::trace.variable, " is ignored and nothing is traced");
+      return false;
+    }
     std::error_code ec;
     std::filesystem::create_directories(o.dir, ec);
     auto path = (std::filesystem::path(o.dir) / o.file_name).string();

@@ -11,6 +11,11 @@
 // clock in microseconds; a worker records its offset against rank 0 (`set_clock`), and
 // `merge_files` applies the offsets into one trace.
 //
+// A build configured with -DTROUPE_TRACE_SITES=OFF has no trace sites: enabled() is a
+// constant false, so every site guarded by it (and every span) compiles to nothing, and
+// start() refuses with one warning. It exists to measure what the sites cost when tracing
+// is off (bench/trace_overhead.py); the merge functions work in either build.
+//
 // Threading: every function may be called from any thread.
 #pragma once
 
@@ -23,7 +28,14 @@
 
 #include "core/expected.hpp"
 
+#ifndef TROUPE_TRACE_SITES
+#define TROUPE_TRACE_SITES 1
+#endif
+
 namespace troupe::trace {
+
+/// Whether this build records trace events at all (the CMake option TROUPE_TRACE_SITES).
+inline constexpr bool sites = TROUPE_TRACE_SITES != 0;
 
 namespace detail {
 /// 0: not decided yet, 1: off, 2: on.
@@ -33,9 +45,14 @@ bool start_from_env() noexcept;
 }  // namespace detail
 
 /// Whether events are recorded. Off: one relaxed load (the first call reads TROUPE_TRACE).
+/// Without trace sites: always false, known at compile time.
 inline bool enabled() noexcept {
-  int s = detail::state.load(std::memory_order_relaxed);
-  return s == 2 || (s == 0 && detail::start_from_env());
+  if constexpr (!sites) {
+    return false;
+  } else {
+    int s = detail::state.load(std::memory_order_relaxed);
+    return s == 2 || (s == 0 && detail::start_from_env());
+  }
 }
 
 /// This host's monotonic clock in nanoseconds (the clock of every timestamp here).
@@ -103,6 +120,7 @@ void instant(std::string_view category, std::string_view name, const args& a = {
 /// The calling thread's id as recorded in events.
 std::int64_t thread_id() noexcept;
 
+#if TROUPE_TRACE_SITES
 /// A span from construction to destruction (or `end()`), recorded only if tracing was on
 /// at construction.
 class span {
@@ -134,6 +152,27 @@ class span {
   trace::args args_;
   flow flow_{};
 };
+#else
+/// Without trace sites: a span that holds nothing and records nothing.
+class span {
+ public:
+  /// Records nothing.
+  span(std::string_view, std::string_view) noexcept {}
+  span(const span&) = delete;
+  span& operator=(const span&) = delete;
+  /// Always false.
+  static constexpr bool on() noexcept { return false; }
+  /// Never used at run time: every caller asks on() first.
+  trace::args& args() noexcept {
+    static thread_local trace::args unused;
+    return unused;
+  }
+  /// Does nothing.
+  void end() noexcept {}
+  /// Does nothing.
+  void set_flow(flow) noexcept {}
+};
+#endif
 
 /// How this process names its file and itself; `start` uses it instead of the environment.
 struct process_options {
