@@ -252,6 +252,12 @@ class agent_core final : public connection_owner,
   void expire_parked_fetches(clock::time_point now);
   std::set<std::pair<std::uint64_t, std::uint64_t>> early_releases_;
 
+  // This agent's share of the process-wide send-queue gauge (troupe_rpc_send_queue_bytes):
+  // the sum of its connections' queued bytes at the sweeper's last tick.
+  std::atomic<std::int64_t> send_queue_sample_{0};
+  // Sets this agent's share to `queued` (sweeper only).
+  void sample_send_queue(std::int64_t queued);
+
   std::atomic<std::uint64_t> next_call_{1};
   std::atomic<std::uint64_t> next_rref_{1};
   std::atomic<bool> stopping_{false};
