@@ -1,7 +1,5 @@
 #include "actors/detail/message_trace.hpp"
 
-#include "core/strcat.hpp"
-
 namespace troupe::actors::detail {
 
 std::uint64_t message_bytes(const bytes& payload, const std::vector<rpc::tensor>& tensors) noexcept {
@@ -29,7 +27,10 @@ void message_span::end(std::string_view verb, trace::flow f) {
   const std::int64_t start = start_ns_;
   start_ns_ = 0;
   if (call_ != 0) args_.add("call", call_);
-  trace::complete("actors", strcat(verb, " ", actor_), start, trace::now_ns(), args_, f, tid_);
+  std::string name(verb);
+  name += ' ';
+  name += actor_;
+  trace::complete("actors", name, start, trace::now_ns(), args_, f, tid_);
 }
 
 }  // namespace troupe::actors::detail

@@ -252,7 +252,7 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
                              wire::frame&& f, std::size_t args_offset) {
   const bool as_remote = flags & request_as_remote;
   const bool no_reply = flags & request_no_reply;
-  const std::string label = trace::enabled() ? strcat("serve ", info.function) : std::string();
+  const std::string label = trace::enabled() ? "serve " + info.function : std::string();
   trace::span traced("rpc", label);
   if (traced.on()) {
     std::uint64_t bytes = f.message.size();
