@@ -9,6 +9,7 @@
 
 #include "actors/detail/control_messages.hpp"
 #include "actors/detail/inline_unit.hpp"
+#include "actors/detail/message_trace.hpp"
 #include "actors/detail/remote_proxy.hpp"
 #include "actors/detail/reply_sink.hpp"
 #include "actors/system.hpp"
@@ -59,8 +60,16 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     caf::message_id mid;
     std::string worker;
     deadline until;
-    void answer(caf::message m) { respond(sender, mid, std::move(m)); }
-    void fail(const error& e) { answer(caf::make_message(to_caf_error(e))); }
+    detail::message_span traced;  // "request <actor>", ended with the answer
+    trace::flow flow;              // its arrow to the receiver
+    void answer(caf::message m) {
+      traced.end("request", flow);
+      respond(sender, mid, std::move(m));
+    }
+    void fail(const error& e) {
+      traced.set_error(e.message());
+      answer(caf::make_message(to_caf_error(e)));
+    }
   };
   struct incoming_ask {
     std::string caller;
@@ -100,14 +109,21 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
 
   // A plain send from a local actor to worker/name.
   void tell(const std::string& worker, const std::string& name, caf::message msg) override {
+    detail::message_span traced;
     detail::deliver_message m{name, 0, {}, {}};
     if (auto r = types->encode(msg, m.payload, &m.tensors); !r) {
       TROUPE_LOG(log_level::warn, "actors", "dropping a message to ", path_of(worker, name), ": ",
                  r.error());
       return;
     }
+    traced.describe(name, worker, detail::message_bytes(m.payload, m.tensors));
     auto self = weak_from_this();
-    agent->notify(call_opts(true), worker, fn_deliver, m)
+    auto o = call_opts(true);
+    o.request_id = traced.request_id();
+    auto sent = agent->notify(o, worker, fn_deliver, m);
+    const auto call = traced.call();
+    traced.end("send", {call != 0 ? trace::flow_id(me.id, call, trace::flow_channel::actor_send) : 0, 0});
+    std::move(sent)
         .on_complete([self, worker, name](expected<void>&& r) {
           if (r) return;
           // A full send queue (backpressure past the timeout) is worth a warning; a
@@ -122,12 +138,16 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
   void ask(const std::string& worker, const std::string& name, caf::message msg,
            caf::strong_actor_ptr sender, caf::message_id mid) override {
     detail::deliver_message m{name, 0, {}, {}};
-    pending_ask p{std::move(sender), mid, worker, deadline::after(duration::zero())};
-    if (auto r = types->encode(msg, m.payload, &m.tensors); !r) {
-      p.fail(r.error().with_operation("request to " + path_of(worker, name)));
+    pending_ask p{std::move(sender), mid, worker, deadline::after(duration::zero()), {}, {}};
+    auto encoded = types->encode(msg, m.payload, &m.tensors);
+    p.traced.describe(name, worker, detail::message_bytes(m.payload, m.tensors));
+    if (!encoded) {
+      p.fail(encoded.error().with_operation("request to " + path_of(worker, name)));
       return;
     }
     const std::uint64_t id = next_id.fetch_add(1);
+    p.traced.add("ask", id);
+    if (p.traced.on()) p.flow.out = trace::flow_id(me.id, id, trace::flow_channel::actor_request);
     {
       std::unique_lock lk(mu);
       if (stopped) {
@@ -232,16 +252,28 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
   // Arrives as a one-way call: a request's refusal goes back through the answer path, a
   // plain send's is logged here (there is nobody to tell).
   void on_deliver(const rpc::call_info& info, detail::deliver_message& m) {
-    auto r = deliver(info, m.target, m.ask_id, m.payload, m.tensors);
+    detail::message_span traced;
+    traced.describe(m.target, info.caller.name, detail::message_bytes(m.payload, m.tensors));
+    traced.add("call", info.call);
+    if (m.ask_id != 0) traced.add("ask", m.ask_id);
+    const trace::flow arrow{
+        0, m.ask_id != 0 ? trace::flow_id(info.caller.id, m.ask_id, trace::flow_channel::actor_request)
+                         : trace::flow_id(info.caller.id, info.call, trace::flow_channel::actor_send)};
+    // The span ends as the message enters the mailbox (deliver), before the actor runs.
+    auto r = deliver(info, m.target, m.ask_id, m.payload, m.tensors, [&] { traced.end("receive", arrow); });
+    if (!r) traced.set_error(r.error().message());
+    traced.end("receive", arrow);
     if (r) return;
     if (m.ask_id != 0) return send_error_answer(info.caller.name, m.ask_id, r.error());
     TROUPE_LOG(log_level::warn, "actors", "dropped a message from ", info.caller.name, " to ",
                path_of(me.name, m.target), ": ", r.error());
   }
 
+  // `entering` runs just before the message enters the actor's mailbox.
+  template <class Entering>
   expected<void> deliver(const rpc::call_info& info, const std::string& target,
                          std::uint64_t ask_id, const bytes& payload,
-                         std::vector<rpc::tensor>& tensors) {
+                         std::vector<rpc::tensor>& tensors, Entering&& entering) {
     auto a = find_published(target);
     if (!a) return std::move(a).error();
     auto msg = types->decode(payload, &tensors);
@@ -254,6 +286,7 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     // and no scheduler wake-up per message. Either way it takes them in mailbox order.
     auto& unit = detail::inline_unit::of(sys);
     auto* dest = caf::actor_cast<caf::abstract_actor*>(*a);
+    entering();
     if (ask_id == 0) {
       unit.deliver_batched(*dest, caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(*msg)));
       return ok();

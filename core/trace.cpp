@@ -3,6 +3,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -50,35 +51,51 @@ recorder& rec() {
 
 void flush_at_exit() { flush(); }
 
+// Whether `c` must be escaped in a JSON string.
+bool needs_escape(char c) { return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20; }
+
 void append_escaped(std::string& out, std::string_view s) {
   out += '"';
-  for (char c : s) {
+  // Runs of plain characters (nearly every name and value) are copied at once.
+  std::size_t plain = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (!needs_escape(c)) continue;
+    out.append(s.data() + plain, i - plain);
+    plain = i + 1;
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
+      default: {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        out += buf;
+      }
     }
   }
+  out.append(s.data() + plain, s.size() - plain);
   out += '"';
+}
+
+// Appends an integer in decimal (std::to_chars: no allocation, no locale).
+template <class Int>
+void append_int(std::string& out, Int v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
 }
 
 // Microseconds with three decimals, from nanoseconds.
 void append_us(std::string& out, std::int64_t ns) {
-  char buf[32];
-  const char* sign = ns < 0 ? "-" : "";
-  auto a = ns < 0 ? -ns : ns;
-  std::snprintf(buf, sizeof buf, "%s%lld.%03lld", sign, static_cast<long long>(a / 1000),
-                static_cast<long long>(a % 1000));
-  out += buf;
+  if (ns < 0) out += '-';
+  const auto a = static_cast<std::uint64_t>(ns < 0 ? -ns : ns);
+  append_int(out, a / 1000);
+  const auto frac = static_cast<unsigned>(a % 1000);
+  const char digits[4] = {'.', static_cast<char>('0' + frac / 100), static_cast<char>('0' + frac / 10 % 10),
+                          static_cast<char>('0' + frac % 10)};
+  out.append(digits, 4);
 }
 
 // Starts one event line: {"ph":"X","ts":1.000,"pid":P,"tid":T
@@ -87,7 +104,10 @@ void begin_event(std::string& out, char ph, std::int64_t ts_ns, std::int64_t pid
   out += ph;
   out += "\",\"ts\":";
   append_us(out, ts_ns);
-  out += strcat(",\"pid\":", pid, ",\"tid\":", tid);
+  out += ",\"pid\":";
+  append_int(out, pid);
+  out += ",\"tid\":";
+  append_int(out, tid);
 }
 
 void append_line(std::string&& line) {
@@ -136,7 +156,7 @@ args& args::add(std::string_view key, std::int64_t value) {
   if (!text_.empty()) text_ += ',';
   append_escaped(text_, key);
   text_ += ':';
-  text_ += std::to_string(value);
+  append_int(text_, value);
   return *this;
 }
 
@@ -144,7 +164,7 @@ args& args::add(std::string_view key, std::uint64_t value) {
   if (!text_.empty()) text_ += ',';
   append_escaped(text_, key);
   text_ += ':';
-  text_ += std::to_string(value);
+  append_int(text_, value);
   return *this;
 }
 
@@ -176,6 +196,12 @@ bool start(const process_options& o) {
     r.decided = true;
     if (o.dir.empty()) {
       detail::state.store(1);
+      return false;
+    }
+    if constexpr (!sites) {
+      detail::state.store(1);
+      TROUPE_LOG(log_level::warn, "trace", "this build has no trace sites (TROUPE_TRACE_SITES=OFF); ",
+                 settings::trace.variable, " is ignored and nothing is traced");
       return false;
     }
     std::error_code ec;
@@ -218,7 +244,7 @@ void complete(std::string_view category, std::string_view name, std::int64_t sta
   auto pid = rec().pid;
   if (tid == 0) tid = thread_id();
   std::string line;
-  line.reserve(160 + a.json().size());
+  line.reserve(320 + a.json().size() + 2 * name.size());
   begin_event(line, 'X', start_ns, pid, tid);
   line += ",\"dur\":";
   append_us(line, std::max<std::int64_t>(0, end_ns - start_ns));
@@ -226,10 +252,14 @@ void complete(std::string_view category, std::string_view name, std::int64_t sta
   append_escaped(line, category);
   line += ",\"name\":";
   append_escaped(line, name);
-  line += ",\"args\":{" + a.json() + "}},\n";
+  line += ",\"args\":{";
+  line += a.json();
+  line += "}},\n";
   auto flow_line = [&](char ph, std::uint64_t id) {
     begin_event(line, ph, start_ns, pid, tid);
-    line += strcat(",\"id\":", id, ",\"cat\":");
+    line += ",\"id\":";
+    append_int(line, id);
+    line += ",\"cat\":";
     append_escaped(line, category);
     line += ",\"name\":";
     append_escaped(line, name);

@@ -11,6 +11,11 @@
 // clock in microseconds; a worker records its offset against rank 0 (`set_clock`), and
 // `merge_files` applies the offsets into one trace.
 //
+// A build configured with -DTROUPE_TRACE_SITES=OFF has no trace sites: enabled() is a
+// constant false, so every site guarded by it (and every span) compiles to nothing, and
+// start() refuses with one warning. It exists to measure what the sites cost when tracing
+// is off (bench/trace_overhead.py); the merge functions work in either build.
+//
 // Threading: every function may be called from any thread.
 #pragma once
 
@@ -23,7 +28,14 @@
 
 #include "core/expected.hpp"
 
+#ifndef TROUPE_TRACE_SITES
+#define TROUPE_TRACE_SITES 1
+#endif
+
 namespace troupe::trace {
+
+/// Whether this build records trace events at all (the CMake option TROUPE_TRACE_SITES).
+inline constexpr bool sites = TROUPE_TRACE_SITES != 0;
 
 namespace detail {
 /// 0: not decided yet, 1: off, 2: on.
@@ -33,9 +45,14 @@ bool start_from_env() noexcept;
 }  // namespace detail
 
 /// Whether events are recorded. Off: one relaxed load (the first call reads TROUPE_TRACE).
+/// Without trace sites: always false, known at compile time.
 inline bool enabled() noexcept {
-  int s = detail::state.load(std::memory_order_relaxed);
-  return s == 2 || (s == 0 && detail::start_from_env());
+  if constexpr (!sites) {
+    return false;
+  } else {
+    int s = detail::state.load(std::memory_order_relaxed);
+    return s == 2 || (s == 0 && detail::start_from_env());
+  }
 }
 
 /// This host's monotonic clock in nanoseconds (the clock of every timestamp here).
@@ -61,6 +78,29 @@ class args {
   std::string text_;
 };
 
+/// What a flow arrow joins; part of its id, so that two kinds of message with the same
+/// numbers never share an arrow.
+enum class flow_channel : std::uint8_t {
+  /// An RPC request (a call or a remote-reference fetch) and the span that served it.
+  rpc = 0,
+  /// An actor's plain send (numbered by the RPC request that carries it) and its delivery
+  /// on the receiving worker.
+  actor_send = 1,
+  /// An actor's request (numbered by the sender's request id) and its delivery.
+  actor_request = 2,
+};
+
+/// The id of the flow arrow of message `seq` sent by worker `origin` on `channel`. Both
+/// sides compute it from what they know already (the sender's worker id, a number the
+/// message carries), so nothing extra travels. Distinct for worker ids below 2^22 and
+/// numbers below 2^40.
+constexpr std::uint64_t flow_id(std::int32_t origin, std::uint64_t seq,
+                                flow_channel channel = flow_channel::rpc) noexcept {
+  return ((static_cast<std::uint64_t>(static_cast<std::uint32_t>(origin) + 1) << 40) ^
+          (seq & ((std::uint64_t{1} << 40) - 1))) ^
+         (static_cast<std::uint64_t>(channel) << 62);
+}
+
 /// Which flow arrow, if any, an event starts or ends (ids are process-independent).
 struct flow {
   /// Starts an arrow with this id at the span's start (0: none).
@@ -80,6 +120,7 @@ void instant(std::string_view category, std::string_view name, const args& a = {
 /// The calling thread's id as recorded in events.
 std::int64_t thread_id() noexcept;
 
+#if TROUPE_TRACE_SITES
 /// A span from construction to destruction (or `end()`), recorded only if tracing was on
 /// at construction.
 class span {
@@ -111,6 +152,27 @@ class span {
   trace::args args_;
   flow flow_{};
 };
+#else
+/// Without trace sites: a span that holds nothing and records nothing.
+class span {
+ public:
+  /// Records nothing.
+  span(std::string_view, std::string_view) noexcept {}
+  span(const span&) = delete;
+  span& operator=(const span&) = delete;
+  /// Always false.
+  static constexpr bool on() noexcept { return false; }
+  /// Never used at run time: every caller asks on() first.
+  trace::args& args() noexcept {
+    static thread_local trace::args unused;
+    return unused;
+  }
+  /// Does nothing.
+  void end() noexcept {}
+  /// Does nothing.
+  void set_flow(flow) noexcept {}
+};
+#endif
 
 /// How this process names its file and itself; `start` uses it instead of the environment.
 struct process_options {

@@ -383,12 +383,13 @@ int run_agent(const run_config& c) {
       }
       rr = std::move(*r);
       // The wait for this round, from joining it to the world it formed.
-      trace::complete("launcher", "rendezvous", waited_from, trace::now_ns(),
-                      trace::args()
-                          .add("round", static_cast<std::int64_t>(rr.round))
-                          .add("group_rank", rr.group_rank)
-                          .add("nodes", static_cast<std::int64_t>(rr.nodes.size()))
-                          .add("world_size", rr.world_size));
+      if (trace::enabled())
+        trace::complete("launcher", "rendezvous", waited_from, trace::now_ns(),
+                        trace::args()
+                            .add("round", static_cast<std::int64_t>(rr.round))
+                            .add("group_rank", rr.group_rank)
+                            .add("nodes", static_cast<std::int64_t>(rr.nodes.size()))
+                            .add("world_size", rr.world_size));
     }
     ++status.rounds;
     status.round = rr.round;

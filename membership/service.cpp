@@ -230,11 +230,12 @@ struct service::state {
     cv.notify_all();
     TROUPE_LOG(log_level::info, "membership", "epoch ", e.number, ": ", e.size(), " members (",
                e.names(), "); cause: ", e.cause);
-    trace::instant("membership", "epoch",
-                   trace::args()
-                       .add("epoch", static_cast<std::uint64_t>(e.number))
-                       .add("members", e.names())
-                       .add("cause", e.cause));
+    if (trace::enabled())
+      trace::instant("membership", "epoch",
+                     trace::args()
+                         .add("epoch", static_cast<std::uint64_t>(e.number))
+                         .add("members", e.names())
+                         .add("cause", e.cause));
     for (const auto& cb : cbs) {
       try {
         cb(before, e);

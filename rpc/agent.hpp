@@ -138,6 +138,7 @@ future<wire::frame> agent::start_call(const call_options& o, const worker_ref& t
   if (!who) return make_error_future<wire::frame>(std::move(who).error().with_operation(strcat("rpc '", fn, "'")));
   auto timeout = core_->timeout_of(o);
   auto fb = core_->begin_request(fn, flags, rref_id, timeout);
+  if (o.request_id) *o.request_id = fb.id();
   // Remote references among the arguments become shares of the callee; their owners are
   // told (commit) before the request leaves, while this process still holds its own.
   detail::message_refs refs(*core_, who->name);

@@ -24,6 +24,9 @@ namespace troupe::rpc {
 struct call_info {
   worker_info caller;
   std::string function;
+  /// The request id the caller gave the call (its call_options::request_id; `call` in
+  /// the trace).
+  std::uint64_t call = 0;
 };
 
 /// Where a function runs.

@@ -86,6 +86,11 @@ struct call_options {
   /// false writes it at once on the calling thread. Order on the connection is kept
   /// either way. Requests are always written at once.
   bool combine_writes = true;
+  /// When not null, set to the call's request id as soon as it has one (before it is sent;
+  /// left alone when the call fails before that). The callee sees the same id as
+  /// call_info::call, and both sides' trace spans record it as `call`: a layer above RPC
+  /// joins its own trace events across workers through it (trace::flow_id).
+  std::uint64_t* request_id = nullptr;
 };
 
 }  // namespace troupe::rpc

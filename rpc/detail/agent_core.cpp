@@ -5,6 +5,7 @@
 #include "core/log.hpp"
 #include "core/net_address.hpp"
 #include "rpc/detail/accept_pause.hpp"
+#include "rpc/detail/rpc_metrics.hpp"
 #include "store/connect.hpp"
 #include "store/rendezvous.hpp"
 
@@ -175,18 +176,32 @@ void agent_core::start_sweeper() {
       auto self = weak.lock();
       if (!self || ec || stopping_.load()) return;
       std::vector<std::shared_ptr<connection>> conns;
+      std::vector<std::shared_ptr<connection>> accepted;
       {
         std::lock_guard<std::mutex> lk(conns_mu_);
         for (auto& [n, c] : outbound_) conns.push_back(c);
+        accepted.assign(inbound_.begin(), inbound_.end());
       }
       auto now = clock::now();
-      for (auto& c : conns) c->expire(now);
+      std::int64_t queued = 0;
+      for (auto& c : conns) {
+        c->expire(now);
+        queued += static_cast<std::int64_t>(c->queued_bytes());
+      }
+      for (auto& c : accepted) queued += static_cast<std::int64_t>(c->queued_bytes());
+      sample_send_queue(queued);
       expire_parked_fetches(now);
       if (auto t = tick_w.lock()) (*t)();
     });
   };
   sweep_loop_ = tick;
   asio::post(io_, [tick] { (*tick)(); });
+}
+
+void agent_core::sample_send_queue(std::int64_t queued) {
+  rpc_stats().send_queue.add(queued - send_queue_sample_.exchange(queued));
+  // A stop that ran meanwhile took this agent's share out already: take out the rest.
+  if (stopping_.load()) rpc_stats().send_queue.add(-send_queue_sample_.exchange(0));
 }
 
 std::vector<worker_info> agent_core::workers() const {
@@ -444,6 +459,7 @@ void agent_core::stop_local(const error& why) {
   for (auto& t : io_threads_)
     if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
   io_threads_.clear();
+  rpc_stats().send_queue.add(-send_queue_sample_.exchange(0));
   {
     std::lock_guard<std::mutex> clk(conns_mu_);
     outbound_.clear();

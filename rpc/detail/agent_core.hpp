@@ -173,6 +173,16 @@ class agent_core final : public connection_owner,
   void handle_rref(const std::shared_ptr<connection>& c, wire::frame&& f);
   void reply_error(const std::shared_ptr<connection>& c, std::uint64_t id, error e);
   void store_rref_value(std::uint64_t id, expected<wire::frame> value);
+  // A fetch of a remote reference waiting for its value: who asked, the request id, and
+  // when it arrived (trace clock; 0 when tracing is off).
+  struct rref_waiter {
+    std::shared_ptr<connection> c;
+    std::uint64_t req = 0;
+    std::int64_t since_ns = 0;
+  };
+  // Answers fetch `w` of reference `id` with `value` (or its error) and records its
+  // "serve rref fetch" span when tracing.
+  void answer_fetch(const rref_waiter& w, std::uint64_t id, const expected<wire::frame>& value);
   // Frees the shares held by `worker` (it died or left); never called with a lock held.
   void drop_rref_shares_of(const std::string& worker);
 
@@ -232,7 +242,7 @@ class agent_core final : public connection_owner,
     bool ready = false;
     std::optional<expected<wire::frame>> value;
     std::map<std::uint64_t, std::string> shares;
-    std::vector<std::pair<std::shared_ptr<connection>, std::uint64_t>> waiters;
+    std::vector<rref_waiter> waiters;
     std::optional<clock::time_point> parked_since;
   };
   mutable std::mutex rrefs_mu_;
@@ -241,6 +251,12 @@ class agent_core final : public connection_owner,
   // Answers not_found to the waiters of parked entries older than rpc_timeout and drops them.
   void expire_parked_fetches(clock::time_point now);
   std::set<std::pair<std::uint64_t, std::uint64_t>> early_releases_;
+
+  // This agent's share of the process-wide send-queue gauge (troupe_rpc_send_queue_bytes):
+  // the sum of its connections' queued bytes at the sweeper's last tick.
+  std::atomic<std::int64_t> send_queue_sample_{0};
+  // Sets this agent's share to `queued` (sweeper only).
+  void sample_send_queue(std::int64_t queued);
 
   std::atomic<std::uint64_t> next_call_{1};
   std::atomic<std::uint64_t> next_rref_{1};

@@ -21,8 +21,7 @@ std::uint64_t agent_core::next_rref_id() {
 }
 
 std::uint64_t call_flow_id(std::int32_t caller, std::uint64_t call) noexcept {
-  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(caller) + 1) << 40) ^
-         (call & ((std::uint64_t{1} << 40) - 1));
+  return trace::flow_id(caller, call, trace::flow_channel::rpc);
 }
 
 future<wire::frame> agent_core::send_request(const worker_info& to, wire::frame_builder&& fb,
@@ -36,8 +35,10 @@ future<wire::frame> agent_core::send_request(const worker_info& to, wire::frame_
   trace::args a;
   a.add("function", fn).add("peer", to.name).add("call", fb.id()).add("bytes", bytes);
   const auto flow = call_flow_id(self_.id, fb.id());
+  std::string name = "call ";  // not strcat: a string stream costs more than the event
+  name += fn;
   return send_request_now(to, std::move(fb), timeout, expect_reply, mode)
-      .handle([start, tid, a = std::move(a), flow, name = std::string(fn)](
+      .handle([start, tid, a = std::move(a), flow, name = std::move(name)](
                   expected<wire::frame>&& r) mutable -> expected<wire::frame> {
         if (r) {
           std::uint64_t back = r->message.size();
@@ -46,7 +47,7 @@ future<wire::frame> agent_core::send_request(const worker_info& to, wire::frame_
         } else {
           a.add("error", r.error().message());
         }
-        trace::complete("rpc", strcat("call ", name), start, trace::now_ns(), a, {flow, 0}, tid);
+        trace::complete("rpc", name, start, trace::now_ns(), a, {flow, 0}, tid);
         return std::move(r);
       });
 }
@@ -149,10 +150,29 @@ future<wire::frame> agent_core::fetch_rref(const worker_info& owner, std::uint64
   promise<wire::frame> p;
   auto fut = p.get_future();
   auto call_id = fb.id();
+  const bool traced = trace::enabled();
+  const std::int64_t start = traced ? trace::now_ns() : 0;
   if (auto r = c->add_pending(call_id, std::move(p), deadline::after(timeout)); !r)
     return make_error_future<wire::frame>(std::move(r).error());
   if (auto s = c->send(std::move(fb)); !s) c->complete(call_id, std::move(s).error());
-  return fut;
+  if (!traced) return fut;
+  // The fetch's span, from the request leaving until the value (or the error) is back;
+  // its arrow ends at the owner's "serve rref fetch" span.
+  trace::args a;
+  a.add("rref", id).add("peer", owner.name).add("call", call_id).add("bytes", std::uint64_t{sizeof(id)});
+  return std::move(fut).handle([start, tid = trace::thread_id(), a = std::move(a),
+                                flow = call_flow_id(self_.id, call_id)](
+                                   expected<wire::frame>&& r) mutable -> expected<wire::frame> {
+    if (r) {
+      std::uint64_t back = r->message.size();
+      for (const auto& t : r->tensors) back += t.nbytes();
+      a.add("reply_bytes", back);
+    } else {
+      a.add("error", r.error().message());
+    }
+    trace::complete("rpc", "rref fetch", start, trace::now_ns(), a, {flow, 0}, tid);
+    return std::move(r);
+  });
 }
 
 void agent_core::release_rref(const worker_info& owner, std::uint64_t id, std::uint64_t fork) {

@@ -230,7 +230,7 @@ void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::fram
       reply_error(c, f.id, std::move(e));
     return;
   }
-  call_info info{c->peer(), fn_name};
+  call_info info{c->peer(), fn_name, f.id};
   auto until = deadline::after(duration(timeout_ms));
   if (fn->options.run_inline && !needs_placement(f.tensors)) {
     run_request(c, std::move(fn), std::move(info), f.id, flags, rref_id, until, std::move(f), args_offset);
@@ -252,7 +252,7 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
                              wire::frame&& f, std::size_t args_offset) {
   const bool as_remote = flags & request_as_remote;
   const bool no_reply = flags & request_no_reply;
-  const std::string label = trace::enabled() ? strcat("serve ", info.function) : std::string();
+  const std::string label = trace::enabled() ? "serve " + info.function : std::string();
   trace::span traced("rpc", label);
   if (traced.on()) {
     std::uint64_t bytes = f.message.size();
@@ -327,7 +327,7 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
 }
 
 void agent_core::store_rref_value(std::uint64_t id, expected<wire::frame> value) {
-  std::vector<std::pair<std::shared_ptr<connection>, std::uint64_t>> waiters;
+  std::vector<rref_waiter> waiters;
   {
     std::lock_guard<std::mutex> lk(rrefs_mu_);
     auto it = rrefs_.find(id);
@@ -337,20 +337,35 @@ void agent_core::store_rref_value(std::uint64_t id, expected<wire::frame> value)
     e.value = value;
     waiters.swap(e.waiters);
   }
-  for (auto& [c, req] : waiters) {
-    if (!value) {
-      reply_error(c, req, value.error());
-      continue;
-    }
-    wire::frame_builder fb(wire::kind::response, req);
-    fb.message().insert(fb.message().end(), value->message.begin(), value->message.end());
-    fb.tensors() = value->tensors;
-    if (auto p = prepare_outgoing(fb.tensors(), name_, c->peer().name, nullptr, route_kind::reply); !p) {
-      reply_error(c, req, std::move(p).error());
-      continue;
-    }
-    if (fb.finish(opts_.limits)) (void)c->send(std::move(fb));
+  for (const auto& w : waiters) answer_fetch(w, id, value);
+}
+
+void agent_core::answer_fetch(const rref_waiter& w, std::uint64_t id, const expected<wire::frame>& value) {
+  // The owner's side of a fetch: from its arrival (a parked fetch waited for the value
+  // meanwhile) until just before the answer leaves; the fetcher's arrow ends here.
+  auto traced = [&](std::string_view error, std::uint64_t bytes) {
+    if (w.since_ns == 0 || !trace::enabled()) return;
+    trace::args a;
+    a.add("rref", id).add("peer", w.c->peer().name).add("call", w.req).add("bytes", bytes);
+    if (!error.empty()) a.add("error", error);
+    trace::complete("rpc", "serve rref fetch", w.since_ns, trace::now_ns(), a,
+                    {0, call_flow_id(w.c->peer().id, w.req)});
+  };
+  if (!value) {
+    traced(value.error().message(), 0);
+    return reply_error(w.c, w.req, value.error());
   }
+  wire::frame_builder fb(wire::kind::response, w.req);
+  fb.message().insert(fb.message().end(), value->message.begin(), value->message.end());
+  fb.tensors() = value->tensors;
+  if (auto p = prepare_outgoing(fb.tensors(), name_, w.c->peer().name, nullptr, route_kind::reply); !p) {
+    traced(p.error().message(), 0);
+    return reply_error(w.c, w.req, std::move(p).error());
+  }
+  std::uint64_t bytes = value->message.size();
+  for (const auto& t : fb.tensors()) bytes += t.nbytes();
+  traced({}, bytes);
+  if (fb.finish(opts_.limits)) (void)w.c->send(std::move(fb));
 }
 
 void agent_core::handle_rref(const std::shared_ptr<connection>& c, wire::frame&& f) {
@@ -390,35 +405,29 @@ void agent_core::handle_rref(const std::shared_ptr<connection>& c, wire::frame&&
       }
       return;
     default: {  // rref_fetch
+      rref_waiter w{c, f.id, trace::enabled() ? trace::now_ns() : 0};
       if (it == rrefs_.end()) {
         // Overtook the creating request (see rref_entry): wait for it, within rpc_timeout.
         auto& entry = rrefs_[id];
         entry.parked_since = clock::now();
-        entry.waiters.emplace_back(c, f.id);
+        entry.waiters.push_back(std::move(w));
         has_parked_fetches_.store(true);
         return;
       }
       if (!it->second.ready) {
-        it->second.waiters.emplace_back(c, f.id);
+        it->second.waiters.push_back(std::move(w));
         return;
       }
       auto value = *it->second.value;
       lk.unlock();
-      if (!value) return reply_error(c, f.id, value.error());
-      wire::frame_builder fb(wire::kind::response, f.id);
-      fb.message().insert(fb.message().end(), value->message.begin(), value->message.end());
-      fb.tensors() = value->tensors;
-      if (auto p = prepare_outgoing(fb.tensors(), name_, c->peer().name, nullptr, route_kind::reply); !p)
-        return reply_error(c, f.id, std::move(p).error());
-      if (fb.finish(opts_.limits)) (void)c->send(std::move(fb));
+      answer_fetch(w, id, value);
     }
   }
 }
 
 void agent_core::expire_parked_fetches(clock::time_point now) {
   if (!has_parked_fetches_.load()) return;
-  std::vector<std::pair<std::uint64_t, std::vector<std::pair<std::shared_ptr<connection>, std::uint64_t>>>>
-      expired;
+  std::vector<std::pair<std::uint64_t, std::vector<rref_waiter>>> expired;
   {
     std::lock_guard<std::mutex> lk(rrefs_mu_);
     bool still_parked = false;
@@ -434,13 +443,14 @@ void agent_core::expire_parked_fetches(clock::time_point now) {
     }
     has_parked_fetches_.store(still_parked);
   }
-  for (auto& [id, waiters] : expired)
-    for (auto& [c, req] : waiters)
-      reply_error(c, req,
-                  make_error(errc::not_found, "remote reference ", id, " is not held by worker '", name_,
-                             "': no call created it within ", format_duration(opts_.rpc_timeout),
-                             ", and nobody holds a share")
-                      .with_worker(name_));
+  for (auto& [id, waiters] : expired) {
+    const expected<wire::frame> gone =
+        make_error(errc::not_found, "remote reference ", id, " is not held by worker '", name_,
+                   "': no call created it within ", format_duration(opts_.rpc_timeout),
+                   ", and nobody holds a share")
+            .with_worker(name_);
+    for (const auto& w : waiters) answer_fetch(w, id, gone);
+  }
 }
 
 void agent_core::drop_rref_shares_of(const std::string& worker) {

@@ -15,6 +15,9 @@ struct rpc_metrics {
       metrics::latency_buckets());
   metrics::gauge& pending = metrics::get_gauge(
       "troupe_rpc_pending_calls", "RPC calls this worker sent that await their reply (queue depth)");
+  metrics::gauge& send_queue = metrics::get_gauge(
+      "troupe_rpc_send_queue_bytes",
+      "bytes waiting in the send queues of this worker's RPC connections (sampled every 5 ms)");
   metrics::counter& server_calls = metrics::get_counter(
       "troupe_rpc_server_calls_total", "RPC requests this worker received");
   metrics::counter& bytes_sent = metrics::get_counter(

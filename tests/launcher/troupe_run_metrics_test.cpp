@@ -173,6 +173,7 @@ TEST_CASE("a job's metrics are served in Prometheus text format, and its counter
   CHECK(a.types.at("troupe_rpc_received_bytes") == "counter");
   CHECK(a.types.at("troupe_rpc_client_latency_seconds") == "histogram");
   CHECK(a.types.at("troupe_rpc_pending_calls") == "gauge");
+  CHECK(a.types.at("troupe_rpc_send_queue_bytes") == "gauge");
   CHECK(a.types.at("troupe_collective_seconds") == "histogram");
   CHECK(a.types.at("troupe_collective_calls") == "counter");
   CHECK(a.types.at("troupe_collective_bytes") == "counter");
@@ -182,6 +183,7 @@ TEST_CASE("a job's metrics are served in Prometheus text format, and its counter
   CHECK(a.types.at("troupe_run_workers_running") == "gauge");
   CHECK(a.types.at("troupe_run_membership_nodes") == "gauge");
   CHECK(a.ranks_of("troupe_rpc_client_calls_total") == std::set<std::string>{"0", "1"});
+  CHECK(a.ranks_of("troupe_rpc_send_queue_bytes") == std::set<std::string>{"0", "1"});
   CHECK(a.ranks_of("troupe_collective_calls_total") == std::set<std::string>{"0", "1"});
   CHECK(a.sum("troupe_run_workers_running") == 2);
   CHECK(a.sum("troupe_run_membership_nodes") == 1);

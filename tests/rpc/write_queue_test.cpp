@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/metrics.hpp"
 #include "group_fixture.hpp"
 
 using namespace troupe;
@@ -125,6 +126,34 @@ TEST_CASE("a sender that finds the send queue full waits until the call's timeou
   CHECK(*sum == 5);
   CHECK(sunk->load() == sent);
   shutdown_all(g);
+}
+
+TEST_CASE("the send-queue gauge shows the bytes waiting behind a stalled receiver, and zero once they are written") {
+  auto& queued = metrics::get_gauge("troupe_rpc_send_queue_bytes", "");
+  auto sunk = std::make_shared<std::atomic<int>>(0);
+  auto fns = standard_functions();
+  REQUIRE(fns->add("stall", [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); },
+                   function_options{true}));
+  REQUIRE(fns->add("sink", [sunk](tensor) { ++*sunk; }, function_options{true}));
+  auto g = make_group(2, std::make_shared<memory_store>(), [&](int, rpc_backend_options& o) { o.functions = fns; });
+  CHECK(queued.value() == 0);
+  std::vector<float> data(1 << 18);  // 1 MiB each, 16 MiB in all: more than the kernel buffers
+  auto t = tensor::from<float>(data, dtype::f32);
+  REQUIRE(g[0]->notify("w1", "stall", 1500).get(5s));
+  constexpr int n = 16;
+  for (int i = 0; i < n; ++i) REQUIRE(g[0]->notify("w1", "sink", t).get(5s));
+  // The sweeper samples the queues every 5 ms; several MiB cannot have left yet.
+  auto until = clock::now() + 1s;
+  while (queued.value() < (4 << 20) && clock::now() < until) std::this_thread::sleep_for(1ms);
+  CHECK(queued.value() >= (4 << 20));
+  CHECK(queued.value() <= n * (1 << 20) + (1 << 20));
+  // Once the receiver reads again, the queue drains and the gauge follows.
+  until = clock::now() + 10s;
+  while ((sunk->load() < n || queued.value() != 0) && clock::now() < until) std::this_thread::sleep_for(1ms);
+  CHECK(sunk->load() == n);
+  CHECK(queued.value() == 0);
+  shutdown_all(g);
+  CHECK(queued.value() == 0);
 }
 
 TEST_CASE("one-way calls still queued behind a slow receiver at shutdown are delivered before the agent stops") {

@@ -3,9 +3,12 @@
 
 It must parse as trace-event JSON; every rank has events; every RPC client span has a flow
 arrow to a server span on the callee, which after clock alignment lies inside the client
-span (within the recorded uncertainties); every collective appears on every member with
-the same sequence numbers; troupe-run's spawn and exit events are there. Exits non-zero,
-saying what is wrong, otherwise.
+span (within the recorded uncertainties); so does every remote-reference fetch, to the
+owner's "serve rref fetch" span; every collective appears on every member with the same
+sequence numbers; troupe-run's spawn and exit events are there. Exits non-zero, saying
+what is wrong, otherwise.
+
+load() and check_flows() serve the other trace checks too (tests/actors).
 """
 import json
 import sys
@@ -17,8 +20,9 @@ def fail(msg):
     sys.exit(1)
 
 
-def main():
-    path, world = sys.argv[1], int(sys.argv[2])
+def load(path, world):
+    """The events of merged trace `path` (checked to be trace-event JSON with spans on
+    every rank), and each rank's clock uncertainty in microseconds."""
     with open(path) as f:
         doc = json.load(f)
     events = doc["traceEvents"]
@@ -43,40 +47,78 @@ def main():
         unc[e["pid"]] = u / 1000.0
     if len({e["pid"] for e in clocks}) < world:
         fail(f"only {len(clocks)} ranks recorded a clock offset")
+    return events, unc
 
+
+def check_flows(events, unc, clients, is_server, same, nested=True):
+    """Every span of `clients` starts a flow arrow that ends at the start of a span on the
+    rank its `peer` names, for which is_server(span) holds and same(client, server) is
+    true; with `nested`, that span lies inside the client's after clock alignment (within
+    both ranks' uncertainties). Returns the server spans reached."""
+    spans = [e for e in events if e["ph"] == "X"]
     by_start = {(e["pid"], e["tid"], e["ts"]): e for e in spans}
     flow_out = {}
     flow_in = {}
     for e in events:
         if e["ph"] == "s":
-            flow_out[e["id"]] = e
+            flow_out.setdefault((e["pid"], e["tid"], e["ts"]), []).append(e)
         elif e["ph"] == "f":
+            if e["id"] in flow_in:
+                fail(f"two flow arrows end with id {e['id']}")
             flow_in[e["id"]] = e
-
-    clients = [e for e in spans if e.get("cat") == "rpc" and e["name"].startswith("call ")]
-    servers = [e for e in spans if e.get("cat") == "rpc" and e["name"].startswith("serve ")]
-    if len(clients) < world or len(servers) < world:
-        fail(f"{len(clients)} client and {len(servers)} server spans for {world} ranks")
-    starts = {(e["pid"], e["tid"], e["ts"]): e for e in flow_out.values()}
+    reached = []
     for c in clients:
-        s = starts.get((c["pid"], c["tid"], c["ts"]))
-        if s is None:
-            fail(f"client span without a flow: {c}")
-        f = flow_in.get(s["id"])
-        if f is None:
-            fail(f"flow {s['id']} of {c['name']} on rank {c['pid']} reaches no server")
-        srv = by_start.get((f["pid"], f["tid"], f["ts"]))
-        if srv is None or not srv["name"].startswith("serve "):
-            fail(f"flow {s['id']} ends outside a server span")
+        outs = flow_out.get((c["pid"], c["tid"], c["ts"]), [])
+        if not outs:
+            fail(f"{c['cat']} span without a flow: {c}")
+        found = None
+        for s in outs:
+            f = flow_in.get(s["id"])
+            if f is None:
+                continue
+            srv = by_start.get((f["pid"], f["tid"], f["ts"]))
+            if srv is not None and is_server(srv):
+                found = srv
+        if found is None:
+            fail(f"the flow of {c['name']} on rank {c['pid']} reaches no matching span: {c}")
+        srv = found
         callee = int(c["args"]["peer"].removeprefix("worker"))
         if srv["pid"] != callee:
-            fail(f"call to {c['args']['peer']} served on rank {srv['pid']}")
-        if srv["args"]["function"] != c["args"]["function"]:
-            fail("client and server name different functions")
+            fail(f"{c['name']} to {c['args']['peer']} arrived on rank {srv['pid']}")
+        if not same(c, srv):
+            fail(f"{c['name']} on rank {c['pid']} and {srv['name']} on rank {srv['pid']} disagree: "
+                 f"{c['args']} vs {srv['args']}")
         tol = unc[c["pid"]] + unc[srv["pid"]] + 0.002
-        if srv["ts"] < c["ts"] - tol or srv["ts"] + srv["dur"] > c["ts"] + c["dur"] + tol:
-            fail(f"server span {srv['ts']}+{srv['dur']} (rank {srv['pid']}) is not inside client "
-                 f"span {c['ts']}+{c['dur']} (rank {c['pid']}), tolerance {tol} us")
+        if nested and (srv["ts"] < c["ts"] - tol or srv["ts"] + srv["dur"] > c["ts"] + c["dur"] + tol):
+            fail(f"{srv['name']} {srv['ts']}+{srv['dur']} (rank {srv['pid']}) is not inside "
+                 f"{c['name']} {c['ts']}+{c['dur']} (rank {c['pid']}), tolerance {tol} us")
+        reached.append(srv)
+    return reached
+
+
+def main():
+    path, world = sys.argv[1], int(sys.argv[2])
+    events, unc = load(path, world)
+    spans = [e for e in events if e["ph"] == "X"]
+
+    clients = [e for e in spans if e.get("cat") == "rpc" and e["name"].startswith("call ")]
+    servers = [e for e in spans if e.get("cat") == "rpc" and e["name"].startswith("serve ")
+               and e["name"] != "serve rref fetch"]
+    if len(clients) < world or len(servers) < world:
+        fail(f"{len(clients)} client and {len(servers)} server spans for {world} ranks")
+    check_flows(events, unc, clients,
+                lambda s: s.get("cat") == "rpc" and s["name"].startswith("serve "),
+                lambda c, s: c["args"]["function"] == s["args"]["function"])
+
+    # Remote references: each rank fetches one owned by the next rank.
+    fetches = [e for e in spans if e.get("cat") == "rpc" and e["name"] == "rref fetch"]
+    if {e["pid"] for e in fetches} != set(range(world)):
+        fail(f"remote-reference fetches only on ranks {sorted({e['pid'] for e in fetches})}")
+    for e in fetches:
+        if "error" in e["args"] or e["args"].get("reply_bytes", 0) <= 0:
+            fail(f"a fetch without its value: {e}")
+    check_flows(events, unc, fetches, lambda s: s["name"] == "serve rref fetch",
+                lambda c, s: c["args"]["rref"] == s["args"]["rref"] and s["args"]["bytes"] > 0)
 
     colls = defaultdict(dict)
     for e in spans:
@@ -96,7 +138,8 @@ def main():
     exited = {e["args"]["rank"] for e in launcher if e["name"] == "exit"}
     if spawned != set(range(world)) or exited != set(range(world)):
         fail(f"launcher events: spawned {sorted(spawned)}, exited {sorted(exited)}")
-    print(f"trace ok: {len(events)} events, {len(clients)} calls, {len(colls)} collectives, "
+    print(f"trace ok: {len(events)} events, {len(clients)} calls, {len(fetches)} fetches, "
+          f"{len(colls)} collectives, "
           f"uncertainty up to {max(unc.values()):.1f} us")
 
 

@@ -6,6 +6,8 @@
 // Prints "rank R of N: ok under LAUNCHER, attempt A, scope 'S', address X" on success.
 // Exit codes: 0 ok, 1 the planned failure, 2 init failed (the error on stderr), 3 a check
 // failed. --repeat N: N allreduces and N calls instead of one each (for the trace test).
+// Each round also fetches a remote reference owned by the next rank (agent::remote, then
+// to_here), so the traced job shows fetches.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -78,6 +80,11 @@ int main(int argc, char** argv) {
     auto sum = w->rpc()->rpc_sync<int>(next, "add", rank, 1000);
     if (!sum || *sum != rank + 1000)
       return check_failed(rank, "add on " + next + ": " + (sum ? "wrong sum" : sum.error().to_string()));
+
+    auto held = w->rpc()->remote<int>(next, "add", rank, 2000);
+    auto value = held.to_here(o.timeout);
+    if (!value || *value != rank + 2000)
+      return check_failed(rank, "remote add on " + next + ": " + (value ? "wrong sum" : value.error().to_string()));
   }
 
   if (auto s = w->store()->set("hello/" + std::to_string(rank), "hi"); !s)
