@@ -6,6 +6,7 @@
 #include <openssl/x509.h>
 #include "core/strcat.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -100,6 +101,59 @@ expected<std::shared_ptr<const context>> context::make(const config& c, setting_
 
 context::~context() { SSL_CTX_free(static_cast<SSL_CTX*>(ctx_)); }
 
+namespace {
+
+// A BIO over a session's buffers: reads take from `in` (retry when it is used up), writes
+// append to `out`. Its data pointer is the session's buffers.
+template <class Buffers>
+BIO_METHOD* buffer_bio_method() {
+  static BIO_METHOD* method = [] {
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "troupe tls buffer");
+    BIO_meth_set_create(m, [](BIO* b) {
+      BIO_set_init(b, 1);
+      return 1;
+    });
+    BIO_meth_set_write(m, [](BIO* b, const char* data, int len) -> int {
+      BIO_clear_retry_flags(b);
+      auto* io = static_cast<Buffers*>(BIO_get_data(b));
+      if (len <= 0) return 0;
+      auto* p = reinterpret_cast<const std::byte*>(data);
+      io->out.insert(io->out.end(), p, p + len);
+      return len;
+    });
+    BIO_meth_set_read(m, [](BIO* b, char* data, int len) -> int {
+      BIO_clear_retry_flags(b);
+      auto* io = static_cast<Buffers*>(BIO_get_data(b));
+      const std::size_t left = io->in.size() - io->in_pos;
+      if (left == 0) {
+        BIO_set_retry_read(b);
+        return -1;
+      }
+      const std::size_t n = std::min(left, static_cast<std::size_t>(len));
+      std::memcpy(data, io->in.data() + io->in_pos, n);
+      io->in_pos += n;
+      if (io->in_pos == io->in.size()) {
+        io->in.clear();
+        io->in_pos = 0;
+      }
+      return static_cast<int>(n);
+    });
+    BIO_meth_set_ctrl(m, [](BIO* b, int cmd, long, void*) -> long {
+      auto* io = static_cast<Buffers*>(BIO_get_data(b));
+      switch (cmd) {
+        case BIO_CTRL_FLUSH: return 1;
+        case BIO_CTRL_PENDING: return static_cast<long>(io->in.size() - io->in_pos);
+        case BIO_CTRL_WPENDING: return static_cast<long>(io->out.size());
+        default: return 0;
+      }
+    });
+    return m;
+  }();
+  return method;
+}
+
+}  // namespace
+
 expected<std::unique_ptr<session>> session::make(std::shared_ptr<const context> ctx, bool client) {
   std::unique_ptr<session> s(new session());
   s->ctx_ = std::move(ctx);
@@ -107,19 +161,17 @@ expected<std::unique_ptr<session>> session::make(std::shared_ptr<const context> 
   SSL* ssl = SSL_new(ctx_of(*s->ctx_));
   if (ssl == nullptr) return make_error(errc::internal, "cannot create a TLS session: ", drain_errors());
   s->ssl_ = ssl;
-  BIO* in = BIO_new(BIO_s_mem());
-  BIO* out = BIO_new(BIO_s_mem());
+  BIO_METHOD* method = buffer_bio_method<buffers>();
+  BIO* in = method ? BIO_new(method) : nullptr;
+  BIO* out = method ? BIO_new(method) : nullptr;
   if (in == nullptr || out == nullptr) {
     BIO_free(in);
     BIO_free(out);
     return make_error(errc::internal, "cannot create TLS buffers: ", drain_errors());
   }
-  // An empty input buffer means "more to come", not end of stream.
-  BIO_set_mem_eof_return(in, -1);
-  BIO_set_mem_eof_return(out, -1);
+  BIO_set_data(in, s->io_.get());
+  BIO_set_data(out, s->io_.get());
   SSL_set_bio(ssl, in, out);  // the SSL owns both from here
-  s->in_ = in;
-  s->out_ = out;
   if (client) SSL_set_connect_state(ssl);
   else SSL_set_accept_state(ssl);
   return s;
@@ -128,12 +180,12 @@ expected<std::unique_ptr<session>> session::make(std::shared_ptr<const context> 
 session::~session() { SSL_free(static_cast<SSL*>(ssl_)); }
 
 void session::put_input(std::span<const std::byte> ciphertext) {
-  while (!ciphertext.empty()) {
-    const int n = static_cast<int>(std::min<std::size_t>(ciphertext.size(), 1u << 30));
-    const int w = BIO_write(static_cast<BIO*>(in_), ciphertext.data(), n);
-    if (w <= 0) return;  // a memory BIO only fails when out of memory
-    ciphertext = ciphertext.subspan(static_cast<std::size_t>(w));
+  auto& in = io_->in;
+  if (io_->in_pos > 0 && io_->in_pos >= in.size() / 2) {  // keep the unread tail in front
+    in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(io_->in_pos));
+    io_->in_pos = 0;
   }
+  in.insert(in.end(), ciphertext.begin(), ciphertext.end());
 }
 
 error session::failure(int ret, std::string_view during) {
@@ -213,19 +265,17 @@ expected<void> session::write(std::span<const std::byte> plaintext) {
   return ok();
 }
 
-std::size_t session::output_size() const noexcept {
-  return BIO_ctrl_pending(static_cast<BIO*>(out_));
-}
+std::size_t session::output_size() const noexcept { return io_->out.size(); }
 
-std::size_t session::take_output(std::vector<std::byte>& out, std::size_t max) {
-  std::size_t n = std::min(output_size(), max);
-  if (n == 0) return 0;
-  const std::size_t at = out.size();
-  out.resize(at + n);
-  std::size_t got = 0;
-  if (BIO_read_ex(static_cast<BIO*>(out_), out.data() + at, n, &got) != 1) got = 0;
-  out.resize(at + got);
-  return got;
+std::size_t session::take_output(std::vector<std::byte>& out) {
+  const std::size_t n = io_->out.size();
+  if (out.empty()) {
+    out.swap(io_->out);  // both keep their capacity: no allocation in steady state
+  } else {
+    out.insert(out.end(), io_->out.begin(), io_->out.end());
+  }
+  io_->out.clear();
+  return n;
 }
 
 std::string session::describe() const {

@@ -1,4 +1,4 @@
-// tls: mutual TLS over memory buffers (OpenSSL's libssl with two memory BIOs), for
+// tls: mutual TLS over memory buffers (OpenSSL's libssl with two buffer BIOs), for
 // connections that own their socket and their threads: the caller moves ciphertext between
 // the session and the socket, so the TLS layer never touches a descriptor and never blocks.
 // The RPC agent's TCP connections use it (docs/security.md, "TLS between hosts").
@@ -87,8 +87,9 @@ class session {
   expected<void> write(std::span<const std::byte> plaintext);
   /// Bytes of output waiting to be taken.
   std::size_t output_size() const noexcept;
-  /// Appends up to `max` bytes of output to `out`; returns how many.
-  std::size_t take_output(std::vector<std::byte>& out, std::size_t max = SIZE_MAX);
+  /// Appends the output to `out` (by swapping buffers when `out` is empty); returns how
+  /// many bytes.
+  std::size_t take_output(std::vector<std::byte>& out);
   /// The negotiated protocol and cipher, e.g. "TLSv1.3 TLS_AES_128_GCM_SHA256".
   std::string describe() const;
 
@@ -96,9 +97,16 @@ class session {
   session() = default;
   error failure(int ret, std::string_view during);
   std::shared_ptr<const context> ctx_;
-  void* ssl_ = nullptr;    // SSL*
-  void* in_ = nullptr;     // BIO*: ciphertext received, read by the SSL
-  void* out_ = nullptr;    // BIO*: ciphertext the SSL wrote, to send
+  void* ssl_ = nullptr;  // SSL*
+  // What the SSL's two BIOs read and write: plain byte vectors, so that ciphertext is
+  // copied once each way and handed out by swapping buffers (OpenSSL's memory BIOs zero
+  // every byte they grow by and need one more copy out).
+  struct buffers {
+    std::vector<std::byte> in;  // ciphertext received; the SSL has read up to in_pos
+    std::size_t in_pos = 0;
+    std::vector<std::byte> out;  // ciphertext the SSL wrote, to send
+  };
+  std::unique_ptr<buffers> io_ = std::make_unique<buffers>();
   bool client_ = false;
   bool established_ = false;
 };
