@@ -89,6 +89,7 @@ bool connection::tls_input(std::size_t n) {
   }
   std::optional<error> failure;
   bool became_ready = false;
+  std::string negotiated;
   {
     std::lock_guard<std::mutex> lk(tls_mu_);
     tls_->put_input(in);
@@ -96,6 +97,7 @@ bool connection::tls_input(std::size_t n) {
       auto h = tls_->handshake();
       if (!h) failure = std::move(h).error();
       else became_ready = *h;
+      if (became_ready) negotiated = tls_->describe();
     }
   }
   if (failure) {
@@ -108,7 +110,7 @@ bool connection::tls_input(std::size_t n) {
   }
   if (became_ready) {
     tls_ready_.store(true);
-    TROUPE_LOG(log_level::debug, "rpc", "TLS established with ", remote_, " (", tls_->describe(), ")");
+    TROUPE_LOG(log_level::debug, "rpc", "TLS established with ", remote_, " (", negotiated, ")");
   }
   if (tls_ready_.load()) {
     if (plain_in_.empty()) plain_in_.resize(plain_buffer_size);
