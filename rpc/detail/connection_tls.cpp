@@ -101,7 +101,6 @@ bool connection::tls_input(std::size_t n) {
     }
   }
   if (failure) {
-    failure->with_operation("TLS handshake");
     error e = make_error(failure->code(), outbound_ ? "connecting to the peer at " : "connection from ",
                          remote_, ": ", failure->message());
     if (!outbound_) TROUPE_LOG(log_level::warn, "rpc", e.message());
@@ -131,12 +130,13 @@ bool connection::tls_input(std::size_t n) {
       } else {
         r = direct ? decoder_.payload_written(*got, ready_)
                    : decoder_.feed(std::span<const std::byte>(plain_in_.data(), *got), ready_);
+        if (!r) r = make_error(r.error().code(), "connection with ", remote_, ": ", r.error().message());
       }
       if (!r) {
         if (r.error().code() == errc::connection_lost) {
           do_close(describe_loss("the peer closed its TLS session"));
         } else {
-          TROUPE_LOG(log_level::warn, "rpc", "closing connection from ", remote_, ": ", r.error().message());
+          TROUPE_LOG(log_level::warn, "rpc", "closing a TLS ", r.error().message());
           do_close(std::move(r).error());
         }
         return false;
