@@ -36,8 +36,11 @@ struct config {
 
 /// How messages name the three files (the settings that give them).
 struct setting_names {
+  /// The name of the certificate's setting.
   std::string_view cert = "TROUPE_TLS_CERT";
+  /// The name of the key's setting.
   std::string_view key = "TROUPE_TLS_KEY";
+  /// The name of the CA's setting.
   std::string_view ca = "TROUPE_TLS_CA";
 };
 
@@ -52,8 +55,10 @@ class context {
   context(const context&) = delete;
   context& operator=(const context&) = delete;
 
+  /// The files it was made from.
   const config& files() const noexcept { return files_; }
-  void* native() const noexcept { return ctx_; }  // SSL_CTX*
+  /// The OpenSSL context (an SSL_CTX*), for sessions.
+  void* native() const noexcept { return ctx_; }
 
  private:
   context() = default;
@@ -79,6 +84,7 @@ class session {
   /// (a certificate refused, by either side) or errc::protocol_error (the peer does not
   /// speak TLS), the message saying which side refused what and what to fix.
   expected<bool> handshake();
+  /// Whether the handshake completed.
   bool established() const noexcept { return established_; }
   /// Decrypts into `out`: the bytes read, 0 when no whole record is buffered yet. Fails
   /// with errc::connection_lost when the peer closed the session, or as handshake() does.
