@@ -50,6 +50,12 @@ expected<rpc_backend_options> tcp_construct(duration rpc_timeout, std::string in
       if (v != "0" && v != "1")
         return make_error(errc::invalid_argument, "setting 'local_socket' must be 0 or 1, got '", v, "'");
       o.local_socket = v == "1";
+    } else if (k == "tls_cert") {
+      o.tls.cert = v;
+    } else if (k == "tls_key") {
+      o.tls.key = v;
+    } else if (k == "tls_ca") {
+      o.tls.ca = v;
     } else if (k == "job_token") {
       o.job_token = v;
     } else if (k == "listen_host") {
@@ -69,7 +75,7 @@ expected<rpc_backend_options> tcp_construct(duration rpc_timeout, std::string in
       }
     } else {
       return make_error(errc::invalid_argument, "unknown setting '", k, "' for the tcp backend; known: "
-                        "num_worker_threads, num_io_threads, busy_poll_us, max_queued_bytes, local_socket, job_token, listen_host, "
+                        "num_worker_threads, num_io_threads, busy_poll_us, max_queued_bytes, local_socket, tls_cert, tls_key, tls_ca, job_token, listen_host, "
                         "group, devices (device maps are set on the options object)");
     }
   }

@@ -9,6 +9,7 @@
 
 #include "core/device.hpp"
 #include "core/time.hpp"
+#include "core/tls.hpp"
 #include "devicemap/device_map.hpp"
 #include "rpc/wire.hpp"
 
@@ -55,6 +56,13 @@ struct rpc_backend_options {
   /// theirs: the same frames and handshake over a cheaper kernel path (docs/rpc.md).
   /// Either side may turn it off; a peer without one is reached over TCP.
   bool local_socket = true;
+  /// Mutual TLS for the agent's TCP connections (docs/security.md, "TLS between hosts"):
+  /// this worker's certificate and key and the job's CA, PEM files. Every worker of the
+  /// group must use TLS or none: a TLS worker refuses plain peers and peers whose
+  /// certificate the CA did not sign. Local sockets (same host) stay plain. All empty (the
+  /// default): TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA; none set there either: no
+  /// TLS. A file that is missing or unreadable fails init naming it.
+  tls::config tls;
   /// Key prefix in the store, so several groups can share one store.
   std::string group = "troupe/rpc";
   /// Bound on init (store exchange, connections, barrier, warm-up): TROUPE_DEFAULT_TIMEOUT's

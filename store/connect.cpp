@@ -91,6 +91,12 @@ std::string job_secret_from_env() {
   return settings::job_secret.value().value_or(std::string());
 }
 
+tls::config tls_config_from_env() {
+  return tls::config{settings::tls_cert.value().value_or(std::string()),
+                     settings::tls_key.value().value_or(std::string()),
+                     settings::tls_ca.value().value_or(std::string())};
+}
+
 expected<std::unique_ptr<store>> connect_store(std::string_view url, const store_options& options) {
   auto scheme = store_url_scheme(url);
   if (!scheme) return std::move(scheme).error();
@@ -133,7 +139,7 @@ expected<std::unique_ptr<store>> connect_store(std::string_view url, const store
 namespace settings {
 
 setting_list store_settings() {
-  static constexpr const setting* list[] = {&job_secret};
+  static constexpr const setting* list[] = {&job_secret, &tls_cert, &tls_key, &tls_ca};
   return list;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/tls.hpp"
 #include "store/store.hpp"
 
 namespace troupe {
@@ -26,6 +27,10 @@ struct store_options {
 /// The job's secret from the environment: TROUPE_JOB_SECRET, else TROUPE_STORE_SECRET (its
 /// older name, still read), else empty. Empty values count as unset.
 std::string job_secret_from_env();
+
+/// The job's TLS files from the environment (TROUPE_TLS_CERT, TROUPE_TLS_KEY,
+/// TROUPE_TLS_CA); empty fields where unset. TLS is on when any is set (then all must be).
+tls::config tls_config_from_env();
 
 /// A fresh random job secret: 32 bytes from the kernel's random source (getrandom), as 64
 /// hex digits. errc::unavailable if the kernel has no randomness to give.

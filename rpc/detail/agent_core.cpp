@@ -55,6 +55,14 @@ expected<std::shared_ptr<agent_core>> agent_core::create(std::string name, int r
     if (!s) return fail(std::move(s).error());
     core->store_ = std::shared_ptr<store>(std::move(*s));
   }
+  if (!core->opts_.tls.enabled()) core->opts_.tls = tls_config_from_env();
+  if (core->opts_.tls.enabled()) {
+    auto ctx = tls::context::make(core->opts_.tls);
+    if (!ctx)
+      return fail(make_error(ctx.error().code(), "worker '", core->name_, "' cannot use TLS: ",
+                             ctx.error().message()));
+    core->tls_ = std::move(*ctx);
+  }
   if (core->opts_.device_count >= 0) {
     core->device_count_ = core->opts_.device_count;
   } else {
@@ -112,9 +120,19 @@ expected<void> agent_core::start_io() {
   // Accept loops: each accepted socket gets its own strand.
   auto accept = std::make_shared<std::function<void()>>();
   std::weak_ptr<agent_core> weak = weak_from_this();
-  auto adopt = [this, weak](connection::socket_type sock) {
+  // TCP connections are TLS when the agent has an identity; local sockets stay plain.
+  auto adopt = [this, weak](connection::socket_type sock, bool tcp) {
+    std::unique_ptr<tls::session> tls;
+    if (tcp) {
+      auto s = new_tls_session(false);
+      if (!s) {
+        TROUPE_LOG(log_level::error, "rpc", "worker '", name_, "' dropped a connection: ", s.error().message());
+        return;
+      }
+      tls = std::move(*s);
+    }
     auto c = std::make_shared<connection>(std::move(sock), weak, false, wire::limits{4096, 0, 0},
-                                          opts_.max_queued_bytes);
+                                          opts_.max_queued_bytes, std::move(tls));
     {
       std::lock_guard<std::mutex> lk(conns_mu_);
       inbound_.insert(c);
@@ -130,7 +148,7 @@ expected<void> agent_core::start_io() {
       if (!self || stopping_.load() || ec == asio::error::operation_aborted) return;
       if (ec) return pause->retry_after_failure(ec, "rpc", accept_w);
       pause->succeeded();
-      adopt(connection::socket_type(std::move(sock)));
+      adopt(connection::socket_type(std::move(sock)), true);
       if (auto again = accept_w.lock()) (*again)();
     });
   };
@@ -149,7 +167,7 @@ expected<void> agent_core::start_io() {
             if (!self || stopping_.load() || ec == asio::error::operation_aborted) return;
             if (ec) return local_pause->retry_after_failure(ec, "rpc (local socket)", again_w);
             local_pause->succeeded();
-            adopt(connection::socket_type(std::move(sock)));
+            adopt(connection::socket_type(std::move(sock)), false);
             if (auto again = again_w.lock()) (*again)();
           });
     };
@@ -304,7 +322,9 @@ expected<std::shared_ptr<connection>> agent_core::dial(const member& m, deadline
   if (ec)
     return make_error(errc::invalid_argument, "worker '", m.info.name, "' published address '",
                       m.host, "' that is not an IP address");
-  if (auto local = dial_locally(m, addr)) return handshake(m, std::move(*local), d);
+  if (auto local = dial_locally(m, addr)) return handshake(m, std::move(*local), nullptr, d);
+  auto tls = new_tls_session(true);
+  if (!tls) return std::move(tls).error();
   asio::ip::tcp::socket sock(asio::make_strand(io_));
   asio::ip::tcp::endpoint ep(addr, m.port);
   std::promise<boost::system::error_code> connected;
@@ -324,14 +344,20 @@ expected<std::shared_ptr<connection>> agent_core::dial(const member& m, deadline
     return make_error(errc::connection_lost, "cannot connect to worker '", m.info.name, "' at ",
                       m.host, ":", m.port, ": ", e.message(), "; the worker may have died")
         .with_worker(m.info.name);
-  return handshake(m, connection::socket_type(std::move(sock)), d);
+  return handshake(m, connection::socket_type(std::move(sock)), std::move(*tls), d);
+}
+
+expected<std::unique_ptr<tls::session>> agent_core::new_tls_session(bool client) const {
+  if (!tls_) return std::unique_ptr<tls::session>();
+  return tls::session::make(tls_, client);
 }
 
 expected<std::shared_ptr<connection>> agent_core::handshake(const member& m,
                                                              connection::socket_type sock,
+                                                             std::unique_ptr<tls::session> tls,
                                                              deadline d) {
   auto c = std::make_shared<connection>(std::move(sock), weak_from_this(), true, opts_.limits,
-                                        opts_.max_queued_bytes);
+                                        opts_.max_queued_bytes, std::move(tls));
   c->set_peer(m.info);
   c->start(duration::zero());
   // hello (our nonce) -> challenge (its nonce and proof) -> our proof -> handshake_ok.

@@ -142,6 +142,7 @@ class agent_core final : public connection_owner,
   std::optional<connection::socket_type> dial_locally(const member& m,
                                                       const asio::ip::address& addr);
   expected<std::shared_ptr<connection>> handshake(const member& m, connection::socket_type sock,
+                                                  std::unique_ptr<tls::session> tls,
                                                   deadline d);
   void listen_locally();
   expected<void> wait_outstanding(deadline d);
@@ -204,6 +205,10 @@ class agent_core final : public connection_owner,
   std::shared_ptr<store> store_;
   int device_count_ = 0;
   std::string token_;
+  // The job's TLS identity for TCP connections (options.tls, else the TROUPE_TLS_CERT/KEY/CA settings); null: plain.
+  std::shared_ptr<const tls::context> tls_;
+  // A TLS session for a new TCP connection (null when plain).
+  expected<std::unique_ptr<tls::session>> new_tls_session(bool client) const;
 
   // I/O.
   asio::io_context io_;

@@ -19,13 +19,15 @@ thread_local std::vector<std::function<void()>>* batch_hooks = nullptr;
 }  // namespace
 
 connection::connection(socket_type sock, std::weak_ptr<connection_owner> owner, bool outbound,
-                       wire::limits lim, std::size_t max_queued_bytes)
+                       wire::limits lim, std::size_t max_queued_bytes,
+                       std::unique_ptr<tls::session> tls)
     : socket_(std::move(sock)),
       handshake_timer_(socket_.get_executor()),
       owner_(std::move(owner)),
       outbound_(outbound),
       decoder_(lim),
       read_buf_(read_buffer_size),
+      tls_(std::move(tls)),
       max_queued_(max_queued_bytes == 0 ? default_max_queued_bytes : max_queued_bytes) {
   boost::system::error_code ec;
   sockaddr_storage peer{};
@@ -71,6 +73,7 @@ void connection::start(duration handshake_timeout) {
                                     " sent no handshake within ", format_duration(handshake_timeout)));
       });
     }
+    if (self->tls_) self->tls_start();
     self->read_more();
   });
 }
@@ -120,7 +123,8 @@ error connection::describe_loss(std::string_view what) const {
 void connection::read_more() {
   auto self = shared_from_this();
   auto window = decoder_.payload_window();
-  if (window.size() >= direct_read_min) {
+  // TLS reads ciphertext into read_buf_; tls_input decrypts straight into the window.
+  if (!tls_ && window.size() >= direct_read_min) {
     socket_.async_read_some(asio::buffer(window.data(), window.size()),
                             [self](const boost::system::error_code& ec, std::size_t n) {
                               self->on_read(ec, n, true);
@@ -139,12 +143,29 @@ void connection::on_read(const boost::system::error_code& ec, std::size_t n, boo
       std::lock_guard<std::mutex> lk(wmu_);
       if (closed_) return;
     }
+    if (tls_ && !tls_ready_.load()) {
+      auto e = tls_mismatch(true);
+      if (!outbound_) TROUPE_LOG(log_level::warn, "rpc", e.message());
+      do_close(std::move(e));
+      return;
+    }
     do_close(describe_loss(ec == asio::error::eof ? "the peer closed it" : ec.message()));
     return;
   }
   rpc_stats().bytes_received.add(n);
-  expected<void> r = into_window ? decoder_.payload_written(n, ready_)
-                                 : decoder_.feed(std::span(read_buf_.data(), n), ready_);
+  expected<void> r;
+  if (tls_) {
+    if (!tls_input(n)) return;
+  } else {
+    // A TLS ClientHello (a handshake record, 0x16 0x03) where RPC frames were expected.
+    if (nothing_read_ && !into_window && n >= 2 && read_buf_[0] == std::byte{0x16} &&
+        read_buf_[1] == std::byte{0x03})
+      r = tls_mismatch(false);
+    else
+      r = into_window ? decoder_.payload_written(n, ready_)
+                      : decoder_.feed(std::span(read_buf_.data(), n), ready_);
+    nothing_read_ = false;
+  }
   if (!r) {
     TROUPE_LOG(log_level::warn, "rpc", "closing connection from ", remote_, ": ", r.error().message());
     do_close(std::move(r).error());

@@ -20,6 +20,18 @@
 //   connection that breaks drops its queue with a warning naming how many frames were
 //   lost. The descriptor is closed only when no writer is active.
 //
+// TLS (docs/security.md, "TLS between hosts"): a connection given a tls::session runs its
+// bytes through it over memory buffers, so the model above stays. The strand feeds what it
+// reads into the session (driving the TLS handshake first, before any frame) and hands the
+// plaintext to the frame decoder, straight into a tensor's memory when the decoder waits
+// for a payload. The writer encrypts queued frames, a chunk at a time, into `cipher_out_`
+// and sends that with the same non-blocking sends; a frame counts as written (its
+// `written` promise completes) once it is encrypted, and queued_bytes() counts plaintext
+// not yet encrypted plus ciphertext not yet sent. `tls_mu_` serializes every call on the
+// session (the strand's reads and the writer's encryption); it is held only around them,
+// never across a wait, and may be taken under `wmu_`, never the reverse. Frames wait in the
+// queue until the TLS handshake completes.
+//
 // Errors are sticky: the first failure (read error, EOF, protocol error, close()) is
 // recorded, every pending call on the connection fails with it at once, and every later
 // send() returns it.
@@ -37,6 +49,7 @@
 #include <optional>
 
 #include "core/future.hpp"
+#include "core/tls.hpp"
 #include "core/worker_info.hpp"
 #include "rpc/wire.hpp"
 
@@ -75,9 +88,11 @@ class connection : public std::enable_shared_from_this<connection> {
   /// TCP, or a local (Unix domain) socket to a peer on this host.
   using socket_type = asio::generic::stream_protocol::socket;
 
-  /// `outbound`: we connected (we send requests, the peer answers).
+  /// `outbound`: we connected (we send requests, the peer answers). `tls`: the connection's
+  /// TLS session (client side when outbound), or null for plain bytes.
   connection(socket_type sock, std::weak_ptr<connection_owner> owner, bool outbound,
-             wire::limits lim, std::size_t max_queued_bytes = default_max_queued_bytes);
+             wire::limits lim, std::size_t max_queued_bytes = default_max_queued_bytes,
+             std::unique_ptr<tls::session> tls = nullptr);
   ~connection();
 
   /// Starts reading. An inbound connection that has no peer identity after
@@ -112,6 +127,10 @@ class connection : public std::enable_shared_from_this<connection> {
   void set_peer(worker_info w);
   void set_limits(wire::limits lim);
   const std::string& remote_address() const noexcept { return remote_; }
+  /// Whether the connection runs over TLS.
+  bool secure() const noexcept { return tls_ != nullptr; }
+  /// Whether its TLS handshake completed (always false for a plain connection).
+  bool tls_established() const noexcept { return tls_ready_.load(); }
 
   /// An accepted connection between the challenge and the caller's proof: who the caller
   /// claims to be and both nonces. Touched only by the frame handler, on the strand.
@@ -163,6 +182,21 @@ class connection : public std::enable_shared_from_this<connection> {
   void fail_all(const error& e);
   void do_close(error why, bool drain_first = false);
   error describe_loss(std::string_view what) const;
+  // Whether a writer turn has anything to do; wmu_ held and no other writer active.
+  bool has_work_locked() const;
+  // Asks the strand for a writer turn when one has work and none is active or waiting.
+  void kick_writer();
+  // TLS: starts the client's handshake (strand).
+  void tls_start();
+  // TLS: what the strand does with `n` bytes read into read_buf_; closes on failure and
+  // returns false.
+  bool tls_input(std::size_t n);
+  // TLS: the writer's loop (see write_queue).
+  write_result write_queue_tls(std::unique_lock<std::mutex>& lk, std::uint64_t until_popped,
+                               std::optional<error>& failure, written_list& done);
+  // The peer does not use TLS where this connection does, or the reverse (or, when
+  // `closed_in_handshake`, it closed during the TLS handshake): the error that says so.
+  error tls_mismatch(bool closed_in_handshake) const;
 
   socket_type socket_;
   asio::steady_timer handshake_timer_;
@@ -173,6 +207,16 @@ class connection : public std::enable_shared_from_this<connection> {
   wire::frame_decoder decoder_;
   std::vector<std::byte> read_buf_;
   std::vector<wire::frame> ready_;
+  bool nothing_read_ = true;  // strand: no byte has arrived yet
+
+  // TLS (null for a plain connection); see the class comment.
+  std::unique_ptr<tls::session> tls_;
+  mutable std::mutex tls_mu_;          // every call on tls_
+  std::atomic<bool> tls_ready_{false};  // its handshake completed
+  std::vector<std::byte> plain_in_;     // strand: decrypted bytes for the decoder
+  std::vector<std::byte> cipher_out_;   // the active writer's ciphertext to send
+  std::size_t cipher_sent_ = 0;         // of cipher_out_
+  std::vector<std::byte> stage_;        // the writer's small pieces, encrypted as one record
 
   mutable std::mutex wmu_;  // the write side, the sticky error and the closed flag
   std::condition_variable wcv_;  // a writer finished, or the queue has room again

@@ -83,7 +83,7 @@ void connection::schedule_flush_locked() {
 void connection::flush_on_strand() {
   std::unique_lock<std::mutex> lk(wmu_);
   flush_posted_ = false;
-  if (closed_ || writing_ || waiting_writable_ || queue_.empty()) return;
+  if (closed_ || writing_ || waiting_writable_ || !has_work_locked()) return;
   (void)write_turn(lk, pushed_);  // a failure closes the connection; nobody to tell here
 }
 
@@ -91,6 +91,7 @@ connection::write_result connection::write_queue(std::unique_lock<std::mutex>& l
                                                  std::uint64_t until_popped,
                                                  std::optional<error>& failure,
                                                  written_list& done) {
+  if (tls_) return write_queue_tls(lk, until_popped, failure, done);
   const int fd = socket_.native_handle();
   while (!queue_.empty() && popped_ < until_popped) {
     if (closed_) return write_result::done;
@@ -167,8 +168,9 @@ void connection::end_write(std::unique_lock<std::mutex>&, write_result r,
     });
     return;
   }
-  // Frames that others queued while this writer wrote its own go with the strand.
-  if (!queue_.empty()) schedule_flush_locked();
+  // Frames that others queued while this writer wrote its own go with the strand (and,
+  // with TLS, records the strand's reads made meanwhile).
+  if (has_work_locked()) schedule_flush_locked();
 }
 
 void connection::on_writable(const boost::system::error_code& ec) {
@@ -216,7 +218,8 @@ void connection::do_close(error why, bool drain_first) {
   {
     std::unique_lock<std::mutex> lk(wmu_);
     if (!closed_) {
-      if (drain_first && !queue_.empty()) drain(lk, deadline::after(drain_timeout), done);
+      // With TLS, records the session still has to send (an alert saying why) go too.
+      if (drain_first && (!queue_.empty() || tls_)) drain(lk, deadline::after(drain_timeout), done);
       closed_ = true;
       error_ = std::move(why);
       // No writer may be inside sendmsg when the descriptor closes.
@@ -224,7 +227,8 @@ void connection::do_close(error why, bool drain_first) {
       boost::system::error_code ec;
       socket_.shutdown(socket_type::shutdown_both, ec);
       socket_.close(ec);
-      if (!queue_.empty()) {
+      // (Frames that waited for a TLS handshake that failed were never meant to go.)
+      if (!queue_.empty() && (!tls_ || tls_ready_.load())) {
         auto p = peer();
         TROUPE_LOG(log_level::warn, "rpc", queue_.size(), " frames (", queued_bytes_,
                    " bytes) queued for ", p.name.empty() ? remote_ : strcat("worker '", p.name, "'"),
@@ -234,6 +238,8 @@ void connection::do_close(error why, bool drain_first) {
         if (f.written) dropped.push_back(std::move(*f.written));
       queue_.clear();
       queued_bytes_ = 0;
+      cipher_out_.clear();
+      cipher_sent_ = 0;
       wcv_.notify_all();  // senders blocked on a full queue fail with the sticky error
     }
     sticky = *error_;

@@ -8,8 +8,11 @@
 //   bad_map      join a static group whose rank 1 has a device map to an invalid device;
 //                writes the init error's text to "errors/<rank>" in the store.
 // Exit codes: 0 ok, 2 init failed, 3 a check failed.
+// With RPC_TEST_TCP_ONLY=1 in the environment it uses no local socket (TCP to peers on this
+// host too); TLS comes from TROUPE_TLS_* as for any worker.
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <thread>
@@ -27,6 +30,7 @@ std::atomic<agent*> the_agent{nullptr};
 std::mutex kept_mu;
 std::vector<remote_ref<int>>* kept = new std::vector<remote_ref<int>>();
 std::atomic<bool> leave_requested{false};
+std::atomic<long> told{0};  // the sum of one-way "tell" calls received
 
 // Calls can arrive while init is still finishing (the group knows a joiner before its
 // init returns): wait for the agent, bounded.
@@ -62,6 +66,8 @@ std::shared_ptr<function_table> make_functions() {
     }
     return r.to_here(std::chrono::seconds(10));
   });
+  (void)t->add("tell", [](int v) { told += v; });
+  (void)t->add("told", [] { return told.load(); });
   (void)t->add("leave_soon", [] {
     leave_requested = true;
     return true;
@@ -124,6 +130,7 @@ int main(int argc, char** argv) {
   o.shutdown_timeout = std::chrono::seconds(20);
   o.functions = make_functions();
   o.device_count = 0;
+  if (const char* tcp = std::getenv("RPC_TEST_TCP_ONLY"); tcp && std::string(tcp) == "1") o.local_socket = false;
   if (mode == "bad_map" && rank == 1) {
     device_map m;
     (void)m.set(*device::cuda(0), *device::cuda(3));

@@ -78,6 +78,8 @@ expected<std::unique_ptr<test_pki>> test_pki::make() {
     return std::move(r).error();
   if (auto r = make_cert(d, "stranger", "other-ca", "stranger", client_ext); !r)
     return std::move(r).error();
+  if (auto r = make_cert(d, "other-node", "other-ca", "127.0.0.1", server_ext); !r)
+    return std::move(r).error();
   return p;
 }
 

@@ -2,8 +2,8 @@
 // (Debian's openssl package) in a fresh directory under /tmp, removed on destruction.
 //
 // It holds a CA, a server certificate for 127.0.0.1 and localhost, a client certificate
-// signed by the CA, and a second CA with a client certificate of its own, which a server
-// trusting only the first CA must refuse. All keys are P-256, all files PEM.
+// signed by the CA, and a second CA with a client certificate and a certificate for both
+// roles of its own, which a peer trusting only the first CA must refuse. All keys are P-256, all files PEM.
 #pragma once
 
 #include <memory>
@@ -36,6 +36,9 @@ class test_pki {
   std::string other_ca() const { return dir_ + "/other-ca.pem"; }
   std::string stranger_cert() const { return dir_ + "/stranger.pem"; }
   std::string stranger_key() const { return dir_ + "/stranger.key"; }
+  /// A certificate the second CA signed for both roles (server and client), like server().
+  std::string other_node_cert() const { return dir_ + "/other-node.pem"; }
+  std::string other_node_key() const { return dir_ + "/other-node.key"; }
 
  private:
   test_pki() = default;
