@@ -13,7 +13,9 @@
 #
 # Figures per run, from the "recovery:" lines (wall-clock times on this one host):
 #   kill -> next step    from the SIGKILL to the first step any worker completes after it
-#   start -> first step  from a (re)started worker's start to its first completed step
+#   start -> first step  from a (re)started worker's start (the top of its main, before
+#                        troupe::init; the top of the script, before importing torch) to
+#                        its first completed step
 #   steps lost           the kill step minus the first step completed after the kill, plus
 #                        one: 1 when only the step in flight is redone (troupe discards it
 #                        on every survivor; torchrun's checkpoint is written every step)

@@ -14,11 +14,14 @@ Prints the same "recovery: ..." lines as train_demo --recovery-report (wall-cloc
   torchrun --standalone --nproc_per_node 4 --max_restarts 1 --monitor_interval 0.1 \
     bench/elastic_torchrun.py --ckpt DIR --victim 1 --kill-step 100
 """
+import time
+
+STARTED_NS = time.time_ns()  # before the imports: a restarted worker pays for them again
+
 import argparse
 import os
 import signal
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -27,16 +30,6 @@ import torch.nn as nn
 
 def now_ns():
     return time.time_ns()
-
-
-def process_start_ns():
-    """This process's start in wall-clock ns (/proc, 10 ms resolution): the interpreter's
-    start and the imports count, as they do for every restarted worker."""
-    with open("/proc/self/stat") as f:
-        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-    with open("/proc/stat") as f:
-        btime = next(int(l.split()[1]) for l in f if l.startswith("btime"))
-    return btime * 1_000_000_000 + ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
 def main():
@@ -53,7 +46,7 @@ def main():
     rank = int(os.environ["RANK"])
     me = f"worker{rank}"
     if restart > 0:
-        print(f"recovery: {me} started at {process_start_ns()}", flush=True)
+        print(f"recovery: {me} started at {STARTED_NS}", flush=True)
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     world = dist.get_world_size()

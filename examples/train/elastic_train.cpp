@@ -1,7 +1,6 @@
 #include "elastic_train.hpp"
 
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,35 +24,6 @@ long long wall_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// When this process started, in wall-clock ns: its start time in clock ticks since boot
-// (/proc/self/stat, field 22) plus the boot time (/proc/stat btime). 10 ms resolution.
-long long process_start_ns() {
-  std::FILE* f = std::fopen("/proc/self/stat", "r");
-  if (f == nullptr) return wall_ns();
-  char buf[1024] = {};
-  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
-  if (n == 0 || p == nullptr) return wall_ns();
-  unsigned long long ticks = 0;
-  int field = 2;
-  for (const char* q = p + 1; *q != '\0'; ++q)
-    if (*q == ' ' && ++field == 22) {
-      ticks = std::strtoull(q + 1, nullptr, 10);
-      break;
-    }
-  long long btime = 0;
-  if (std::FILE* st = std::fopen("/proc/stat", "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof line, st) != nullptr)
-      if (std::sscanf(line, "btime %lld", &btime) == 1) break;
-    std::fclose(st);
-  }
-  const long hz = ::sysconf(_SC_CLK_TCK);
-  if (btime == 0 || hz <= 0) return wall_ns();
-  return btime * 1'000'000'000LL + static_cast<long long>(ticks) * (1'000'000'000LL / hz);
 }
 
 int fail(const std::string& who, const std::string& what) {
@@ -141,7 +111,7 @@ int train_elastic(world& w, const elastic_settings& s) {
   std::int64_t first_step = -1;
   bool resized = false;  // a step completed after the last resize is reported
   if (s.recovery_report && w.env().restart_count > 0) {
-    std::printf("recovery: %s started at %lld\n", me.c_str(), process_start_ns());
+    std::printf("recovery: %s started at %lld\n", me.c_str(), s.started_ns);
     std::fflush(stdout);
   }
   training::elastic_loop_options lo;

@@ -34,9 +34,11 @@ struct elastic_settings {
   /// The same on every worker; 0: derived from the run id.
   std::uint64_t seed = 0;
   /// Print "recovery: ..." lines with wall-clock times (ns since the epoch): the kill, a
-  /// replacement's process start (from /proc, so its exec and init count), and each
-  /// member's first completed step after every resize (bench/elastic_bench.sh reads them).
+  /// replacement's start (`started_ns`, taken at the top of main(), so troupe::init
+  /// counts), and each member's first completed step after every resize
+  /// (bench/elastic_bench.sh reads them).
   bool recovery_report = false;
+  long long started_ns = 0;
 };
 
 /// Trains in the elastic world `w` (w.elastic() is set), prints the loss per epoch from the

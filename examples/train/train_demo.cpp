@@ -44,6 +44,7 @@ struct options {
   duration timeout = 30s;
   bool kill_one = false;
   bool recovery_report = false;
+  long long started_ns = 0;
   std::uint64_t seed = 0;
 };
 
@@ -92,6 +93,7 @@ int train(const options& o) {
     es.timeout = o.timeout;
     es.kill_one = o.kill_one;
     es.recovery_report = o.recovery_report;
+    es.started_ns = o.started_ns;
     es.seed = o.seed;
     return examples::train_elastic(*w, es);
   }
@@ -179,7 +181,10 @@ int train(const options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto started = std::chrono::system_clock::now();  // for --recovery-report
   options o;
+  o.started_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch())
+                     .count();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--kill-one" || a == "--recovery-report") {
