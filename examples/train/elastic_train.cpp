@@ -52,10 +52,7 @@ std::vector<float> replay_elastic(const dataset& d, const std::vector<int>& worl
       const auto [b, e] = training::split_evenly(global_batch, r, world);
       m.zero_grad();
       if (e > b) m.train_batch(d, from + static_cast<int>(b), from + static_cast<int>(e));
-      if (r == 0)
-        sum = m.g;
-      else
-        for (std::size_t k = 0; k < sum.size(); ++k) sum[k] = sum[k] + m.g[k];
+      fold_in_rank_order(sum, m.g, r);
     }
     for (std::size_t k = 0; k < sum.size(); ++k) m.g[k] = sum[k] / static_cast<float>(world);
     m.sgd(lr);

@@ -164,6 +164,16 @@ class mlp {
   std::vector<std::size_t> sizes_, offsets_;
 };
 
+/// Adds rank `r`'s contribution `g` to `sum` as the group's reduction does: rank 0's
+/// replaces it, every later one is added in rank order (((g0 + g1) + g2) + ...).
+inline void fold_in_rank_order(std::vector<float>& sum, const std::vector<float>& g, int r) {
+  if (r == 0) {
+    sum = g;
+    return;
+  }
+  for (std::size_t k = 0; k < sum.size(); ++k) sum[k] = sum[k] + g[k];
+}
+
 /// What data-parallel training with these shards computes, in one process, in the same
 /// order of float operations as the group: at step i every rank computes the gradient of
 /// its batch i on its own (zeros when it has no batch i left: Join's shadow contribution),
@@ -191,10 +201,7 @@ inline std::vector<float> reference_training(const dataset& d, int world, int ep
         int begin = b + i * batch;
         m.zero_grad();
         if (begin < en) m.train_batch(d, begin, std::min(en, begin + batch));
-        if (r == 0)
-          sum = m.g;
-        else
-          for (std::size_t k = 0; k < sum.size(); ++k) sum[k] = sum[k] + m.g[k];
+        fold_in_rank_order(sum, m.g, r);
       }
       for (std::size_t k = 0; k < sum.size(); ++k) m.g[k] = sum[k] / static_cast<float>(world);
       m.sgd(lr);

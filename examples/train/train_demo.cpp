@@ -33,19 +33,10 @@ using namespace troupe;
 using namespace troupe::collectives;
 using namespace std::chrono_literals;
 
-struct options {
-  int epochs = 5;
-  int samples = 8192;
-  int batch = 32;
-  int features = 16, hidden = 64, classes = 4;
-  float lr = 0.2f;
-  double tolerance = 1e-4;
+// The settings both modes share (sizes, learning rate, tolerance, timeout; the elastic
+// ones), and DDP's comm hook.
+struct options : examples::elastic_settings {
   std::string hook = "allreduce";
-  duration timeout = 30s;
-  bool kill_one = false;
-  bool recovery_report = false;
-  long long started_ns = 0;
-  std::uint64_t seed = 0;
 };
 
 int usage(const std::string& why) {
@@ -81,21 +72,7 @@ int train(const options& o) {
     // membership, so a dead worker's replacement joins the others' training.
     if (o.hook != "allreduce")
       return fail(rank, "--hook " + o.hook + " is not available in elastic training");
-    examples::elastic_settings es;
-    es.epochs = o.epochs;
-    es.samples = o.samples;
-    es.batch = o.batch;
-    es.features = o.features;
-    es.hidden = o.hidden;
-    es.classes = o.classes;
-    es.lr = o.lr;
-    es.tolerance = o.tolerance;
-    es.timeout = o.timeout;
-    es.kill_one = o.kill_one;
-    es.recovery_report = o.recovery_report;
-    es.started_ns = o.started_ns;
-    es.seed = o.seed;
-    return examples::train_elastic(*w, es);
+    return examples::train_elastic(*w, o);
   }
   if (o.kill_one)
     return fail(rank, "--kill-one needs elastic training: run under troupe-run --failure-policy "
