@@ -23,7 +23,7 @@
 #include "store/connect.hpp"
 #include "store/prefix_store.hpp"
 #include "store/tcp_store_server.hpp"
-#include "support/child_process.hpp"
+#include "support/store_job.hpp"
 
 namespace {
 
@@ -56,33 +56,8 @@ struct failure {
   std::string message;
 };
 
-struct job {
-  std::unique_ptr<troupe::tcp_store_server> server;
-  std::shared_ptr<troupe::store> client;
-  std::unique_ptr<troupe::prefix_store> records;
-  std::string scope = "elastic-job";
-  fs::path dir;
-  std::map<std::string, troupe::test::child_process> workers;
-
-  job() {
-    auto started = troupe::tcp_store_server::start({});
-    REQUIRE(started.has_value());
-    server = std::move(*started);
-    troupe::store_options o;
-    o.connect_timeout = 5s;
-    o.timeout = 10s;
-    auto c = troupe::connect_store(server->url(), o);
-    REQUIRE(c.has_value());
-    client = std::move(*c);
-    records = std::make_unique<troupe::prefix_store>(client, scope);
-    dir = fs::temp_directory_path() / ("troupe-elastic-" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-  }
-  ~job() {
-    workers.clear();  // kills what is left before the store goes
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
+struct job : troupe::test::store_job {
+  job() : store_job("elastic-job", "troupe-elastic") {}
 
   void start(const std::string& name) {
     troupe::test::spawn_options o;
