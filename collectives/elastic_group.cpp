@@ -12,6 +12,7 @@
 
 #include "collectives/interruptible_store.hpp"
 #include "collectives/registry.hpp"
+#include "core/codec.hpp"
 #include "core/log.hpp"
 
 namespace troupe::collectives {
@@ -290,6 +291,19 @@ expected<membership::epoch> elastic_group::wait_for_change(std::uint64_t than, d
   return make_error(errc::timeout, "no epoch after ", than, " within ", format_duration(timeout));
 }
 
+namespace {
+
+// The all-or-none agreement before building epoch `e`'s group, over the root store under
+// `<name>/epoch-<n>/commit/`: every member adds itself to `arrived`; the one that makes it
+// the epoch's size sets `state` to "built" (compare_set from absent), and a member that
+// learns of a newer epoch while waiting sets it to "cancelled" the same way. Exactly one of
+// the two wins, so every member sees the same answer: true (build, and do not abandon),
+// false (a newer epoch: go to it). Waits in slices of 50 ms, up to the build timeout.
+expected<bool> commit_build(elastic_group::state& st, const membership::epoch& e, int rank,
+                            const deadline& dl);
+
+}  // namespace
+
 expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
   auto& st = *state_;
   const auto dl = deadline::after(timeout);
@@ -312,6 +326,13 @@ expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
     if (dl.expired())
       return make_error(errc::timeout, "the group of epoch ", e.number, " was not built within ",
                         format_duration(timeout));
+    // All or none: the members first agree that every one of them builds this epoch's
+    // group; once they have, nobody abandons the build for a newer epoch (a member that
+    // published its connection keys and then left would hold the others in gloo's pair
+    // connect until the build timeout). See commit_build().
+    auto committed = commit_build(st, e, me->rank, dl);
+    if (!committed) return std::move(committed).error();
+    if (!*committed) continue;  // a newer epoch came first: build that one
     group_spec spec;
     spec.name = strcat(st.opts.name, "/epoch-", e.number);
     spec.rank = me->rank;
@@ -319,15 +340,14 @@ expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
     for (int r = 0; r < spec.size; ++r) spec.global_ranks.push_back(r);
     const std::uint64_t n = e.number;
     std::weak_ptr<state> weak = state_;
+    // Committed, the build is interrupted only by a shutdown; a newer epoch makes the built
+    // group stale (below) instead.
     spec.root_store = std::make_shared<interruptible_store>(
-        st.root, [weak, n]() -> std::optional<troupe::error> {
+        st.root, [weak]() -> std::optional<troupe::error> {
           auto s = weak.lock();
           if (!s) return make_error(errc::shut_down, "the elastic group is gone");
           std::lock_guard lk(s->mu);
           if (s->stopping) return make_error(errc::shut_down, "the elastic group was shut down");
-          if (s->newest.number > n)
-            return make_error(errc::membership_changed, "epoch ", s->newest.number,
-                              " arrived while the group of epoch ", n, " was being built");
           return std::nullopt;
         });
     spec.timeout = std::min(st.opts.build_timeout, dl.remaining());
@@ -393,5 +413,50 @@ void elastic_group::shutdown(duration timeout) {
   }
   if (st.hold_thread.joinable()) st.hold_thread.join();
 }
+
+namespace {
+
+expected<bool> commit_build(elastic_group::state& st, const membership::epoch& e, int rank,
+                            const deadline& dl) {
+  const std::string base = strcat(st.opts.name, "/epoch-", e.number, "/commit/");
+  const std::string state_key = base + "state";
+  const auto until = deadline::after(std::min(dl.remaining(), st.opts.build_timeout));
+  const auto left = [&] { return std::max(until.remaining(), duration(1)); };
+  const auto decided = [](const bytes& b) {
+    return troupe::to_string(std::span<const std::byte>(b)) == "built";
+  };
+  auto arrived = st.root->add(base + "arrived", 1, left());
+  if (!arrived) return std::move(arrived).error();
+  if (*arrived == static_cast<std::int64_t>(e.size())) {
+    auto won = st.root->compare_set(state_key, std::nullopt, to_bytes(std::string("built")), left());
+    if (!won) return std::move(won).error();
+    return decided(*won);
+  }
+  for (;;) {
+    auto got = st.root->get(state_key, std::min(left(), duration(50)));
+    if (got) return decided(*got);
+    if (got.error().code() != errc::timeout) return std::move(got).error();
+    bool newer = false;
+    {
+      std::lock_guard lk(st.mu);
+      if (st.stopping)
+        return make_error(errc::shut_down, "the elastic group '", st.opts.name, "' was shut down");
+      newer = st.newest.number > e.number;
+    }
+    if (newer) {
+      auto won =
+          st.root->compare_set(state_key, std::nullopt, to_bytes(std::string("cancelled")), left());
+      if (!won) return std::move(won).error();
+      return decided(*won);
+    }
+    if (until.expired())
+      return make_error(errc::timeout, "building the group of epoch ", e.number, " (", e.names(),
+                        ") as rank ", rank, ": only ", *arrived, " of ", e.size(),
+                        " members (counting this one) arrived within the build timeout; are "
+                        "the others alive and following the same membership?");
+  }
+}
+
+}  // namespace
 
 }  // namespace troupe::collectives
