@@ -31,7 +31,7 @@ limit_mib=60
 if ((do_build)); then
   [[ -f $build/CMakeCache.txt ]] || cmake --preset release >/dev/null
   cmake --build "$build" -j"${TROUPE_BUILD_JOBS:-$(nproc)}" \
-    --target core_gpu_tests collectives_gpu_tests nccl_bench rpc_bench >/dev/null
+    --target core_gpu_tests collectives_gpu_tests rpc_gpu_tests nccl_bench rpc_bench rpc_gpu_bench >/dev/null
 fi
 # The gpu-labelled test binaries, as CTest knows them.
 mapfile -t tests < <(ctest --test-dir "$build" -L gpu --show-only=json-v1 2>/dev/null |
@@ -48,7 +48,7 @@ if ! printf '%s\n' "${tests[@]}" | grep -q '/collectives_gpu_tests$'; then
     "install CUDA under /usr/local/cuda with NCCL and configure again" >&2
   exit 1
 fi
-benches=("$build/bench/nccl_bench" "$build/bench/rpc_bench")
+benches=("$build/bench/nccl_bench" "$build/bench/rpc_bench" "$build/bench/rpc_gpu_bench")
 for f in "${tests[@]}" "${benches[@]}"; do
   [[ -x $f ]] || { echo "gpu-bundle: $f is missing; build it first (drop --no-build)" >&2; exit 1; }
 done
@@ -57,7 +57,7 @@ rm -rf "$out"
 mkdir -p "$out/tests" "$out/bench" "$out/lib"
 for f in "${tests[@]}"; do cp "$f" "$out/tests/"; done
 for f in "${benches[@]}"; do cp "$f" "$out/bench/"; done
-strip --strip-unneeded "$out"/tests/* "$out"/bench/*
+strip --strip-unneeded "$out"/tests/* "${benches[@]/#$build/$out}"
 
 # Libraries the device lacks: everything ldd resolves except the C and C++ runtimes (the
 # device's own are newer) and CUDA's runtime and NCCL (run.sh finds the device's).
@@ -71,6 +71,7 @@ for f in "$out"/tests/* "$out"/bench/*; do
 done
 strip --strip-unneeded "$out"/lib/* 2>/dev/null || true
 cp scripts/gpu-run.sh "$out/run.sh"
+cp bench/rpc_gpu_tensorpipe.py "$out/bench/"
 chmod +x "$out/run.sh"
 git rev-parse --short HEAD >"$out/COMMIT" 2>/dev/null || echo unknown >"$out/COMMIT"
 

@@ -120,6 +120,25 @@ if ((!tests_only)); then
     echo "run.sh: nccl_bench --world $world (our wrapper against raw NCCL, same program)"
     timeout 300 "$here/bench/nccl_bench" --world "$world" --min 8 --max $((256 << 20)) ||
       echo "run.sh: nccl_bench failed (status $?)"
+    # RPC GPU -> GPU echo, ours and PyTorch's TensorPipe agent, alternating (noisy machines).
+    tp_python=""
+    for py in python3 /usr/bin/python3; do
+      if command -v "$py" >/dev/null 2>&1 &&
+        timeout 60 "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+        tp_python=$py
+        break
+      fi
+    done
+    [[ -z $tp_python ]] && echo "run.sh: no python with torch and CUDA here: TensorPipe anchor skipped"
+    for round in 1 2; do
+      echo "run.sh: rpc_gpu_bench round $round (ours: two processes on cuda:0, map {cuda:0 -> cuda:0})"
+      timeout 240 "$here/bench/rpc_gpu_bench" --iters 15 || echo "run.sh: rpc_gpu_bench failed (status $?)"
+      if [[ -n $tp_python ]]; then
+        echo "run.sh: rpc_gpu_tensorpipe round $round ($($tp_python -c 'import torch; print("torch", torch.__version__)' 2>/dev/null))"
+        timeout 240 "$tp_python" "$here/bench/rpc_gpu_tensorpipe.py" --iters 15 ||
+          echo "run.sh: rpc_gpu_tensorpipe failed (status $?)"
+      fi
+    done
     echo "run.sh: rpc_bench (CPU paths on this machine, for reference)"
     timeout 240 "$here/bench/rpc_bench" --iters 2000 --seconds 1 --sizes 4096,16777216 ||
       echo "run.sh: rpc_bench failed (status $?)"

@@ -17,7 +17,8 @@ expect() {  # description, command...
 bash "$src/scripts/gpu-bundle.sh" --no-build --build-dir "$build" --out "$out/bundle" >"$out/bundle.log" 2>&1
 expect "the bundle builds from this build" test $? = 0
 expect "it holds run.sh, the test binaries and the benchmarks" \
-  test -x "$out/bundle/run.sh" -a -x "$out/bundle/tests/collectives_gpu_tests" -a -x "$out/bundle/bench/nccl_bench"
+  test -x "$out/bundle/run.sh" -a -x "$out/bundle/tests/collectives_gpu_tests" -a -x "$out/bundle/bench/nccl_bench" \
+  -a -x "$out/bundle/tests/rpc_gpu_tests" -a -x "$out/bundle/bench/rpc_gpu_bench"
 expect "it fits in 60 MiB" test "$(du -sk "$out/bundle" | cut -f1)" -le $((60 * 1024))
 "$out/bundle/run.sh" --tests-only >"$out/run.log" 2>&1
 rc=$?
@@ -27,6 +28,8 @@ else
   expect "without a device run.sh fails nothing" test "$rc" = 0
   expect "every device case is reported skipped with its reason" \
     grep -q "^SKIP collectives_gpu_tests: .*(no usable CUDA device" "$out/run.log"
+  expect "the RPC GPU cases are there and skipped with their reason" \
+    grep -q "^SKIP rpc_gpu_tests: .*(no CUDA device" "$out/run.log"
   expect "no case is reported failed" bash -c "! grep -q '^FAIL' '$out/run.log'"
   expect "the summary counts them" grep -Eq "gpu tests: [0-9]+ passed, 0 failed, [1-9][0-9]* skipped" "$out/run.log"
 fi

@@ -1,0 +1,282 @@
+// GPU-labelled: RPC between two processes sharing cuda:0, with values checked. Every GPU
+// tensor sent is written by a kernel on a non-blocking stream that is still running when
+// the call is made (tests/support/cuda_fill.hpp), so a staging copy that does not wait for
+// the producing stream reads zeros and the check fails. Reports itself skipped without a
+// device.
+//
+// The peer is this same program started again with TROUPE_RPC_GPU_PEER=<store url>: it
+// serves as worker "w1" from a static initializer and exits before doctest runs, so each
+// process initializes CUDA once, never across a fork.
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rpc/backend_registry.hpp"
+#include "store/connect.hpp"
+#include "store/tcp_store_server.hpp"
+#include "support/child_process.hpp"
+#include "support/cuda_fill.hpp"
+#include "support/skip.hpp"
+
+using namespace troupe;
+using namespace troupe::rpc;
+
+namespace {
+
+constexpr int spin_ms = 30;
+constexpr auto call_timeout = std::chrono::seconds(60);
+
+// A device buffer of `count` 32-bit words, zeroed, freed with the last tensor that holds it.
+std::shared_ptr<void> device_words(std::size_t count) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, count * 4 + 4) != cudaSuccess) return nullptr;
+  if (cudaMemset(p, 0, count * 4 + 4) != cudaSuccess) return nullptr;
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+// One non-blocking stream per process, for the producing kernels.
+cudaStream_t producer_stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t made = nullptr;
+    cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking);
+    return made;
+  }();
+  return s;
+}
+
+// A u32 tensor of `count` words on cuda:0 whose values seed + i a kernel still running on
+// a non-blocking stream writes; the tensor names that stream.
+expected<tensor> gpu_pattern(std::size_t count, std::uint32_t seed) {
+  auto mem = device_words(count);
+  if (!mem) return make_error(errc::unavailable, "cudaMalloc of ", count * 4, " bytes failed");
+  if (auto e = troupe_test::fill_after_spin(mem.get(), count, seed, producer_stream(), spin_ms); !e.empty())
+    return make_error(errc::unavailable, "launching the fill kernel failed: ", e);
+  auto t = tensor::wrap(mem.get(), dtype::i32, {static_cast<std::int64_t>(count)}, *device::cuda(0), {}, mem);
+  if (!t) return t;
+  return t->with_stream(producer_stream());
+}
+
+tensor cpu_pattern(std::size_t count, std::uint32_t seed) {
+  auto t = tensor::zeros(dtype::i32, {static_cast<std::int64_t>(count)});
+  auto* w = static_cast<std::uint32_t*>(t.data());
+  for (std::size_t i = 0; i < count; ++i) w[i] = seed + static_cast<std::uint32_t>(i);
+  return t;
+}
+
+// "cuda:0 0" when `t` is on cuda:0 and every word is seed + i; -1 mismatches when a copy
+// failed.
+std::string describe(const tensor& t, std::uint32_t seed) {
+  const auto count = static_cast<std::size_t>(t.numel());
+  const auto bad = t.dev().is_cuda() ? troupe_test::count_mismatches_on_device(t.data(), count, seed)
+                                     : troupe_test::count_mismatches_on_host(t.data(), count, seed);
+  return t.dev().to_string() + " " + std::to_string(bad);
+}
+
+std::shared_ptr<function_table> peer_functions() {
+  auto f = std::make_shared<function_table>();
+  (void)f->add("describe", [](tensor t, std::int64_t seed) { return describe(t, static_cast<std::uint32_t>(seed)); });
+  (void)f->add("echo", [](tensor t) { return t; });
+  (void)f->add("make", [](std::int64_t count, std::int64_t seed) -> expected<tensor> {
+    return gpu_pattern(static_cast<std::size_t>(count), static_cast<std::uint32_t>(seed));
+  });
+  return f;
+}
+
+rpc_backend_options options_for(const std::string& url) {
+  rpc_backend_options o;
+  o.init_method = url;
+  o.rpc_timeout = call_timeout;
+  o.init_timeout = std::chrono::seconds(30);
+  o.shutdown_timeout = std::chrono::seconds(30);
+  o.device_count = -1;
+  return o;
+}
+
+// The peer process: serves as w1 until the store key "stop" appears (at most 5 minutes).
+int serve_as_peer(const std::string& url) {
+  auto o = options_for(url);
+  o.functions = peer_functions();
+  auto s = connect_store(url);
+  if (!s) {
+    std::fprintf(stderr, "rpc gpu peer: store: %s\n", s.error().to_string().c_str());
+    return 2;
+  }
+  auto a = init_rpc("w1", 1, 2, o);
+  if (!a) {
+    std::fprintf(stderr, "rpc gpu peer: init: %s\n", a.error().to_string().c_str());
+    return 2;
+  }
+  std::array<std::string, 1> keys{"stop"};
+  (void)(*s)->wait(keys, std::chrono::minutes(5));
+  if (auto r = (*a)->shutdown(); !r) {
+    std::fprintf(stderr, "rpc gpu peer: shutdown: %s\n", r.error().to_string().c_str());
+    return 3;
+  }
+  return 0;
+}
+
+const int peer_mode = [] {
+  const char* url = std::getenv("TROUPE_RPC_GPU_PEER");
+  if (url == nullptr || *url == '\0') return 0;
+  std::fflush(stdout);
+  std::_Exit(serve_as_peer(url));
+}();
+
+std::string skip_reason() {
+  int n = 0;
+  if (auto e = cudaGetDeviceCount(&n); e != cudaSuccess)
+    return std::string("no CUDA device: ") + cudaGetErrorString(e);
+  if (n == 0) return "no CUDA device";
+  return {};
+}
+
+// w0 here and w1 in a second process of this program, w0 mapping its devices to w1's by
+// `map`.
+struct pair_of_workers {
+  std::unique_ptr<tcp_store_server> store;
+  std::unique_ptr<troupe::store> client;
+  troupe::test::child_process peer;
+  std::unique_ptr<agent> self;
+
+  explicit pair_of_workers(const device_map& map) {
+    auto s = tcp_store_server::start({});
+    REQUIRE(s);
+    store = std::move(*s);
+    auto c = connect_store(store->url());
+    REQUIRE(c);
+    client = std::move(*c);
+    troupe::test::spawn_options so;
+    so.env = {"TROUPE_RPC_GPU_PEER=" + store->url()};
+    peer = troupe::test::child_process::start({"/proc/self/exe"}, so);
+    REQUIRE_MESSAGE(peer.started(), peer.start_error());
+    auto o = options_for(store->url());
+    o.functions = std::make_shared<function_table>();
+    o.device_maps["w1"] = map;
+    auto a = init_rpc("w0", 0, 2, o);
+    REQUIRE_MESSAGE(a, (a ? "" : a.error().to_string()));
+    self = std::move(*a);
+  }
+  ~pair_of_workers() {
+    if (client) (void)client->set("stop", "1");
+    if (self) {
+      auto r = self->shutdown();
+      CHECK_MESSAGE(r, (r ? "" : r.error().to_string()));
+    }
+    CHECK(peer.wait(std::chrono::seconds(60)));
+    CHECK(peer.exit_code() == 0);
+  }
+};
+
+device_map map_of(device from, device to) {
+  device_map m;
+  REQUIRE(m.set(from, to));
+  return m;
+}
+
+// 4 bytes to 256 MiB, with sizes that are not a multiple of a page.
+const std::vector<std::size_t> word_counts{1, 1025, std::size_t{1} << 18, (std::size_t{16} << 20) / 4 + 3,
+                                           (std::size_t{256} << 20) / 4};
+
+}  // namespace
+
+TEST_CASE("rpc with map cuda:0 -> cuda:0 carries kernel-written GPU tensors both ways with their values") {
+  if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
+  pair_of_workers w(map_of(*device::cuda(0), *device::cuda(0)));
+  std::uint32_t seed = 7;
+  for (auto count : word_counts) {
+    CAPTURE(count);
+    ++seed;
+    auto t = gpu_pattern(count, seed);
+    REQUIRE(t);
+    auto seen = w.self->rpc_sync<std::string>("w1", "describe", *t,
+                                              std::int64_t{seed});
+    REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
+    CHECK(*seen == "cuda:0 0");
+    // A fresh kernel-written tensor, sent and returned: the reply comes back on cuda:0.
+    auto t2 = gpu_pattern(count, seed + 1);
+    REQUIRE(t2);
+    auto back = w.self->rpc_sync<tensor>("w1", "echo", *t2);
+    REQUIRE_MESSAGE(back, (back ? "" : back.error().to_string()));
+    CHECK(describe(*back, seed + 1) == "cuda:0 0");
+    // Made by a kernel on the peer's non-blocking stream and returned at once.
+    auto made = w.self->rpc_sync<tensor>("w1", "make",
+                                         static_cast<std::int64_t>(count), std::int64_t{seed + 2});
+    REQUIRE_MESSAGE(made, (made ? "" : made.error().to_string()));
+    CHECK(describe(*made, seed + 2) == "cuda:0 0");
+  }
+}
+
+TEST_CASE("rpc with map cpu -> cuda:0 places host tensors on the peer's GPU and returns its GPU tensors to the host") {
+  if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
+  pair_of_workers w(map_of(device::cpu(), *device::cuda(0)));
+  std::uint32_t seed = 100;
+  for (auto count : word_counts) {
+    CAPTURE(count);
+    ++seed;
+    auto seen = w.self->rpc_sync<std::string>("w1", "describe",
+                                              cpu_pattern(count, seed), std::int64_t{seed});
+    REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
+    CHECK(*seen == "cuda:0 0");
+    auto back = w.self->rpc_sync<tensor>("w1", "echo",
+                                         cpu_pattern(count, seed + 1));
+    REQUIRE_MESSAGE(back, (back ? "" : back.error().to_string()));
+    CHECK(describe(*back, seed + 1) == "cpu 0");
+    auto made = w.self->rpc_sync<tensor>("w1", "make",
+                                         static_cast<std::int64_t>(count), std::int64_t{seed + 2});
+    REQUIRE_MESSAGE(made, (made ? "" : made.error().to_string()));
+    CHECK(describe(*made, seed + 2) == "cpu 0");
+  }
+}
+
+TEST_CASE("rpc with map cuda:0 -> cpu stages kernel-written GPU tensors to the peer's host and returns host tensors to the GPU") {
+  if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
+  pair_of_workers w(map_of(*device::cuda(0), device::cpu()));
+  std::uint32_t seed = 200;
+  for (auto count : word_counts) {
+    CAPTURE(count);
+    ++seed;
+    auto t = gpu_pattern(count, seed);
+    REQUIRE(t);
+    auto seen = w.self->rpc_sync<std::string>("w1", "describe", *t,
+                                              std::int64_t{seed});
+    REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
+    CHECK(*seen == "cpu 0");
+    auto t2 = gpu_pattern(count, seed + 1);
+    REQUIRE(t2);
+    auto back = w.self->rpc_sync<tensor>("w1", "echo", *t2);
+    REQUIRE_MESSAGE(back, (back ? "" : back.error().to_string()));
+    CHECK(describe(*back, seed + 1) == "cuda:0 0");
+  }
+}
+
+TEST_CASE("a remote reference to a GPU tensor made on the peer brings its values here") {
+  if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
+  pair_of_workers w(map_of(*device::cuda(0), *device::cuda(0)));
+  const std::size_t count = (std::size_t{4} << 20) / 4;
+  auto ref = w.self->remote<tensor>("w1", "make", static_cast<std::int64_t>(count), std::int64_t{300});
+  auto here = ref.to_here(call_timeout);
+  REQUIRE_MESSAGE(here, (here ? "" : here.error().to_string()));
+  CHECK(describe(*here, 300) == "cuda:0 0");
+  // Sent back to its owner as an argument, the same values arrive there.
+  auto seen = w.self->rpc_sync<std::string>("w1", "describe", *here,
+                                            std::int64_t{300});
+  REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
+  CHECK(*seen == "cuda:0 0");
+}
+
+TEST_CASE("a GPU tensor with no map entry for its device is refused before anything is sent") {
+  if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
+  pair_of_workers w(map_of(device::cpu(), device::cpu()));
+  auto t = gpu_pattern(16, 1);
+  REQUIRE(t);
+  auto r = w.self->rpc_sync<std::string>("w1", "describe", *t, std::int64_t{1});
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code() == errc::invalid_argument);
+  CHECK(r.error().message().find("cuda:0") != std::string::npos);
+}
