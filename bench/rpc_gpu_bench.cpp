@@ -3,7 +3,9 @@
 // bytes GPU -> GPU twice. Also measured in the same run: the physical cost of the path the
 // bytes take (a pinned device -> host plus host -> device copy, twice per roundtrip), so
 // the figures say how far the transport is from the copies it cannot avoid.
-//   rpc_gpu_bench [--sizes 16777216,268435456] [--iters N] [--warmup N]
+//   rpc_gpu_bench [--sizes 16777216,268435456] [--iters N] [--warmup N] [--staged]
+// --staged turns CUDA IPC off on both sides (rpc_backend_options::cuda_ipc): the bytes go
+// through pinned host memory and the socket instead of device to device.
 // Prints one JSON object per measurement (impl, bench, size, figures), like rpc_bench;
 // bench/rpc_gpu_tensorpipe.py prints the same for PyTorch's TensorPipe agent. Exits 0 with
 // a note when there is no CUDA device.
@@ -37,6 +39,7 @@ struct config {
   std::vector<std::size_t> sizes{std::size_t{16} << 20, std::size_t{256} << 20};
   int iters = 20;
   int warmup = 3;
+  bool staged = false;
   std::string peer_url;
 };
 
@@ -45,8 +48,9 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-rpc_backend_options options_for(const std::string& url) {
+rpc_backend_options options_for(const std::string& url, bool staged) {
   rpc_backend_options o;
+  o.cuda_ipc = !staged;
   o.init_method = url;
   o.rpc_timeout = std::chrono::seconds(120);
   o.init_timeout = std::chrono::seconds(60);
@@ -55,8 +59,8 @@ rpc_backend_options options_for(const std::string& url) {
   return o;
 }
 
-int serve(const std::string& url) {
-  auto o = options_for(url);
+int serve(const std::string& url, bool staged) {
+  auto o = options_for(url, staged);
   o.functions = std::make_shared<function_table>();
   (void)o.functions->add("echo", [](tensor t) { return t; });
   auto s = connect_store(url);
@@ -95,12 +99,14 @@ int drive(const config& c, const char* self) {
     return 1;
   }
   const std::string url = (*server)->url();
-  auto peer = troupe::test::child_process::start({self, "--peer", url});
+  std::vector<std::string> argv{self, "--peer", url};
+  if (c.staged) argv.push_back("--staged");
+  auto peer = troupe::test::child_process::start(argv);
   if (!peer.started()) {
     std::fprintf(stderr, "rpc_gpu_bench: cannot start the peer: %s\n", peer.start_error().c_str());
     return 1;
   }
-  auto o = options_for(url);
+  auto o = options_for(url, c.staged);
   o.functions = std::make_shared<function_table>();
   device_map m;
   (void)m.set(*device::cuda(0), *device::cuda(0));
@@ -139,9 +145,9 @@ int drive(const config& c, const char* self) {
     const double p50 = median(secs);
     const double copies = staging_copy_seconds(p, n, std::max(3, c.iters / 2));
     cudaFree(p);
-    std::printf("{\"impl\": \"troupe\", \"bench\": \"gpu_echo\", \"size\": %zu, \"p50_ms\": %.3f, "
-                "\"gbps\": %.2f, \"iters\": %d}\n",
-                n, p50 * 1e3, 2.0 * static_cast<double>(n) / p50 / 1e9, c.iters);
+    std::printf("{\"impl\": \"troupe\", \"bench\": \"gpu_echo\", \"path\": \"%s\", \"size\": %zu, "
+                "\"p50_ms\": %.3f, \"gbps\": %.2f, \"iters\": %d}\n",
+                c.staged ? "staged" : "cuda_ipc", n, p50 * 1e3, 2.0 * static_cast<double>(n) / p50 / 1e9, c.iters);
     std::printf("{\"impl\": \"cuda_memcpy\", \"bench\": \"staging_copies\", \"size\": %zu, "
                 "\"p50_ms\": %.3f, \"note\": \"2x (D2H + H2D) pinned, the staging floor of one "
                 "echo\"}\n",
@@ -190,13 +196,14 @@ int main(int argc, char** argv) {
     else if (a == "--iters") c.iters = std::atoi(next());
     else if (a == "--warmup") c.warmup = std::atoi(next());
     else if (a == "--peer") c.peer_url = next();
+    else if (a == "--staged") c.staged = true;
     else {
       std::fprintf(stderr, "rpc_gpu_bench: unknown argument '%s'; see the comment at the top of "
                    "bench/rpc_gpu_bench.cpp\n", a.c_str());
       return 2;
     }
   }
-  if (!c.peer_url.empty()) return serve(c.peer_url);
+  if (!c.peer_url.empty()) return serve(c.peer_url, c.staged);
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("rpc_gpu_bench: no CUDA device here; nothing measured\n");
@@ -206,7 +213,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rpc_gpu_bench: --sizes needs at least one size and --iters at least 1\n");
     return 2;
   }
-  std::printf("# rpc_gpu_bench --sizes ... --iters %d (two processes on cuda:0, map {cuda:0 -> cuda:0})\n",
-              c.iters);
+  std::printf("# rpc_gpu_bench --iters %d%s (two processes on cuda:0, map {cuda:0 -> cuda:0})\n",
+              c.iters, c.staged ? " --staged" : "");
   return drive(c, "/proc/self/exe");
 }

@@ -26,4 +26,36 @@ expected<tensor> stage_to_host(const tensor& t);
 /// A copy of host tensor `t` on `target` (a cuda device), in memory owned by the result.
 expected<tensor> upload_to_device(const tensor& t, device target);
 
+// GPU -> GPU between workers on one host without the host (what TensorPipe's cuda_ipc
+// channel does): the sender lends its tensor's memory through a CUDA IPC handle plus an
+// interprocess event recorded after the work queued on t.stream(); the receiver opens the
+// handle, orders a device-to-device copy after that event, and then releases the loan.
+// The record travels in place of the bytes (ipc_record_size bytes, a u8 host tensor marked
+// is_ipc_record()); it also carries the sender's pid, so that a receiver in the same
+// process uses the pointer and event directly (CUDA refuses to open its own handles).
+
+/// Bytes of an IPC record on the wire.
+inline constexpr std::size_t ipc_record_size = 320;
+
+/// A lent tensor: `record` travels, `keep` holds the source memory and the event until
+/// the receiver releases the loan.
+struct ipc_loan {
+  tensor record;
+  std::shared_ptr<void> keep;
+};
+
+/// Lends contiguous GPU tensor `t` to land on `target` at the receiver, as loan `id`.
+/// errc::unsupported when its memory cannot be shared (not from cudaMalloc: a
+/// stream-ordered pool, managed memory) or this build has no CUDA: the caller stages it.
+expected<ipc_loan> lend_through_ipc(const tensor& t, device target, std::uint64_t id);
+
+/// The loan id in an IPC record, 0 when it is not a well-formed record.
+std::uint64_t ipc_record_loan_id(const tensor& record) noexcept;
+
+/// The tensor an IPC record stands for, copied onto the record's device (record.dev())
+/// into memory owned by the result, after the lender's event; the calling thread waits
+/// for the copy. A malformed record is errc::protocol_error; a handle CUDA will not open
+/// is errc::unavailable saying to turn rpc_backend_options::cuda_ipc off.
+expected<tensor> receive_through_ipc(const tensor& record);
+
 }  // namespace troupe::rpc

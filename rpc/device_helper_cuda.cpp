@@ -1,9 +1,12 @@
 #include <cuda_runtime.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 
 #include "rpc/detail/block_pool.hpp"
+#include "rpc/detail/ipc_record.hpp"
 #include "rpc/device_helper.hpp"
 
 namespace troupe::rpc {
@@ -124,6 +127,148 @@ expected<tensor> upload_to_device(const tensor& t, device target) {
                           (*st)->stream));
   void* p = mem->get();
   return tensor::wrap(p, t.type(), t.shape(), target, {}, std::move(*mem));
+}
+
+namespace {
+
+// cuMemGetAddressRange from the driver, found through the runtime (troupe links libcudart
+// only): the base and size of the allocation holding a device pointer.
+using address_range_fn = int (*)(unsigned long long*, std::size_t*, unsigned long long);
+
+address_range_fn address_range() {
+  static address_range_fn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return address_range_fn{nullptr};
+    return reinterpret_cast<address_range_fn>(p);
+  }();
+  return fn;
+}
+
+// What a loan keeps alive on the lender's side: the tensor (its owner) and the event the
+// receiver waits on.
+struct lent_tensor {
+  tensor source;
+  cudaEvent_t event = nullptr;
+  ~lent_tensor() {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+};
+
+}  // namespace
+
+expected<ipc_loan> lend_through_ipc(const tensor& t, device target, std::uint64_t id) {
+  const device d = t.dev();
+  auto unsupported = [&](std::string_view what, cudaError_t e) {
+    return make_error(errc::unsupported, "cannot lend ", t, " through CUDA IPC: ", what, " failed: ",
+                      cudaGetErrorName(e));
+  };
+  if (!d.is_cuda() || !t.is_contiguous() || t.nbytes() == 0)
+    return make_error(errc::unsupported, "only contiguous, non-empty GPU tensors are lent");
+  auto range = address_range();
+  if (range == nullptr)
+    return make_error(errc::unsupported, "the driver has no cuMemGetAddressRange");
+  if (auto e = cudaSetDevice(d.index()); e != cudaSuccess) return unsupported("cudaSetDevice", e);
+  unsigned long long base = 0;
+  std::size_t size = 0;
+  const auto ptr = reinterpret_cast<unsigned long long>(t.data());
+  if (range(&base, &size, ptr) != 0 || ptr < base || ptr + t.nbytes() > base + size)
+    return make_error(errc::unsupported, "the allocation holding ", t, " is unknown to the driver");
+  detail::ipc_record r;
+  cudaIpcMemHandle_t mh;
+  if (auto e = cudaIpcGetMemHandle(&mh, reinterpret_cast<void*>(base)); e != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky; clear it for the staging path
+    return unsupported("cudaIpcGetMemHandle", e);
+  }
+  auto keep = std::make_shared<lent_tensor>();
+  keep->source = t;
+  if (auto e = cudaEventCreateWithFlags(&keep->event, cudaEventDisableTiming | cudaEventInterprocess);
+      e != cudaSuccess)
+    return unsupported("cudaEventCreateWithFlags(interprocess)", e);
+  if (auto e = cudaEventRecord(keep->event, static_cast<cudaStream_t>(t.stream())); e != cudaSuccess)
+    return unsupported("recording the producer stream's event", e);
+  cudaIpcEventHandle_t eh;
+  if (auto e = cudaIpcGetEventHandle(&eh, keep->event); e != cudaSuccess)
+    return unsupported("cudaIpcGetEventHandle", e);
+  static_assert(sizeof mh == 64 && sizeof eh == 64);
+  r.pid = static_cast<std::int32_t>(::getpid());
+  r.source_device = d.index();
+  r.loan_id = id;
+  r.offset = ptr - base;
+  r.base = base;
+  r.event = reinterpret_cast<std::uint64_t>(keep->event);
+  r.type = t.type();
+  r.shape = t.shape();
+  std::memcpy(r.mem_handle.data(), &mh, 64);
+  std::memcpy(r.event_handle.data(), &eh, 64);
+  auto record = detail::encode_ipc_record(r, target);
+  if (!record) return std::move(record).error();
+  return ipc_loan{std::move(*record), std::move(keep)};
+}
+
+std::uint64_t ipc_record_loan_id(const tensor& record) noexcept {
+  auto r = detail::decode_ipc_record(record);
+  return r ? r->loan_id : 0;
+}
+
+expected<tensor> receive_through_ipc(const tensor& record) {
+  auto r = detail::decode_ipc_record(record);
+  if (!r) return std::move(r).error();
+  const device target = record.dev();
+  auto refused = [&](std::string_view what, cudaError_t e) {
+    return make_error(errc::unavailable, "receiving a GPU tensor from process ", r->pid,
+                      " through CUDA IPC on ", target, ": ", what, " failed: ", cudaGetErrorName(e),
+                      " (", cudaGetErrorString(e), "); if these workers cannot share GPU memory, "
+                      "set rpc_backend_options::cuda_ipc = false on the sender");
+  };
+  auto st = state_for(target.index());
+  if (!st) return std::move(st).error();
+  const std::size_t n = r->nbytes();
+  auto mem = (*st)->memory->get(n == 0 ? 1 : n);
+  if (!mem) return std::move(mem).error();
+  if (auto e = cudaSetDevice(target.index()); e != cudaSuccess) return refused("cudaSetDevice", e);
+  const bool same_process = r->pid == static_cast<std::int32_t>(::getpid());
+  void* base = reinterpret_cast<void*>(r->base);
+  cudaEvent_t ready = reinterpret_cast<cudaEvent_t>(r->event);
+  struct opened {
+    void* base = nullptr;
+    cudaEvent_t event = nullptr;
+    ~opened() {
+      if (base != nullptr) cudaIpcCloseMemHandle(base);
+      if (event != nullptr) cudaEventDestroy(event);
+    }
+  } o;
+  if (!same_process) {
+    cudaIpcEventHandle_t eh;
+    std::memcpy(&eh, r->event_handle.data(), 64);
+    if (auto e = cudaIpcOpenEventHandle(&o.event, eh); e != cudaSuccess)
+      return refused("cudaIpcOpenEventHandle", e);
+    cudaIpcMemHandle_t mh;
+    std::memcpy(&mh, r->mem_handle.data(), 64);
+    if (auto e = cudaIpcOpenMemHandle(&o.base, mh, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
+      o.base = nullptr;
+      return refused("cudaIpcOpenMemHandle", e);
+    }
+    base = o.base;
+    ready = o.event;
+  }
+  cudaStream_t helper = (*st)->stream;
+  if (auto e = cudaStreamWaitEvent(helper, ready, 0); e != cudaSuccess)
+    return refused("ordering the copy after the lender's event", e);
+  const void* src = static_cast<const std::byte*>(base) + r->offset;
+  if (auto e = cudaMemcpyAsync(mem->get(), src, n, cudaMemcpyDeviceToDevice, helper); e != cudaSuccess)
+    return refused("cudaMemcpyAsync", e);
+  scoped_event done;
+  if (auto e = cudaEventCreateWithFlags(&done.ev, cudaEventDisableTiming); e != cudaSuccess)
+    return refused("cudaEventCreate", e);
+  auto rec = cudaEventRecord(done.ev, helper);
+  auto sync = rec == cudaSuccess ? cudaEventSynchronize(done.ev) : rec;
+  if (sync != cudaSuccess) return refused("waiting for the copy", sync);
+  void* p = mem->get();
+  return tensor::wrap(p, r->type, r->shape, target, {}, std::move(*mem));
 }
 
 }  // namespace troupe::rpc

@@ -1,5 +1,7 @@
 #include "rpc/device_helper.hpp"
 
+#include "rpc/detail/ipc_record.hpp"
+
 namespace troupe::rpc {
 
 namespace {
@@ -15,5 +17,16 @@ bool gpu_copies_available() noexcept { return false; }
 expected<tensor> stage_to_host(const tensor& t) { return no_cuda(t, t.dev()); }
 
 expected<tensor> upload_to_device(const tensor& t, device target) { return no_cuda(t, target); }
+
+expected<ipc_loan> lend_through_ipc(const tensor& t, device target, std::uint64_t) {
+  return make_error(errc::unsupported, no_cuda(t, target).message());
+}
+
+std::uint64_t ipc_record_loan_id(const tensor& record) noexcept {
+  auto r = detail::decode_ipc_record(record);
+  return r ? r->loan_id : 0;
+}
+
+expected<tensor> receive_through_ipc(const tensor& record) { return no_cuda(record, record.dev()); }
 
 }  // namespace troupe::rpc

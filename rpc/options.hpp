@@ -56,6 +56,11 @@ struct rpc_backend_options {
   /// theirs: the same frames and handshake over a cheaper kernel path (docs/rpc.md).
   /// Either side may turn it off; a peer without one is reached over TCP.
   bool local_socket = true;
+  /// GPU tensors sent to a GPU of a worker on this host (same host_key) go through CUDA
+  /// IPC: the receiver copies device to device from this worker's memory, which stays lent
+  /// until it has (docs/rpc.md, "GPU tensors"). Off, or for memory IPC cannot share, they
+  /// are staged through pinned host memory and the socket. One-way calls always stage.
+  bool cuda_ipc = true;
   /// Mutual TLS for the agent's TCP connections (docs/security.md, "TLS between hosts"):
   /// this worker's certificate and key and the job's CA, PEM files. Every worker of the
   /// group must use TLS or none: a TLS worker refuses plain peers and peers whose

@@ -38,7 +38,7 @@ constexpr std::size_t descriptor_fixed = 1 + 1 + 4 + 1 + 8;
 
 bool is_valid_kind(std::uint8_t raw) noexcept {
   return raw >= static_cast<std::uint8_t>(kind::handshake) &&
-         raw <= static_cast<std::uint8_t>(kind::handshake_auth);
+         raw <= static_cast<std::uint8_t>(kind::ipc_release);
 }
 
 std::string handshake_proof(std::string_view role, std::string_view token,
@@ -74,6 +74,7 @@ std::string_view to_string(kind k) noexcept {
     case kind::shutdown: return "shutdown";
     case kind::handshake_challenge: return "handshake_challenge";
     case kind::handshake_auth: return "handshake_auth";
+    case kind::ipc_release: return "ipc_release";
   }
   return "unknown";
 }
@@ -162,7 +163,9 @@ expected<void> frame_builder::finish(const limits& lim) {
       return make_error(errc::invalid_argument, "tensor ", t, " has rank ", t.shape().size(),
                         "; at most ", max_tensor_rank, " dimensions can be sent");
     head_.push_back(static_cast<std::byte>(t.type()));
-    head_.push_back(static_cast<std::byte>(t.dev().type()));
+    // Device type: 0 cpu, 1 cuda, 2 cuda through a CUDA IPC record (the bytes are the
+    // record, rpc/device_helper.hpp).
+    head_.push_back(static_cast<std::byte>(t.is_ipc_record() ? std::uint8_t{2} : static_cast<std::uint8_t>(t.dev().type())));
     append<std::int32_t>(head_, t.dev().index());
     head_.push_back(static_cast<std::byte>(t.shape().size()));
     for (auto d : t.shape()) append<std::int64_t>(head_, d);
@@ -220,7 +223,7 @@ expected<void> frame_decoder::parse_descriptors() {
     left -= 7;
     if (!is_valid_dtype(dt)) return fail(proto(strcat("descriptor ", i, ": unknown dtype ", int(dt))));
     device dev;
-    if (dev_type == 1) {
+    if (dev_type == 1 || dev_type == 2) {
       auto d = device::cuda(dev_index);
       if (!d) return fail(proto(strcat("descriptor ", i, ": bad cuda index ", dev_index)));
       dev = *d;
@@ -259,6 +262,11 @@ expected<void> frame_decoder::parse_descriptors() {
     auto t = tensor::wrap(mem.get(), dtype_v, std::move(shape), dev, {},
                           std::shared_ptr<void>(mem, mem.get()));
     if (!t) return fail(proto(t.error().message()));
+    if (dev_type == 2) {
+      if (dtype_v != dtype::u8)
+        return fail(proto(strcat("descriptor ", i, ": a CUDA IPC record must be u8 bytes")));
+      *t = t->as_ipc_record();
+    }
     frame_.tensors.push_back(std::move(*t));
   }
   if (left != 0) return fail(proto(strcat(left, " bytes left over after the tensor descriptors")));

@@ -19,7 +19,9 @@ namespace troupe::rpc::wire {
 
 inline constexpr std::uint32_t magic = 0x43505254;  // "TRPC" as little-endian bytes
 /// 2: the job token is proven with HMAC-SHA256 over both sides' nonces, never sent.
-inline constexpr std::uint8_t version = 2;
+/// 3: GPU tensors between workers on one host may travel as CUDA IPC records (device
+///    type 2, released by kind::ipc_release).
+inline constexpr std::uint8_t version = 3;
 inline constexpr std::size_t header_size = 40;
 inline constexpr std::size_t max_tensor_rank = 16;
 
@@ -50,6 +52,9 @@ enum class kind : std::uint8_t {
   handshake_challenge = 11,
   /// The caller's proof of the job token, answering the challenge.
   handshake_auth = 12,
+  /// The receiver of a GPU tensor lent through CUDA IPC has copied it: the sender may drop
+  /// the loan whose id is the frame's id. Either direction of a connection; no answer.
+  ipc_release = 13,
 };
 
 /// The proof that `role` ("acceptor" or "caller") knows `token`: HMAC-SHA256 over the

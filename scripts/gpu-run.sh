@@ -133,6 +133,7 @@ if ((!tests_only)); then
     for round in 1 2; do
       echo "run.sh: rpc_gpu_bench round $round (ours: two processes on cuda:0, map {cuda:0 -> cuda:0})"
       timeout 240 "$here/bench/rpc_gpu_bench" --iters 15 || echo "run.sh: rpc_gpu_bench failed (status $?)"
+      timeout 240 "$here/bench/rpc_gpu_bench" --iters 15 --staged || echo "run.sh: rpc_gpu_bench --staged failed (status $?)"
       if [[ -n $tp_python ]]; then
         echo "run.sh: rpc_gpu_tensorpipe round $round ($($tp_python -c 'import torch; print("torch", torch.__version__)' 2>/dev/null))"
         timeout 240 "$tp_python" "$here/bench/rpc_gpu_tensorpipe.py" --iters 15 ||

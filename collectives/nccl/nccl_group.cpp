@@ -511,14 +511,13 @@ class nccl_group final : public process_group {
     }
   }
 
-  // Aborts the communicator, names the missing ranks and fails `failed` and everything
-  // still pending with the sticky error.
+  // Names the missing ranks, fails `failed` and everything still pending with the sticky
+  // error, then aborts the communicator. The waiters hear of the failure first: NCCL's
+  // abort can block until the streams its kernels wait on move again (a caller's stream
+  // held by other work), and a timeout must not wait for that. Nothing new is queued
+  // meanwhile (the sticky failure refuses it).
   troupe::error fail_group(errc code, const std::string& head, std::vector<pending_op> failed,
                            std::uint64_t seq, int peer, duration budget, const std::string& cause) {
-    {
-      std::lock_guard lk(comm_mu_);
-      comm_->abort();
-    }
     auto missing =
         peer >= 0
             ? std::optional(std::vector<int>{spec().global_ranks[static_cast<std::size_t>(peer)]})
@@ -531,10 +530,12 @@ class nccl_group final : public process_group {
       pending_.clear();
     }
     TROUPE_LOG(log_level::warn, "collectives", e.message());
-    for (auto& p : failed) {
-      api_->destroy_event(p.done_event);
-      p.completer.complete(e);
+    for (auto& p : failed) p.completer.complete(e);
+    {
+      std::lock_guard lk(comm_mu_);
+      comm_->abort();
     }
+    for (auto& p : failed) api_->destroy_event(p.done_event);
     return e;
   }
 

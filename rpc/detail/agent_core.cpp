@@ -209,6 +209,7 @@ void agent_core::start_sweeper() {
       for (auto& c : accepted) queued += static_cast<std::int64_t>(c->queued_bytes());
       sample_send_queue(queued);
       expire_parked_fetches(now);
+      (void)loans_.expire(now);
       if (auto t = tick_w.lock()) (*t)();
     });
   };
@@ -518,6 +519,34 @@ expected<void> agent_core::shutdown(duration timeout) {
   std::lock_guard<std::mutex> lk(lifecycle_mu_);
   if (!result) stop_result_ = result.error();
   return result;
+}
+
+ipc_lender* agent_core::lender_for(const std::string& peer) {
+  if (!opts_.cuda_ipc) return nullptr;
+  std::shared_lock lk(members_mu_);
+  auto them = members_.find(peer);
+  auto me = members_.find(name_);
+  if (them == members_.end() || me == members_.end() || them->second.host_key.empty()) return nullptr;
+  if (them->second.host_key != me->second.host_key || device_count_ <= 0) return nullptr;
+  return &loans_;
+}
+
+void agent_core::release_loan(std::uint64_t id) {
+  auto self = shared_from_this();
+  if (!pool_ || !pool_->post([self, id] { (void)self->loans_.release(id); })) (void)loans_.release(id);
+}
+
+std::function<void(std::uint64_t)> agent_core::releaser(const std::shared_ptr<connection>& c) {
+  return [c](std::uint64_t id) {
+    wire::frame_builder fb(wire::kind::ipc_release, id);
+    if (fb.finish()) (void)c->send(std::move(fb));
+  };
+}
+
+std::optional<device_map> agent_core::reverse_map_for(const std::string& caller) const {
+  std::shared_lock lk(members_mu_);
+  if (auto it = setup_.reverse_maps.find(caller); it != setup_.reverse_maps.end()) return it->second;
+  return std::nullopt;
 }
 
 }  // namespace troupe::rpc::detail

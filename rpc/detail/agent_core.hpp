@@ -24,6 +24,7 @@
 #include "core/future.hpp"
 #include "devicemap/derive.hpp"
 #include "rpc/detail/connection.hpp"
+#include "rpc/detail/loan_book.hpp"
 #include "rpc/detail/worker_pool.hpp"
 #include "rpc/function_table.hpp"
 #include "rpc/membership_event.hpp"
@@ -270,6 +271,18 @@ class agent_core final : public connection_owner,
   std::mutex lifecycle_mu_;
   bool stopped_ = false;
   std::optional<error> stop_result_;
+
+  // GPU tensors lent through CUDA IPC to workers on this host, until released.
+  loan_book loans_{std::max<duration>(2 * opts_.rpc_timeout, std::chrono::seconds(30))};
+  // The lender for tensors bound for `peer`: null (stage them) unless cuda_ipc is on and
+  // the peer shares this worker's host key.
+  ipc_lender* lender_for(const std::string& peer);
+  // Releases loan `id` on a worker thread (dropping it may free user memory).
+  void release_loan(std::uint64_t id);
+  // A function for place_incoming that tells `c`'s peer a loan is released.
+  static std::function<void(std::uint64_t)> releaser(const std::shared_ptr<connection>& c);
+  // The reverse device map for results going back to `caller`; null when there is none.
+  std::optional<device_map> reverse_map_for(const std::string& caller) const;
 };
 
 /// The remote references of one outgoing message (request or reply) and their receiver.

@@ -78,7 +78,10 @@ future<wire::frame> agent_core::send_request_now(const worker_info& to, wire::fr
     fwd = it->second;
     have_fwd = true;
   }
-  if (auto p = prepare_outgoing(fb.tensors(), name_, to.name, have_fwd ? &fwd : nullptr, route_kind::request); !p)
+  // One-way calls stage: nothing tells their sender when a lent tensor could be reused.
+  if (auto p = prepare_outgoing(fb.tensors(), name_, to.name, have_fwd ? &fwd : nullptr, route_kind::request,
+                                expect_reply ? lender_for(to.name) : nullptr);
+      !p)
     return context(std::move(p).error());
   if (auto fin = fb.finish(opts_.limits); !fin) return context(std::move(fin).error());
   auto d = deadline::after(timeout);

@@ -40,6 +40,7 @@ void agent_core::on_frame(const std::shared_ptr<connection>& c, wire::frame&& f)
           reply_error(c, 0, make_error(errc::shut_down, "worker '", name_, "' is shutting down"));
         return;
       }
+      case kind::ipc_release: return release_loan(f.id);
       case kind::shutdown: {
         c->note_shutdown_notice();
         std::lock_guard<std::mutex> lk(conns_mu_);
@@ -57,6 +58,7 @@ void agent_core::on_frame(const std::shared_ptr<connection>& c, wire::frame&& f)
     case kind::response:
     case kind::error: return handle_response(c, std::move(f));
     case kind::shutdown: c->note_shutdown_notice(); return;
+    case kind::ipc_release: return release_loan(f.id);
     default:
       return c->close(make_error(errc::protocol_error, "worker '", c->peer().name, "' sent a ",
                                  wire::to_string(f.type), " frame on a connection we opened"));
@@ -177,7 +179,7 @@ void agent_core::handle_response(const std::shared_ptr<connection>& c, wire::fra
   }
   // GPU tensors are placed on a worker thread: CUDA waits never run on an I/O thread.
   auto task = [self = shared_from_this(), c, fr = std::move(f)]() mutable {
-    auto placed = place_incoming(fr.tensors, self->name_, self->device_count_);
+    auto placed = place_incoming(fr.tensors, self->name_, self->device_count_, releaser(c));
     auto id = fr.id;
     if (!placed) c->complete(id, std::move(placed).error());
     else c->complete(id, std::move(fr));
@@ -276,7 +278,7 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
   if (d.expired())
     return fail(make_error(errc::timeout, "the call to '", info.function, "' waited in worker '",
                            name_, "''s queue past its deadline; the worker is overloaded"));
-  if (auto placed = place_incoming(f.tensors, name_, device_count_); !placed)
+  if (auto placed = place_incoming(f.tensors, name_, device_count_, releaser(c)); !placed)
     return fail(std::move(placed).error());
   wire::frame_builder reply(wire::kind::response, id);
   // References received among the arguments become this worker's shares; references in
@@ -307,17 +309,10 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
     if (ack.finish()) (void)c->send(std::move(ack));
     return;
   }
-  device_map back;
-  bool have_back = false;
-  if (!reply.tensors().empty()) {
-    std::shared_lock lk(members_mu_);
-    if (auto it = setup_.reverse_maps.find(info.caller.name); it != setup_.reverse_maps.end()) {
-      back = it->second;
-      have_back = true;
-    }
-  }
-  if (auto p = prepare_outgoing(reply.tensors(), name_, info.caller.name, have_back ? &back : nullptr,
-                                route_kind::reply);
+  std::optional<device_map> back;
+  if (!reply.tensors().empty()) back = reverse_map_for(info.caller.name);
+  if (auto p = prepare_outgoing(reply.tensors(), name_, info.caller.name, back ? &*back : nullptr,
+                                route_kind::reply, needs_placement(reply.tensors()) ? lender_for(info.caller.name) : nullptr);
       !p)
     return fail(std::move(p).error());
   if (auto fin = reply.finish(opts_.limits); !fin) return fail(std::move(fin).error());
@@ -358,7 +353,13 @@ void agent_core::answer_fetch(const rref_waiter& w, std::uint64_t id, const expe
   wire::frame_builder fb(wire::kind::response, w.req);
   fb.message().insert(fb.message().end(), value->message.begin(), value->message.end());
   fb.tensors() = value->tensors;
-  if (auto p = prepare_outgoing(fb.tensors(), name_, w.c->peer().name, nullptr, route_kind::reply); !p) {
+  // A GPU value goes back through the fetcher's reverse map, as a call's result does.
+  const auto& fetcher = w.c->peer().name;
+  std::optional<device_map> back;
+  if (needs_placement(fb.tensors())) back = reverse_map_for(fetcher);
+  if (auto p = prepare_outgoing(fb.tensors(), name_, fetcher, back ? &*back : nullptr, route_kind::reply,
+                                back ? lender_for(fetcher) : nullptr);
+      !p) {
     traced(p.error().message(), 0);
     return reply_error(w.c, w.req, std::move(p).error());
   }
@@ -420,6 +421,11 @@ void agent_core::handle_rref(const std::shared_ptr<connection>& c, wire::frame&&
       }
       auto value = *it->second.value;
       lk.unlock();
+      if (value && needs_placement(value->tensors)) {
+        // Staging or lending GPU tensors waits on CUDA: not on an I/O thread.
+        auto self = shared_from_this();
+        if (pool_->post([self, w, id, value] { self->answer_fetch(w, id, value); })) return;
+      }
       answer_fetch(w, id, value);
     }
   }

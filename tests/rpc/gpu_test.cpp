@@ -4,9 +4,9 @@
 // the producing stream reads zeros and the check fails. Reports itself skipped without a
 // device.
 //
-// The peer is this same program started again with TROUPE_RPC_GPU_PEER=<store url>: it
-// serves as worker "w1" from a static initializer and exits before doctest runs, so each
-// process initializes CUDA once, never across a fork.
+// The peer is this same program started again as the peer role "rpc_gpu_peer"
+// (support/peer_main.hpp): it serves as worker "w1" instead of running the test cases, so
+// each process initializes CUDA once, never across a fork.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
@@ -22,6 +22,7 @@
 #include "store/tcp_store_server.hpp"
 #include "support/child_process.hpp"
 #include "support/cuda_fill.hpp"
+#include "support/peer_main.hpp"
 #include "support/skip.hpp"
 
 using namespace troupe;
@@ -99,8 +100,12 @@ rpc_backend_options options_for(const std::string& url) {
 }
 
 // The peer process: serves as w1 until the store key "stop" appears (at most 5 minutes).
-int serve_as_peer(const std::string& url) {
+// Its argument is the store's URL, followed by " staged" when CUDA IPC is off.
+int serve_as_peer(const std::string& arg) {
+  const auto space = arg.find(' ');
+  const std::string url = arg.substr(0, space);
   auto o = options_for(url);
+  o.cuda_ipc = space == std::string::npos;
   o.functions = peer_functions();
   auto s = connect_store(url);
   if (!s) {
@@ -121,12 +126,7 @@ int serve_as_peer(const std::string& url) {
   return 0;
 }
 
-const int peer_mode = [] {
-  const char* url = std::getenv("TROUPE_RPC_GPU_PEER");
-  if (url == nullptr || *url == '\0') return 0;
-  std::fflush(stdout);
-  std::_Exit(serve_as_peer(url));
-}();
+TROUPE_TEST_PEER_ROLE("rpc_gpu_peer", serve_as_peer);
 
 std::string skip_reason() {
   int n = 0;
@@ -144,7 +144,7 @@ struct pair_of_workers {
   troupe::test::child_process peer;
   std::unique_ptr<agent> self;
 
-  explicit pair_of_workers(const device_map& map) {
+  explicit pair_of_workers(const device_map& map, bool cuda_ipc = true) {
     auto s = tcp_store_server::start({});
     REQUIRE(s);
     store = std::move(*s);
@@ -152,12 +152,14 @@ struct pair_of_workers {
     REQUIRE(c);
     client = std::move(*c);
     troupe::test::spawn_options so;
-    so.env = {"TROUPE_RPC_GPU_PEER=" + store->url()};
+    so.env = {"TROUPE_TEST_PEER=rpc_gpu_peer",
+              "TROUPE_TEST_PEER_ARG=" + store->url() + (cuda_ipc ? "" : " staged")};
     peer = troupe::test::child_process::start({"/proc/self/exe"}, so);
     REQUIRE_MESSAGE(peer.started(), peer.start_error());
     auto o = options_for(store->url());
     o.functions = std::make_shared<function_table>();
     o.device_maps["w1"] = map;
+    o.cuda_ipc = cuda_ipc;
     auto a = init_rpc("w0", 0, 2, o);
     REQUIRE_MESSAGE(a, (a ? "" : a.error().to_string()));
     self = std::move(*a);
@@ -185,9 +187,10 @@ const std::vector<std::size_t> word_counts{1, 1025, std::size_t{1} << 18, (std::
 
 }  // namespace
 
-TEST_CASE("rpc with map cuda:0 -> cuda:0 carries kernel-written GPU tensors both ways with their values") {
-  if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
-  pair_of_workers w(map_of(*device::cuda(0), *device::cuda(0)));
+namespace {
+
+void gpu_to_gpu_both_ways(bool cuda_ipc) {
+  pair_of_workers w(map_of(*device::cuda(0), *device::cuda(0)), cuda_ipc);
   std::uint32_t seed = 7;
   for (auto count : word_counts) {
     CAPTURE(count);
@@ -210,6 +213,18 @@ TEST_CASE("rpc with map cuda:0 -> cuda:0 carries kernel-written GPU tensors both
     REQUIRE_MESSAGE(made, (made ? "" : made.error().to_string()));
     CHECK(describe(*made, seed + 2) == "cuda:0 0");
   }
+}
+
+}  // namespace
+
+TEST_CASE("rpc with map cuda:0 -> cuda:0 lends kernel-written GPU tensors through CUDA IPC both ways with their values") {
+  if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
+  gpu_to_gpu_both_ways(true);
+}
+
+TEST_CASE("rpc with map cuda:0 -> cuda:0 and CUDA IPC off stages kernel-written GPU tensors both ways with their values") {
+  if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
+  gpu_to_gpu_both_ways(false);
 }
 
 TEST_CASE("rpc with map cpu -> cuda:0 places host tensors on the peer's GPU and returns its GPU tensors to the host") {
