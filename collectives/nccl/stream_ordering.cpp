@@ -2,22 +2,48 @@
 
 #include <cuda_runtime_api.h>
 
+#include <mutex>
+#include <vector>
+
 #include "collectives/nccl/nccl_errors.hpp"
 
 namespace troupe::collectives {
 
 namespace {
 
+// Events are reused: every operation takes two, and creating and destroying them costs
+// more host time than the rest of an enqueue. A returned event is only ever one whose
+// waits were already queued or that was seen complete, so re-recording it is safe. At most
+// max_cached are kept; the rest are destroyed.
 class cuda_stream_api final : public stream_api {
  public:
+  ~cuda_stream_api() override {
+    for (auto e : free_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  }
   expected<event> create_event() override {
+    {
+      std::lock_guard lk(mu_);
+      if (!free_.empty()) {
+        auto e = free_.back();
+        free_.pop_back();
+        return e;
+      }
+    }
     cudaEvent_t e = nullptr;
     if (auto r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); r != cudaSuccess)
       return cuda_error(r, "cudaEventCreateWithFlags");
     return static_cast<event>(e);
   }
   void destroy_event(event e) noexcept override {
-    if (e) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
+    if (!e) return;
+    {
+      std::lock_guard lk(mu_);
+      if (free_.size() < max_cached) {
+        free_.push_back(e);
+        return;
+      }
+    }
+    (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
   }
   expected<void> record(event e, stream s) override {
     if (auto r = cudaEventRecord(static_cast<cudaEvent_t>(e), static_cast<cudaStream_t>(s));
@@ -37,6 +63,11 @@ class cuda_stream_api final : public stream_api {
     if (r == cudaErrorNotReady) return false;
     return cuda_error(r, "cudaEventQuery");
   }
+
+ private:
+  static constexpr std::size_t max_cached = 1024;
+  std::mutex mu_;
+  std::vector<event> free_;
 };
 
 }  // namespace
