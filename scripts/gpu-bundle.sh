@@ -31,7 +31,7 @@ limit_mib=60
 if ((do_build)); then
   [[ -f $build/CMakeCache.txt ]] || cmake --preset release >/dev/null
   cmake --build "$build" -j"${TROUPE_BUILD_JOBS:-$(nproc)}" \
-    --target core_gpu_tests collectives_gpu_tests rpc_gpu_tests nccl_bench rpc_bench rpc_gpu_bench >/dev/null
+    --target core_gpu_tests collectives_gpu_tests rpc_gpu_tests training_gpu_tests nccl_bench rpc_bench rpc_gpu_bench >/dev/null
 fi
 # The gpu-labelled test binaries, as CTest knows them.
 mapfile -t tests < <(ctest --test-dir "$build" -L gpu --show-only=json-v1 2>/dev/null |

@@ -35,11 +35,18 @@ expected<void> ddp::check_across_ranks() {
   std::array<std::int64_t, 3> mine{static_cast<std::int64_t>(params_.size()), numel,
                                    static_cast<std::int64_t>(h)};
   std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(world_size()));
-  auto w = group_->allgather(tensor_view::of(std::span<std::int64_t>(mine)),
-                             tensor_view::of(std::span<std::int64_t>(all)),
-                             {options_.timeout});
-  if (auto r = w.wait(options_.timeout + wait_grace); !r)
+  // On the parameters' device: an NCCL group reduces GPU memory only.
+  auto in = scratch_buffer::make(device_, dtype::int64, mine.size());
+  if (!in) return std::move(in).error().with_operation("ddp.make");
+  auto out = scratch_buffer::make(device_, dtype::int64, all.size());
+  if (!out) return std::move(out).error().with_operation("ddp.make");
+  TROUPE_TRY(in->write(mine.data()));
+  auto w = group_->allgather(in->view(), out->view(), {options_.timeout});
+  if (auto r = w.wait(options_.timeout + wait_grace); !r) {
+    (void)w.wait(options_.timeout);  // let the group finish with the buffers
     return std::move(r).error().with_operation("ddp.make");
+  }
+  TROUPE_TRY(out->read(all.data()));
   for (int r = 1; r < world_size(); ++r) {
     auto* o = &all[3 * static_cast<std::size_t>(r)];
     if (o[0] != all[0] || o[1] != all[1] || o[2] != all[2])
@@ -104,17 +111,29 @@ expected<bytes> ddp::broadcast_bytes(const bytes& data, int src) {
   if (src < 0 || src >= world_size())
     return make_error(errc::invalid_argument, "ddp.broadcast: source rank ", src,
                       " is not in [0, ", world_size(), ")");
+  // Through buffers on the parameters' device (host memory for the CPU): an NCCL group
+  // moves GPU memory only.
   std::int64_t n = rank() == src ? static_cast<std::int64_t>(data.size()) : 0;
-  auto w = group_->broadcast(tensor_view{&n, dtype::int64, 1, device::cpu()},
-                             {src, options_.timeout});
-  if (auto r = w.wait(options_.timeout + wait_grace); !r)
+  auto size = scratch_buffer::make(device_, dtype::int64, 1);
+  if (!size) return std::move(size).error().with_operation("ddp.broadcast");
+  TROUPE_TRY(size->write(&n));
+  auto w = group_->broadcast(size->view(), {src, options_.timeout});
+  if (auto r = w.wait(options_.timeout + wait_grace); !r) {
+    (void)w.wait(options_.timeout);
     return std::move(r).error().with_operation("ddp.broadcast");
+  }
+  TROUPE_TRY(size->read(&n));
   bytes out = rank() == src ? data : bytes(static_cast<std::size_t>(n));
   if (n == 0) return out;
-  auto d = group_->broadcast(tensor_view{out.data(), dtype::uint8, out.size(), device::cpu()},
-                             {src, options_.timeout});
-  if (auto r = d.wait(options_.timeout + wait_grace); !r)
+  auto body = scratch_buffer::make(device_, dtype::uint8, out.size());
+  if (!body) return std::move(body).error().with_operation("ddp.broadcast");
+  TROUPE_TRY(body->write(out.data()));
+  auto d = group_->broadcast(body->view(), {src, options_.timeout});
+  if (auto r = d.wait(options_.timeout + wait_grace); !r) {
+    (void)d.wait(options_.timeout);
     return std::move(r).error().with_operation("ddp.broadcast");
+  }
+  TROUPE_TRY(body->read(out.data()));
   return out;
 }
 

@@ -429,11 +429,15 @@ class nccl_group final : public process_group {
     p.done_event = *ev;
     p.completer = done;
     lk.unlock();
+    bool was_empty = false;
     {
       std::lock_guard g(mu_);
+      was_empty = pending_.empty();
       pending_.push_back(std::move(p));
     }
-    cv_.notify_all();
+    // The watchdog sleeps on the condition only while nothing is pending; otherwise it
+    // polls every watchdog_interval anyway, and a wake-up per operation costs a syscall.
+    if (was_empty) cv_.notify_all();
     return w;
   }
 

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rpc/backend_registry.hpp"
@@ -294,4 +295,56 @@ TEST_CASE("a GPU tensor with no map entry for its device is refused before anyth
   REQUIRE_FALSE(r);
   CHECK(r.error().code() == errc::invalid_argument);
   CHECK(r.error().message().find("cuda:0") != std::string::npos);
+}
+
+TEST_CASE("a GPU tensor from a stream-ordered pool, which CUDA IPC cannot share, is staged with its values") {
+  if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
+  pair_of_workers w(map_of(*device::cuda(0), *device::cuda(0)));
+  const std::size_t count = (std::size_t{1} << 20) + 5;
+  void* p = nullptr;
+  REQUIRE(cudaMallocAsync(&p, count * 4, producer_stream()) == cudaSuccess);
+  REQUIRE(cudaMemsetAsync(p, 0, count * 4, producer_stream()) == cudaSuccess);
+  REQUIRE(troupe_test::fill_after_spin(p, count, 900, producer_stream(), spin_ms).empty());
+  auto t = tensor::wrap(p, dtype::i32, {static_cast<std::int64_t>(count)}, *device::cuda(0));
+  REQUIRE(t);
+  auto seen = w.self->rpc_sync<std::string>("w1", "describe", t->with_stream(producer_stream()), std::int64_t{900});
+  REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
+  CHECK(*seen == "cuda:0 0");
+  REQUIRE(cudaFreeAsync(p, producer_stream()) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(producer_stream()) == cudaSuccess);
+}
+
+TEST_CASE("two agents of one process pass GPU tensors through the lent pointer itself") {
+  if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
+  auto server = tcp_store_server::start({});
+  REQUIRE(server);
+  const std::string url = (*server)->url();
+  auto o1 = options_for(url);
+  o1.functions = peer_functions();
+  std::unique_ptr<agent> w1;
+  std::thread starter([&] {
+    auto a = init_rpc("w1", 1, 2, o1);
+    if (a) w1 = std::move(*a);
+  });
+  auto o0 = options_for(url);
+  o0.functions = std::make_shared<function_table>();
+  o0.device_maps["w1"] = map_of(*device::cuda(0), *device::cuda(0));
+  auto w0 = init_rpc("w0", 0, 2, o0);
+  starter.join();
+  REQUIRE_MESSAGE(w0, (w0 ? "" : w0.error().to_string()));
+  REQUIRE(w1);
+  for (std::size_t count : {std::size_t{1}, std::size_t{4} << 20}) {
+    CAPTURE(count);
+    auto t = gpu_pattern(count, 500);
+    REQUIRE(t);
+    auto seen = (*w0)->rpc_sync<std::string>("w1", "describe", *t, std::int64_t{500});
+    REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
+    CHECK(*seen == "cuda:0 0");
+    auto made = (*w0)->rpc_sync<tensor>("w1", "make", static_cast<std::int64_t>(count), std::int64_t{501});
+    REQUIRE_MESSAGE(made, (made ? "" : made.error().to_string()));
+    CHECK(describe(*made, 501) == "cuda:0 0");
+  }
+  std::thread stopper([&] { (void)w1->shutdown(); });
+  CHECK((*w0)->shutdown());
+  stopper.join();
 }
