@@ -419,7 +419,15 @@ class nccl_group final : public process_group {
                           budget, ev.error().message());
       return work::completed(std::move(e), what);
     }
-    auto [w, done] = work::make(what);
+    auto [w, done] = work::make(what, [wake = std::weak_ptr<wake_state>(wake_)] {
+      if (auto ws = wake.lock()) {
+        {
+          std::lock_guard g(ws->mu);
+          ws->hurry = true;
+        }
+        ws->cv.notify_all();
+      }
+    });
     pending_op p;
     p.seq = seq;
     p.peer = peer;
@@ -469,7 +477,10 @@ class nccl_group final : public process_group {
       std::deque<pending_op> batch;
       {
         std::unique_lock lk(mu_);
-        if (pending_.empty()) cv_.wait(lk, [&] { return quit_ || !pending_.empty(); });
+        if (pending_.empty()) {
+          wake_->hurry = false;
+          cv_.wait(lk, [&] { return quit_ || !pending_.empty(); });
+        }
         if (quit_) return;
         batch.swap(pending_);
       }
@@ -510,7 +521,13 @@ class nccl_group final : public process_group {
       }
       cv_.notify_all();  // shutdown() waits for pending_ to drain
       std::unique_lock lk(mu_);
-      cv_.wait_for(lk, watchdog_interval, [&] { return quit_; });
+      if (wake_->hurry && !pending_.empty()) {
+        // A waiter is blocked: poll again at once (yielding the core in between).
+        lk.unlock();
+        std::this_thread::yield();
+        continue;
+      }
+      cv_.wait_for(lk, watchdog_interval, [&] { return quit_ || wake_->hurry; });
       if (quit_) return;
     }
   }
@@ -553,8 +570,18 @@ class nccl_group final : public process_group {
   std::mutex comm_mu_;  // serializes NCCL calls on comm_ (launch, split, abort, polling)
   std::atomic<std::uint64_t> seq_{0};
   std::uint64_t p2p_seq_ = 0;  // guarded by comm_mu_
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  // The watchdog's lock and wake-up, shared with the works' wait helpers (which may
+  // outlive the group): a waiter sets `hurry` and rings, and the watchdog polls without
+  // sleeping until nothing is pending, so that wait() returns microseconds after the GPU
+  // finished instead of up to a watchdog_interval later.
+  struct wake_state {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool hurry = false;  // under mu
+  };
+  std::shared_ptr<wake_state> wake_ = std::make_shared<wake_state>();
+  std::mutex& mu_ = wake_->mu;
+  std::condition_variable& cv_ = wake_->cv;
   std::deque<pending_op> pending_;
   bool stopping_ = false;
   bool quit_ = false;

@@ -74,18 +74,25 @@ std::vector<float> pattern(std::size_t n, float scale, float offset) {
 TEST_CASE("ddp over an nccl group of one keeps GPU gradients and weights through join, broadcast and barrier") {
   if (auto why = no_gpu_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
   auto g = nccl_world_of_one("ddp-gpu");
-  const std::size_t n1 = 1000, n2 = 24;
-  const auto values_host = pattern(n1 + n2, 0.5f, 1.0f), grads_host = pattern(n1 + n2, 0.25f, -3.0f);
+  // Two layers, every weight and gradient in one allocation each; with these caps the
+  // second layer fills the first bucket and the first layer the second.
+  const std::size_t n1 = 100, n2 = 24, total = 2 * (n1 + n2);
+  const auto values_host = pattern(total, 0.5f, 1.0f), grads_host = pattern(total, 0.25f, -3.0f);
   device_floats values(values_host), grads(grads_host);
-  std::vector<parameter> params{{"layer.weight", values.slice(0, n1), grads.slice(0, n1)},
-                                {"layer.bias", values.slice(n1, n2), grads.slice(n1, n2)}};
+  std::vector<parameter> params;
+  std::size_t at = 0;
+  for (int layer = 0; layer < 2; ++layer)
+    for (auto [name, n] : {std::pair{"weight", n1}, std::pair{"bias", n2}}) {
+      params.push_back({strcat("layer", layer, ".", name), values.slice(at, n), grads.slice(at, n)});
+      at += n;
+    }
   ddp_options o;
   o.first_bucket_cap_bytes = 256;
   o.bucket_cap_bytes = 1024;
   o.timeout = 30s;
   auto d = ddp::make(g, params, o);
   REQUIRE_MESSAGE(d, (d ? "" : d.error().to_string()));
-  CHECK((*d)->bucket_plans().size() >= 2);
+  CHECK((*d)->bucket_plans().size() == 2);
   auto j = collectives::join::make({d->get()});
   REQUIRE_MESSAGE(j, (j ? "" : j.error().to_string()));
   auto steps = j->run([&]() -> expected<void> {
