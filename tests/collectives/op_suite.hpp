@@ -251,13 +251,17 @@ inline std::string run_op_suite(process_group& g, duration timeout) {
           if (out.get(at) != want) return mismatch("uneven all_to_all", t, at, out.get(at), want);
         }
     }
-    // send/recv around a ring, both posted before either is waited on
+    // send/recv around a ring, both posted before either is waited on; odd ranks post the
+    // receive first, as a backend that runs point-to-point in call order on one stream
+    // (nccl) needs
     if (n > 1) {
       buffer out(t, k), in(t, k);
       for (std::size_t i = 0; i < k; ++i) out.set(i, ident(me, i));
       int next = (me + 1) % n, prev = (me + n - 1) % n;
-      auto ws = g.send(out.view(), next, {3, timeout});
-      auto wr = g.recv(in.view(), prev, {3, timeout});
+      work ws, wr;
+      if (me % 2 == 1) wr = g.recv(in.view(), prev, {3, timeout});
+      ws = g.send(out.view(), next, {3, timeout});
+      if (me % 2 == 0) wr = g.recv(in.view(), prev, {3, timeout});
       if (auto e = wait(std::move(ws), "send"); !e.empty()) return e;
       if (auto e = wait(std::move(wr), "recv"); !e.empty()) return e;
       for (std::size_t i = 0; i < k; ++i)
