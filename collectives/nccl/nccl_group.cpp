@@ -391,7 +391,11 @@ class nccl_group final : public process_group {
   work launch(std::string_view op, duration timeout, void* caller_stream, F&& call, int peer = -1) {
     std::unique_lock lk(comm_mu_);
     std::uint64_t seq = peer < 0 ? ++seq_ : ++p2p_seq_;
-    std::string what = strcat(op, peer < 0 ? " #" : " #p", seq, " on ", describe(*this));
+    // Built by appending: a string stream per operation costs more than the NCCL call.
+    if (described_.empty()) described_ = describe(*this);
+    std::string what;
+    what.reserve(op.size() + described_.size() + 28);
+    what.append(op).append(peer < 0 ? " #" : " #p").append(std::to_string(seq)).append(" on ").append(described_);
     // The span covers queueing the kernel on the stream (host time), not the GPU's work.
     trace::span traced("collectives", op);
     if (traced.on())
@@ -570,6 +574,7 @@ class nccl_group final : public process_group {
   std::mutex comm_mu_;  // serializes NCCL calls on comm_ (launch, split, abort, polling)
   std::atomic<std::uint64_t> seq_{0};
   std::uint64_t p2p_seq_ = 0;  // guarded by comm_mu_
+  std::string described_;      // describe(*this), made at the first launch; under comm_mu_
   // The watchdog's lock and wake-up, shared with the works' wait helpers (which may
   // outlive the group): a waiter sets `hurry` and rings, and the watchdog polls without
   // sleeping until nothing is pending, so that wait() returns microseconds after the GPU
