@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/training/ddp.hpp"
+#include "training/ddp.hpp"
 #include "collectives/group.hpp"
 #include "core/cluster_env.hpp"
 #include "launcher/launch.hpp"

@@ -11,7 +11,7 @@
 #include <random>
 #include <thread>
 
-#include "actors/training/elastic_loop.hpp"
+#include "training/elastic_loop.hpp"
 #include "core/strcat.hpp"
 
 namespace troupe::examples {
@@ -110,6 +110,18 @@ int train_elastic(world& w, const elastic_settings& s) {
   if (s.recovery_report && w.env().restart_count > 0) {
     std::printf("recovery: %s started at %lld\n", me.c_str(), s.started_ns);
     std::fflush(stdout);
+  }
+  // A first start waits (bounded) for every launched worker to join, as a launcher's
+  // rendezvous would: a worker that started alone would otherwise train the first steps by
+  // itself, and if it were the one killed, no survivor would have run every step. A
+  // replacement joins a running job and does not wait.
+  if (w.env().restart_count == 0 && w.membership()) {
+    auto all = w.membership()->wait_until(
+        [&](const membership::epoch& e) { return e.size() >= static_cast<std::size_t>(launched); },
+        s.timeout);
+    if (!all && w.rank() == 0)
+      std::printf("not every launched worker joined within %s; training with those that did\n",
+                  format_duration(s.timeout).c_str());
   }
   training::elastic_loop_options lo;
   lo.steps = steps;

@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "actors/training/parameter.hpp"
+#include "training/parameter.hpp"
 
 namespace troupe::examples {
 

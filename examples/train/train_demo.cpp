@@ -21,7 +21,7 @@
 #include <cstring>
 #include <string>
 
-#include "actors/training/ddp.hpp"
+#include "training/ddp.hpp"
 #include "core/log.hpp"
 #include "elastic_train.hpp"
 #include "mlp.hpp"

@@ -162,6 +162,15 @@ TEST_CASE("services in one process see the same epochs in order and one that lea
     CHECK((*svc)->health());
   }
   CHECK((*c)->rank() == 1);
+  // The watcher makes an epoch current before it calls the callbacks: wait (bounded) for
+  // the callback of epoch 4 too.
+  for (auto until = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < until;) {
+    {
+      std::lock_guard lk(mu);
+      if (!seen_by_a.empty() && seen_by_a.back() >= 4) break;
+    }
+    std::this_thread::sleep_for(2ms);
+  }
   {
     std::lock_guard lk(mu);
     CHECK(seen_by_a == std::vector<std::uint64_t>{2, 3, 4});

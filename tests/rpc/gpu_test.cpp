@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -190,29 +191,37 @@ const std::vector<std::size_t> word_counts{1, 1025, std::size_t{1} << 18, (std::
 
 namespace {
 
-void gpu_to_gpu_both_ways(bool cuda_ipc) {
-  pair_of_workers w(map_of(*device::cuda(0), *device::cuda(0)), cuda_ipc);
-  std::uint32_t seed = 7;
+// What a round of calls must see, as "device mismatches" (describe()): a tensor made here
+// (by a still-running kernel when `from_gpu`, else on the host) as the peer sees it, the
+// same kind of tensor echoed back, and, when set, a tensor a kernel made on the peer.
+struct expected_placement {
+  bool from_gpu;
+  std::string at_peer, echoed;
+  std::optional<std::string> made_by_peer;
+};
+
+// The three calls for every size of word_counts, seeds from `seed` on.
+void round_trips(pair_of_workers& w, std::uint32_t seed, const expected_placement& e) {
+  auto make_here = [&](std::size_t count, std::uint32_t s) -> tensor {
+    if (!e.from_gpu) return cpu_pattern(count, s);
+    auto t = gpu_pattern(count, s);
+    REQUIRE(t);
+    return *t;
+  };
   for (auto count : word_counts) {
     CAPTURE(count);
     ++seed;
-    auto t = gpu_pattern(count, seed);
-    REQUIRE(t);
-    auto seen = w.self->rpc_sync<std::string>("w1", "describe", *t,
-                                              std::int64_t{seed});
+    auto seen = w.self->rpc_sync<std::string>("w1", "describe", make_here(count, seed), std::int64_t{seed});
     REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
-    CHECK(*seen == "cuda:0 0");
-    // A fresh kernel-written tensor, sent and returned: the reply comes back on cuda:0.
-    auto t2 = gpu_pattern(count, seed + 1);
-    REQUIRE(t2);
-    auto back = w.self->rpc_sync<tensor>("w1", "echo", *t2);
+    CHECK(*seen == e.at_peer);
+    auto back = w.self->rpc_sync<tensor>("w1", "echo", make_here(count, seed + 1));
     REQUIRE_MESSAGE(back, (back ? "" : back.error().to_string()));
-    CHECK(describe(*back, seed + 1) == "cuda:0 0");
+    CHECK(describe(*back, seed + 1) == e.echoed);
+    if (!e.made_by_peer) continue;
     // Made by a kernel on the peer's non-blocking stream and returned at once.
-    auto made = w.self->rpc_sync<tensor>("w1", "make",
-                                         static_cast<std::int64_t>(count), std::int64_t{seed + 2});
+    auto made = w.self->rpc_sync<tensor>("w1", "make", static_cast<std::int64_t>(count), std::int64_t{seed + 2});
     REQUIRE_MESSAGE(made, (made ? "" : made.error().to_string()));
-    CHECK(describe(*made, seed + 2) == "cuda:0 0");
+    CHECK(describe(*made, seed + 2) == *e.made_by_peer);
   }
 }
 
@@ -220,55 +229,26 @@ void gpu_to_gpu_both_ways(bool cuda_ipc) {
 
 TEST_CASE("rpc with map cuda:0 -> cuda:0 lends kernel-written GPU tensors through CUDA IPC both ways with their values") {
   if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
-  gpu_to_gpu_both_ways(true);
+  pair_of_workers w(map_of(*device::cuda(0), *device::cuda(0)), true);
+  round_trips(w, 7, {true, "cuda:0 0", "cuda:0 0", "cuda:0 0"});
 }
 
 TEST_CASE("rpc with map cuda:0 -> cuda:0 and CUDA IPC off stages kernel-written GPU tensors both ways with their values") {
   if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
-  gpu_to_gpu_both_ways(false);
+  pair_of_workers w(map_of(*device::cuda(0), *device::cuda(0)), false);
+  round_trips(w, 7, {true, "cuda:0 0", "cuda:0 0", "cuda:0 0"});
 }
 
 TEST_CASE("rpc with map cpu -> cuda:0 places host tensors on the peer's GPU and returns its GPU tensors to the host") {
   if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
   pair_of_workers w(map_of(device::cpu(), *device::cuda(0)));
-  std::uint32_t seed = 100;
-  for (auto count : word_counts) {
-    CAPTURE(count);
-    ++seed;
-    auto seen = w.self->rpc_sync<std::string>("w1", "describe",
-                                              cpu_pattern(count, seed), std::int64_t{seed});
-    REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
-    CHECK(*seen == "cuda:0 0");
-    auto back = w.self->rpc_sync<tensor>("w1", "echo",
-                                         cpu_pattern(count, seed + 1));
-    REQUIRE_MESSAGE(back, (back ? "" : back.error().to_string()));
-    CHECK(describe(*back, seed + 1) == "cpu 0");
-    auto made = w.self->rpc_sync<tensor>("w1", "make",
-                                         static_cast<std::int64_t>(count), std::int64_t{seed + 2});
-    REQUIRE_MESSAGE(made, (made ? "" : made.error().to_string()));
-    CHECK(describe(*made, seed + 2) == "cpu 0");
-  }
+  round_trips(w, 100, {false, "cuda:0 0", "cpu 0", "cpu 0"});
 }
 
 TEST_CASE("rpc with map cuda:0 -> cpu stages kernel-written GPU tensors to the peer's host and returns host tensors to the GPU") {
   if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
   pair_of_workers w(map_of(*device::cuda(0), device::cpu()));
-  std::uint32_t seed = 200;
-  for (auto count : word_counts) {
-    CAPTURE(count);
-    ++seed;
-    auto t = gpu_pattern(count, seed);
-    REQUIRE(t);
-    auto seen = w.self->rpc_sync<std::string>("w1", "describe", *t,
-                                              std::int64_t{seed});
-    REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
-    CHECK(*seen == "cpu 0");
-    auto t2 = gpu_pattern(count, seed + 1);
-    REQUIRE(t2);
-    auto back = w.self->rpc_sync<tensor>("w1", "echo", *t2);
-    REQUIRE_MESSAGE(back, (back ? "" : back.error().to_string()));
-    CHECK(describe(*back, seed + 1) == "cuda:0 0");
-  }
+  round_trips(w, 200, {true, "cpu 0", "cuda:0 0", std::nullopt});
 }
 
 TEST_CASE("a remote reference to a GPU tensor made on the peer brings its values here") {

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "actors/training/ddp.hpp"
+#include "training/ddp.hpp"
 #include "collectives/group.hpp"
 #include "collectives/join.hpp"
 #include "core/cuda_runtime.hpp"

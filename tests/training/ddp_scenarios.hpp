@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/training/ddp.hpp"
+#include "training/ddp.hpp"
 #include "collectives/join.hpp"
 #include "mlp.hpp"
 

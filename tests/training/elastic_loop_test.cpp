@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/training/elastic_loop.hpp"
+#include "training/elastic_loop.hpp"
 #include "store/memory_store.hpp"
 #include "store/prefix_store.hpp"
 

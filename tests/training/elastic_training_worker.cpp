@@ -21,7 +21,7 @@
 #include <string>
 #include <thread>
 
-#include "actors/training/elastic_loop.hpp"
+#include "training/elastic_loop.hpp"
 #include "mlp.hpp"
 #include "store/connect.hpp"
 #include "store/prefix_store.hpp"

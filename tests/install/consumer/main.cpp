@@ -3,8 +3,8 @@
 #include <troupe/core/future.hpp>
 #include <troupe/devicemap/derive.hpp>
 #include <troupe/devicemap/validate.hpp>
-#include <troupe/actors/training/ddp.hpp>
-#include <troupe/actors/training/strategy_registry.hpp>
+#include <troupe/training/ddp.hpp>
+#include <troupe/training/strategy_registry.hpp>
 
 #include <iostream>
 

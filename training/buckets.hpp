@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "actors/training/parameter.hpp"
+#include "training/parameter.hpp"
 
 namespace troupe::training {
 

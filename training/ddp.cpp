@@ -1,4 +1,4 @@
-#include "actors/training/ddp.hpp"
+#include "training/ddp.hpp"
 
 #include "core/trace.hpp"
 

@@ -1,4 +1,4 @@
-#include "actors/training/parameter.hpp"
+#include "training/parameter.hpp"
 
 #include <set>
 

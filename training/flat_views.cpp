@@ -1,4 +1,4 @@
-#include "actors/training/flat_views.hpp"
+#include "training/flat_views.hpp"
 
 #include <algorithm>
 #include <cstdint>

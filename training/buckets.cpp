@@ -1,4 +1,4 @@
-#include "actors/training/buckets.hpp"
+#include "training/buckets.hpp"
 
 #include <algorithm>
 #include <map>

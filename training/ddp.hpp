@@ -41,11 +41,11 @@
 #include <optional>
 #include <vector>
 
-#include "actors/training/buckets.hpp"
-#include "actors/training/comm_hooks.hpp"
-#include "actors/training/flat_views.hpp"
-#include "actors/training/object_codec.hpp"
-#include "actors/training/parameter.hpp"
+#include "training/buckets.hpp"
+#include "training/comm_hooks.hpp"
+#include "training/flat_views.hpp"
+#include "training/object_codec.hpp"
+#include "training/parameter.hpp"
 #include "collectives/join.hpp"
 
 namespace troupe::training {

@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "actors/training/ddp.hpp"
+#include "training/ddp.hpp"
 
 namespace troupe::training {
 

@@ -1,9 +1,9 @@
-#include "actors/training/comm_hooks.hpp"
+#include "training/comm_hooks.hpp"
 
 #include <memory>
 #include <vector>
 
-#include "actors/training/flat_views.hpp"
+#include "training/flat_views.hpp"
 
 namespace troupe::training {
 

@@ -1,4 +1,4 @@
-#include "actors/training/elastic_loop.hpp"
+#include "training/elastic_loop.hpp"
 
 #include <cstring>
 #include <limits>

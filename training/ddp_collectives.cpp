@@ -3,7 +3,7 @@
 // barrier / broadcast / reduce helpers.
 #include <array>
 
-#include "actors/training/ddp.hpp"
+#include "training/ddp.hpp"
 
 namespace troupe::training {
 

@@ -1,4 +1,4 @@
-#include "actors/training/strategy_registry.hpp"
+#include "training/strategy_registry.hpp"
 
 #include <algorithm>
 #include <mutex>

@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/training/parameter.hpp"
+#include "training/parameter.hpp"
 #include "collectives/elastic_group.hpp"
 
 namespace troupe::training {
