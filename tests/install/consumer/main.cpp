@@ -1,4 +1,6 @@
-// A user's program built against an installed troupe.
+// A user's program built against an installed troupe: the umbrella header, and single
+// module headers beside it.
+#include <troupe/troupe.hpp>
 #include <troupe/core/device.hpp>
 #include <troupe/core/future.hpp>
 #include <troupe/devicemap/derive.hpp>
@@ -27,6 +29,16 @@ int main() {
     return 1;
   }
   std::cout << "reverse maps of b: " << troupe::to_string(setup->reverse_maps) << "\n";
+
+  // The umbrella's modules compile and link here (nothing is started).
+  troupe::init_options io;
+  io.rpc = false;
+  troupe::rpc::rpc_backend_options ro;
+  ro.cuda_ipc = true;
+  troupe::collectives::allreduce_options ao;
+  std::cout << "defaults: rpc timeout " << troupe::format_duration(ro.rpc_timeout)
+            << ", allreduce op " << troupe::collectives::to_string(ao.op) << "\n";
+  (void)io;
 
   auto strategy = troupe::training::strategy_registry::with_builtins().find("ddp_spawn");
   if (!strategy) return 1;
