@@ -80,7 +80,8 @@ struct rpc_backend_options {
   std::chrono::microseconds busy_poll{0};
   /// Bytes that may wait in one connection's send queue; a caller that finds it full
   /// blocks until there is room or its call's timeout passes (errc::timeout). I/O threads
-  /// never block (answers and inline functions may exceed it). Zero: 64 MiB.
+  /// never block (answers and inline functions may exceed it, up to twice it: past that
+  /// the peer, which does not read, is dropped). Zero: 64 MiB.
   std::size_t max_queued_bytes = std::size_t{64} << 20;
   /// Frame limits for authenticated peers.
   wire::limits limits;

@@ -42,6 +42,21 @@ expected<void> connection::send(wire::frame_builder&& f, write_mode mode, deadli
                                 std::optional<promise<void>> written) {
   std::unique_lock<std::mutex> lk(wmu_);
   if (closed_) return *error_;
+  if (on_io_thread && queued_bytes_ >= 2 * max_queued_) {
+    // An I/O thread cannot wait for room, so what it sends (replies of inline functions,
+    // errors, acknowledgements) could pile up without bound behind a peer that sends and
+    // never reads. Past twice the limit that peer is dropped.
+    auto p = peer();
+    std::string who = p.name.empty() ? strcat("the peer at ", remote_) : strcat("worker '", p.name, "'");
+    error e = make_error(errc::unavailable, who, " does not read what this worker sends: ",
+                         queued_bytes_, " bytes wait in its send queue, twice the limit (",
+                         max_queued_, " bytes, rpc_backend_options::max_queued_bytes); dropped "
+                         "the connection");
+    lk.unlock();
+    TROUPE_LOG(log_level::warn, "rpc", e.message());
+    do_close(e, false);
+    return e;
+  }
   if (queued_bytes_ >= max_queued_ && !on_io_thread) {
     // An I/O thread never waits here: it may be the thread that has to drain the queue.
     bool room = wcv_.wait_until(lk, until.time_point(),

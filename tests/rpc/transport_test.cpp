@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -296,5 +297,54 @@ TEST_CASE("2000 connections opened and dropped, and silent peers, leave an agent
     if (!back) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   CHECK(back);
+  shutdown_all(g);
+}
+
+TEST_CASE("a peer that sends calls and never reads the replies is dropped once they pile up past twice the send queue limit") {
+  auto s = std::make_shared<memory_store>();
+  const std::string token = "token-of-this-job";
+  auto g = make_group(1, s, [&](int, rpc_backend_options& o) {
+    o.job_token = token;
+    o.max_queued_bytes = std::size_t{1} << 20;
+    // Inline: the replies are sent from the I/O thread, which never waits for room.
+    (void)o.functions->add("blob", [] { return std::string(std::size_t{256} << 10, 'x'); },
+                           function_options{.run_inline = true});
+  });
+  raw_socket c(port_of(*s, 0), 3);
+  const std::string nonce(16, 'q');
+  c.send_all(handshake(nonce));
+  auto ch = read_frame(c);
+  REQUIRE(ch.type == wire::kind::handshake_challenge);
+  std::string theirs, proof;
+  REQUIRE(deserialize(ch.message, nullptr, theirs, proof));
+  c.send_all(handshake_auth(wire::handshake_proof("caller", token, nonce, theirs, "troupe/rpc", "intruder")));
+  std::byte head[wire::header_size];
+  REQUIRE(::recv(c.fd, head, sizeof head, MSG_WAITALL) == static_cast<ssize_t>(sizeof head));
+  // 200 calls of 256 KiB replies: 50 MiB, far more than the socket buffers hold.
+  const int calls = 200;
+  for (int i = 1; i <= calls; ++i) {
+    wire::frame_builder f(wire::kind::request, static_cast<std::uint64_t>(i));
+    REQUIRE(serialize(f.message(), nullptr, std::string("blob"), std::uint8_t{0}, std::uint64_t{0},
+                      std::uint32_t{10000}));
+    REQUIRE(f.finish());
+    c.send_all(f.head());
+  }
+  // Only now does it read: what the kernel held, then the end of the connection.
+  std::size_t got = 0;
+  bool closed = false;
+  std::byte buf[65536];
+  for (int reads = 0; reads < 100000; ++reads) {
+    auto n = ::recv(c.fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+      continue;
+    }
+    closed = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+    break;
+  }
+  CHECK(closed);
+  CHECK(got < static_cast<std::size_t>(calls) * (std::size_t{256} << 10));
+  // The agent goes on serving everyone else.
+  CHECK(*g[0]->rpc_sync<int>("w0", "add", 2, 3) == 5);
   shutdown_all(g);
 }
