@@ -1,3 +1,8 @@
+// Why this file is long (~700 lines): run_agent is troupe-run's one state machine (the
+// rendezvous rounds, the job's store and secret, spawning, monitoring, restarts and
+// in-place replacement), and its steps share the round's state (the store, the group of
+// workers, the attempt's counters and log folders). The helpers above it are the parts
+// that need none of that state; the replace branch is the next piece to move out.
 #include "launcher/agent.hpp"
 
 #include <netinet/in.h>

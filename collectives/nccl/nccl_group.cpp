@@ -1,3 +1,7 @@
+// Why this file is long (~640 lines): the NCCL group's operations, its watchdog and its
+// failure path (roll call, waiters told, communicator aborted) share the pending queue,
+// the communicator lock and the sticky error; the pieces that need none of them are in
+// their own files (nccl_comm, stream_ordering, watchdog, nccl_errors, unique_id).
 #include "collectives/nccl/nccl_group.hpp"
 
 #include <cuda_runtime_api.h>
