@@ -10,6 +10,7 @@
 #include "core/cuda_runtime.hpp"
 #include "op_suite.hpp"
 #include "store/memory_store.hpp"
+#include "support/gpu_skip.hpp"
 #include "support/skip.hpp"
 
 using namespace std::chrono_literals;
@@ -19,12 +20,7 @@ using troupe::collectives::testing::buffer;
 
 namespace {
 
-std::string no_gpu_reason() {
-  auto n = cuda_device_count();
-  if (!n) return "no usable CUDA device: " + n.error().to_string();
-  if (*n < 1) return "no CUDA device present";
-  return {};
-}
+using troupe_test::no_gpu_reason;
 
 #define REQUIRE_GPU()                                                    \
   do {                                                                   \

@@ -13,6 +13,7 @@
 #include "collectives/join.hpp"
 #include "core/cuda_runtime.hpp"
 #include "store/memory_store.hpp"
+#include "support/gpu_skip.hpp"
 #include "support/skip.hpp"
 
 using namespace std::chrono_literals;
@@ -23,12 +24,7 @@ using collectives::tensor_view;
 
 namespace {
 
-std::string no_gpu_reason() {
-  auto n = cuda_device_count();
-  if (!n) return "no usable CUDA device: " + n.error().to_string();
-  if (*n < 1) return "no CUDA device present";
-  return {};
-}
+using troupe_test::no_gpu_reason;
 
 // `n` floats on cuda:0 holding `host`.
 struct device_floats {
