@@ -6,14 +6,16 @@ if(TROUPE_SANITIZE)
   endif()
   list(JOIN TROUPE_SANITIZE "," _troupe_san)
   message(STATUS "troupe: building with -fsanitize=${_troupe_san}")
-  add_compile_options(-fsanitize=${_troupe_san} -fno-omit-frame-pointer -g)
+  # C and C++ only: nvcc (the GPU suites' test kernels) takes none of these flags, and the
+  # kernels' host code has nothing to instrument.
+  add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=${_troupe_san};-fno-omit-frame-pointer;-g>")
   add_link_options(-fsanitize=${_troupe_san})
   if("thread" IN_LIST TROUPE_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     # g++ warns (-Wtsan) for every std::atomic_thread_fence it sees, and Asio's headers use
     # them. troupe's own code has no standalone fences; the warning only adds noise.
-    add_compile_options(-Wno-tsan)
+    add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-Wno-tsan>)
   endif()
   if("undefined" IN_LIST TROUPE_SANITIZE)
-    add_compile_options(-fno-sanitize-recover=undefined)
+    add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-fno-sanitize-recover=undefined>)
   endif()
 endif()
