@@ -68,28 +68,35 @@ struct scoped_event {
   }
 };
 
-// Copies on the helper's stream after every operation queued so far on `producer` (null:
-// the legacy default stream, which also orders after every blocking stream), and waits for
-// exactly that copy through an event: the calling thread (a worker or user thread, never an
-// I/O thread) blocks; no stream or device is synchronized as a whole.
-expected<void> ordered_copy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, device d,
-                            cudaStream_t helper, cudaStream_t producer) {
-  if (auto e = cudaSetDevice(d.index()); e != cudaSuccess) return cuda_error(e, "cudaSetDevice", d);
-  scoped_event ready, done;
-  if (auto e = cudaEventCreateWithFlags(&ready.ev, cudaEventDisableTiming); e != cudaSuccess)
-    return cuda_error(e, "cudaEventCreate", d);
-  if (auto e = cudaEventRecord(ready.ev, producer); e != cudaSuccess)
-    return cuda_error(e, "recording the producer stream's event", d);
-  if (auto e = cudaStreamWaitEvent(helper, ready.ev, 0); e != cudaSuccess)
-    return cuda_error(e, "ordering the copy after the producer stream", d);
+// Copies on the helper's stream once `ready` has happened, and waits for exactly that
+// copy through an event: the calling thread (a worker or user thread, never an I/O thread)
+// blocks; no stream or device is synchronized as a whole. The current device is `d`.
+expected<void> copy_after(cudaEvent_t ready, void* dst, const void* src, std::size_t n,
+                          cudaMemcpyKind kind, device d, cudaStream_t helper) {
+  if (auto e = cudaStreamWaitEvent(helper, ready, 0); e != cudaSuccess)
+    return cuda_error(e, "ordering the copy after the producer's event", d);
   if (auto e = cudaMemcpyAsync(dst, src, n, kind, helper); e != cudaSuccess)
     return cuda_error(e, "cudaMemcpyAsync", d);
+  scoped_event done;
   if (auto e = cudaEventCreateWithFlags(&done.ev, cudaEventDisableTiming); e != cudaSuccess)
     return cuda_error(e, "cudaEventCreate", d);
   auto rec = cudaEventRecord(done.ev, helper);
   auto sync = rec == cudaSuccess ? cudaEventSynchronize(done.ev) : rec;
   if (sync != cudaSuccess) return cuda_error(sync, "waiting for a tensor copy", d);
   return ok();
+}
+
+// copy_after every operation queued so far on `producer` (null: the legacy default
+// stream, which also orders after every blocking stream).
+expected<void> ordered_copy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, device d,
+                            cudaStream_t helper, cudaStream_t producer) {
+  if (auto e = cudaSetDevice(d.index()); e != cudaSuccess) return cuda_error(e, "cudaSetDevice", d);
+  scoped_event ready;
+  if (auto e = cudaEventCreateWithFlags(&ready.ev, cudaEventDisableTiming); e != cudaSuccess)
+    return cuda_error(e, "cudaEventCreate", d);
+  if (auto e = cudaEventRecord(ready.ev, producer); e != cudaSuccess)
+    return cuda_error(e, "recording the producer stream's event", d);
+  return copy_after(ready.ev, dst, src, n, kind, d, helper);
 }
 
 }  // namespace
@@ -209,11 +216,6 @@ expected<ipc_loan> lend_through_ipc(const tensor& t, device target, std::uint64_
   return ipc_loan{std::move(*record), std::move(keep)};
 }
 
-std::uint64_t ipc_record_loan_id(const tensor& record) noexcept {
-  auto r = detail::decode_ipc_record(record);
-  return r ? r->loan_id : 0;
-}
-
 expected<tensor> receive_through_ipc(const tensor& record) {
   auto r = detail::decode_ipc_record(record);
   if (!r) return std::move(r).error();
@@ -255,18 +257,8 @@ expected<tensor> receive_through_ipc(const tensor& record) {
     base = o.base;
     ready = o.event;
   }
-  cudaStream_t helper = (*st)->stream;
-  if (auto e = cudaStreamWaitEvent(helper, ready, 0); e != cudaSuccess)
-    return refused("ordering the copy after the lender's event", e);
   const void* src = static_cast<const std::byte*>(base) + r->offset;
-  if (auto e = cudaMemcpyAsync(mem->get(), src, n, cudaMemcpyDeviceToDevice, helper); e != cudaSuccess)
-    return refused("cudaMemcpyAsync", e);
-  scoped_event done;
-  if (auto e = cudaEventCreateWithFlags(&done.ev, cudaEventDisableTiming); e != cudaSuccess)
-    return refused("cudaEventCreate", e);
-  auto rec = cudaEventRecord(done.ev, helper);
-  auto sync = rec == cudaSuccess ? cudaEventSynchronize(done.ev) : rec;
-  if (sync != cudaSuccess) return refused("waiting for the copy", sync);
+  TROUPE_TRY(copy_after(ready, mem->get(), src, n, cudaMemcpyDeviceToDevice, target, (*st)->stream));
   void* p = mem->get();
   return tensor::wrap(p, r->type, r->shape, target, {}, std::move(*mem));
 }

@@ -1,7 +1,5 @@
 #include "rpc/device_helper.hpp"
 
-#include "rpc/detail/ipc_record.hpp"
-
 namespace troupe::rpc {
 
 namespace {
@@ -20,11 +18,6 @@ expected<tensor> upload_to_device(const tensor& t, device target) { return no_cu
 
 expected<ipc_loan> lend_through_ipc(const tensor& t, device target, std::uint64_t) {
   return make_error(errc::unsupported, no_cuda(t, target).message());
-}
-
-std::uint64_t ipc_record_loan_id(const tensor& record) noexcept {
-  auto r = detail::decode_ipc_record(record);
-  return r ? r->loan_id : 0;
 }
 
 expected<tensor> receive_through_ipc(const tensor& record) { return no_cuda(record, record.dev()); }

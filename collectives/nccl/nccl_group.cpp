@@ -396,7 +396,6 @@ class nccl_group final : public process_group {
     std::unique_lock lk(comm_mu_);
     std::uint64_t seq = peer < 0 ? ++seq_ : ++p2p_seq_;
     // Built by appending: a string stream per operation costs more than the NCCL call.
-    if (described_.empty()) described_ = describe(*this);
     std::string what;
     what.reserve(op.size() + described_.size() + 28);
     what.append(op).append(peer < 0 ? " #" : " #p").append(std::to_string(seq)).append(" on ").append(described_);
@@ -578,7 +577,7 @@ class nccl_group final : public process_group {
   std::mutex comm_mu_;  // serializes NCCL calls on comm_ (launch, split, abort, polling)
   std::atomic<std::uint64_t> seq_{0};
   std::uint64_t p2p_seq_ = 0;  // guarded by comm_mu_
-  std::string described_;      // describe(*this), made at the first launch; under comm_mu_
+  const std::string described_ = describe(*this);  // for the operations' descriptions
   // The watchdog's lock and wake-up, shared with the works' wait helpers (which may
   // outlive the group): a waiter sets `hurry` and rings, and the watchdog polls without
   // sleeping until nothing is pending, so that wait() returns microseconds after the GPU

@@ -278,8 +278,9 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
   if (d.expired())
     return fail(make_error(errc::timeout, "the call to '", info.function, "' waited in worker '",
                            name_, "''s queue past its deadline; the worker is overloaded"));
-  if (auto placed = place_incoming(f.tensors, name_, device_count_, releaser(c)); !placed)
-    return fail(std::move(placed).error());
+  if (needs_placement(f.tensors))
+    if (auto placed = place_incoming(f.tensors, name_, device_count_, releaser(c)); !placed)
+      return fail(std::move(placed).error());
   wire::frame_builder reply(wire::kind::response, id);
   // References received among the arguments become this worker's shares; references in
   // the result become the caller's (announced just before the reply is sent).

@@ -95,3 +95,14 @@ expected<ipc_record> decode_ipc_record(const tensor& t) {
 }
 
 }  // namespace troupe::rpc::detail
+
+namespace troupe::rpc {
+
+// Declared in rpc/device_helper.hpp; host-only, so that a build without CUDA can release a
+// record it received.
+std::uint64_t ipc_record_loan_id(const tensor& record) noexcept {
+  auto r = detail::decode_ipc_record(record);
+  return r ? r->loan_id : 0;
+}
+
+}  // namespace troupe::rpc

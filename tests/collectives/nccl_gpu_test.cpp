@@ -8,8 +8,8 @@
 
 #include "collectives/group.hpp"
 #include "core/cuda_runtime.hpp"
+#include "nccl_world.hpp"
 #include "op_suite.hpp"
-#include "store/memory_store.hpp"
 #include "support/gpu_skip.hpp"
 #include "support/skip.hpp"
 
@@ -17,6 +17,7 @@ using namespace std::chrono_literals;
 using namespace troupe;
 using namespace troupe::collectives;
 using troupe::collectives::testing::buffer;
+using troupe::collectives::testing::nccl_world_of_one;
 
 namespace {
 
@@ -45,19 +46,6 @@ struct device_buffer {
   }
 };
 
-std::shared_ptr<process_group> single_rank_world(const std::string& name = "world") {
-  world_options o;
-  o.rank = 0;
-  o.size = 1;
-  o.store = std::make_shared<memory_store>();
-  o.backend = "nccl";
-  o.name = name;
-  o.timeout = 30s;
-  auto g = init_world(o);
-  REQUIRE_MESSAGE(g.has_value(), g.error().to_string());
-  return *g;
-}
-
 buffer filled(dtype t, std::size_t n, int salt) {
   buffer b(t, n);
   for (std::size_t i = 0; i < n; ++i)
@@ -76,7 +64,7 @@ void check_same(const buffer& got, const buffer& want, const char* what, dtype t
 
 TEST_CASE("a single-rank nccl group runs every collective on every dtype") {
   REQUIRE_GPU();
-  auto g = single_rank_world();
+  auto g = nccl_world_of_one();
   CHECK(g->backend_name() == "nccl");
   const std::size_t n = 257;
   for (dtype t : testing::all_dtypes()) {
@@ -165,7 +153,7 @@ TEST_CASE("a single-rank nccl group runs every collective on every dtype") {
 
 TEST_CASE("an nccl operation is ordered on the caller's stream without blocking the host") {
   REQUIRE_GPU();
-  auto g = single_rank_world();
+  auto g = nccl_world_of_one();
   cudaStream_t s = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
   auto host = filled(dtype::float32, 1 << 20, 5);
@@ -194,7 +182,7 @@ void CUDART_CB block_stream(void* ms) {
 TEST_CASE(
     "an nccl operation that misses its timeout aborts the communicator and fails pending work") {
   REQUIRE_GPU();
-  auto g = single_rank_world("abort-world");
+  auto g = nccl_world_of_one("abort-world");
   cudaStream_t s = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
   static int hold_ms = 4000;
@@ -230,7 +218,7 @@ TEST_CASE(
 
 TEST_CASE("a subgroup of an nccl world is split from the parent communicator and reduces") {
   REQUIRE_GPU();
-  auto g = single_rank_world("split-world");
+  auto g = nccl_world_of_one("split-world");
   auto child = new_group(*g, {0});
   REQUIRE_MESSAGE(child.has_value(), child.error().to_string());
   REQUIRE(*child);

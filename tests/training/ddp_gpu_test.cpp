@@ -12,7 +12,7 @@
 #include "collectives/group.hpp"
 #include "collectives/join.hpp"
 #include "core/cuda_runtime.hpp"
-#include "store/memory_store.hpp"
+#include "../collectives/nccl_world.hpp"
 #include "support/gpu_skip.hpp"
 #include "support/skip.hpp"
 
@@ -21,6 +21,7 @@ using namespace troupe;
 using namespace troupe::training;
 using collectives::dtype;
 using collectives::tensor_view;
+using collectives::testing::nccl_world_of_one;
 
 namespace {
 
@@ -45,19 +46,6 @@ struct device_floats {
     return {p + at, dtype::float32, count, *device::cuda(0)};
   }
 };
-
-std::shared_ptr<collectives::process_group> nccl_world_of_one(const std::string& name) {
-  collectives::world_options o;
-  o.rank = 0;
-  o.size = 1;
-  o.store = std::make_shared<memory_store>();
-  o.backend = "nccl";
-  o.name = name;
-  o.timeout = 30s;
-  auto g = collectives::init_world(o);
-  REQUIRE_MESSAGE(g.has_value(), (g ? "" : g.error().to_string()));
-  return *g;
-}
 
 std::vector<float> pattern(std::size_t n, float scale, float offset) {
   std::vector<float> v(n);
