@@ -18,6 +18,13 @@ function(troupe_add_library name)
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/troupe>)
   target_link_libraries(${target} PUBLIC ${ARG_PUBLIC_DEPENDS} PRIVATE ${ARG_PRIVATE_DEPENDS})
   troupe_set_warnings(${target})
+  if(TROUPE_UNITY_BUILD)
+    # Batches of 8 sources per compiler run: the headers they share (the standard library,
+    # Asio, CAF) are parsed once per batch. A source included by a batch is no longer the
+    # main file, so GCC's -Wsubobject-linkage would flag every anonymous-namespace type.
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+  endif()
   install(TARGETS ${target} EXPORT troupe_targets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
   install(FILES ${ARG_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/${name})

@@ -9,7 +9,9 @@
 #include <fstream>
 #include <iterator>
 
+#if TROUPE_HAVE_ETCD
 #include "store/etcd_store.hpp"
+#endif
 #include "store/memory_store.hpp"
 #include "store/settings.hpp"
 #include "store/tcp_store.hpp"
@@ -127,10 +129,18 @@ expected<std::unique_ptr<store>> connect_store(std::string_view url, const store
     return std::unique_ptr<store>(std::move(*s));
   }
   if (*scheme == "etcd") {
+#if TROUPE_HAVE_ETCD
     auto o = parse_etcd_store_url(url);
     if (!o) return std::move(o).error();
     o->timeout = options.timeout;
     return connect_etcd_store(*o);
+#else
+    return make_error(errc::invalid_argument, "store URL '", url,
+                      "' needs the etcd backend, which this build of troupe leaves out "
+                      "(TROUPE_WITH_ETCD=OFF, as the quick start's demo preset does); build "
+                      "with `bash scripts/build.sh release` for etcd, or use the embedded store "
+                      "(tcp://host:port)");
+#endif
   }
   return make_error(errc::invalid_argument, "unknown store URL scheme '", *scheme, "' in '", url,
                     "'; use tcp://host:port, etcd://host:port or memory://");
