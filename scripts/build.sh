@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds one preset (default: release) into build/<preset>.
-#   scripts/build.sh [release|debug|asan|tsan] [extra cmake configure args...]
+#   scripts/build.sh [release|demo|debug|asan|tsan] [extra cmake configure args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=${1:-release}
@@ -10,4 +10,7 @@ mkdir -p build
 cmake --preset "$preset" "$@" > "build/$preset.configure.log" 2>&1 ||
   { cat "build/$preset.configure.log"; exit 1; }
 grep -E "^-- troupe:" "build/$preset.configure.log" || true
-cmake --build --preset "$preset" -j "$jobs"
+# TROUPE_BUILD_TARGETS: build only these targets (space-separated), e.g. tsan_suites.
+targets=()
+for t in ${TROUPE_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build --preset "$preset" -j "$jobs" "${targets[@]}"
