@@ -3,6 +3,11 @@
 // plain server, of a certificate from another CA and of a client that never finishes its
 // handshake. Real sockets on loopback; a throwaway CA made with the openssl command.
 #include <doctest/doctest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdlib>
@@ -14,6 +19,7 @@
 #include "core/log.hpp"
 #include "raw_socket.hpp"
 #include "store/connect.hpp"
+#include "store/detail/wire.hpp"
 #include "store/tcp_store.hpp"
 #include "store/tcp_store_server.hpp"
 #include "support/skip.hpp"
@@ -105,6 +111,113 @@ bool mentions(const troupe::error& e, std::string_view text) {
 }
 
 std::string addr(const tcp_store_server& s) { return troupe::strcat("127.0.0.1:", s.port()); }
+
+// A TLS client that speaks the store's frames by hand over a blocking socket (every receive
+// gives up after 5 s), for clients that misbehave after their handshake.
+class raw_tls_client {
+ public:
+  explicit raw_tls_client(std::uint16_t port, int receive_buffer = 0) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (receive_buffer > 0)
+      ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    auto ctx = tls::context::make(client_identity());
+    REQUIRE(ctx);
+    auto s = tls::session::make(*ctx, true);
+    REQUIRE(s);
+    session_ = std::move(*s);
+  }
+  ~raw_tls_client() { ::close(fd_); }
+  raw_tls_client(const raw_tls_client&) = delete;
+  raw_tls_client& operator=(const raw_tls_client&) = delete;
+
+  // The TLS handshake, then a hello without a secret and its hello_ok.
+  void open() {
+    for (int i = 0; i < 100; ++i) {
+      auto done = session_->handshake();
+      REQUIRE_MESSAGE(done, (done ? "" : done.error().to_string()));
+      flush();
+      if (*done) break;
+      REQUIRE(receive_some());
+    }
+    REQUIRE(session_->established());
+    namespace wire = troupe::detail::wire;
+    send(wire::encode_hello({wire::magic, wire::version, "", "raw tls"}));
+    troupe::bytes plain;
+    while (plain.size() < wire::length_size + wire::min_body) {
+      REQUIRE(receive_some());
+      std::array<std::byte, 4096> out{};
+      auto n = session_->read(out);
+      REQUIRE(n);
+      plain.insert(plain.end(), out.begin(), out.begin() + static_cast<std::ptrdiff_t>(*n));
+    }
+    CHECK(plain[wire::length_size] == std::byte{static_cast<std::uint8_t>(wire::kind::hello_ok)});
+  }
+
+  // Encrypts and sends all of `plain`.
+  void send(const troupe::bytes& plain) {
+    REQUIRE(session_->write(plain));
+    flush();
+  }
+
+  // True when the server closes the connection (end of stream or a reset) within 5 s;
+  // whatever it sent first is skipped.
+  bool closed_by_peer() {
+    char buf[4096];
+    for (;;) {
+      ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n == 0) return true;
+      if (n < 0) return errno == ECONNRESET;
+    }
+  }
+
+ private:
+  void flush() {
+    troupe::bytes out;
+    session_->take_output(out);
+    std::size_t off = 0;
+    while (off < out.size()) {
+      ssize_t n = ::send(fd_, out.data() + off, out.size() - off, MSG_NOSIGNAL);
+      REQUIRE(n > 0);
+      off += static_cast<std::size_t>(n);
+    }
+  }
+  bool receive_some() {
+    std::array<std::byte, 16384> buf{};
+    ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
+    if (n <= 0) return false;
+    session_->put_input(std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n)));
+    return true;
+  }
+
+  int fd_ = -1;
+  std::unique_ptr<tls::session> session_;
+};
+
+// 400 gets of `key` in one burst of frames.
+troupe::bytes burst_of_gets(std::string_view key) {
+  namespace wire = troupe::detail::wire;
+  troupe::bytes burst;
+  for (std::uint64_t id = 1; id <= 400; ++id) {
+    wire::frame_builder f(wire::kind::get, id);
+    f.writer().str(key);
+    auto frame = std::move(f).finish();
+    burst.insert(burst.end(), frame.begin(), frame.end());
+  }
+  return burst;
+}
+
+void check_serves(const tcp_store_server& server) {
+  auto c = connect_ok(server, client_identity());
+  REQUIRE(c->set("still-serving", std::string_view("yes")));
+  CHECK(troupe::to_string(c->get("still-serving", 5s).value()) == "yes");
+}
 
 }  // namespace
 
@@ -272,6 +385,8 @@ TEST_CASE("a client that never completes the TLS handshake is dropped after hell
   CHECK(logs.eventually({"no hello within"}));
   // The client admitted before is not affected.
   CHECK(troupe::to_string(c->get("k", 5s).value()) == "v");
+  // The server forgets a connection just after closing its socket.
+  for (int i = 0; i < 250 && server->num_connections() != 1; ++i) std::this_thread::sleep_for(20ms);
   CHECK(server->num_connections() == 1);
 }
 
@@ -325,4 +440,68 @@ TEST_CASE("unusable TLS files fail the server's start and the client's connect, 
   REQUIRE_FALSE(c);
   CHECK(c.error().code() == errc::invalid_argument);
   CHECK_MESSAGE(mentions(c.error(), "TROUPE_TLS_CA"), c.error().message());
+}
+
+TEST_CASE("a TLS client that sends requests but never reads cannot make the server buffer without bound") {
+  REQUIRE_PKI();
+  troupe::tcp_store_server_options o;
+  o.tls = server_identity();
+  o.max_queued_output = 1u << 20;
+  auto made = tcp_store_server::start(o);
+  REQUIRE(made);
+  auto& server = **made;
+  auto writer = connect_ok(server, client_identity());
+  const std::size_t value_size = 64u << 10;
+  REQUIRE(writer->set("big", troupe::bytes(value_size, std::byte{'v'})));
+  auto raw = std::make_unique<raw_tls_client>(server.port());
+  raw->open();
+  // 400 gets of 64 KiB: 25 MiB of replies (and more of ciphertext) if all were answered.
+  raw->send(burst_of_gets("big"));
+
+  // Wait for the queue to settle (the same reading for 300 ms), then look at it.
+  std::size_t last = server.queued_output_bytes();
+  auto stable_since = std::chrono::steady_clock::now();
+  auto give_up = stable_since + 10s;
+  while (std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(20ms);
+    std::size_t now = server.queued_output_bytes();
+    if (now != last || now == 0) {
+      last = now;
+      stable_since = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - stable_since > 300ms) {
+      break;
+    }
+  }
+  CHECK(last > 0);
+  // One reply past the limit at most, with its TLS records' overhead (22 bytes each).
+  CHECK(last <= o.max_queued_output + value_size + 1024);
+  check_serves(server);
+
+  raw.reset();
+  for (int i = 0; i < 250 && server.queued_output_bytes() != 0; ++i)
+    std::this_thread::sleep_for(20ms);
+  CHECK(server.queued_output_bytes() == 0);
+}
+
+TEST_CASE("a TLS client woken with more than max_unread_output that it never reads is dropped and its queue freed") {
+  REQUIRE_PKI();
+  troupe::tcp_store_server_options o;
+  o.tls = server_identity();
+  o.max_queued_output = 1u << 20;
+  o.max_unread_output = 4u << 20;
+  auto made = tcp_store_server::start(o);
+  REQUIRE(made);
+  auto& server = **made;
+  auto writer = connect_ok(server, client_identity());
+  auto raw = std::make_unique<raw_tls_client>(server.port(), 4096);
+  raw->open();
+  raw->send(burst_of_gets("late"));  // each parks, and each is woken with the value
+  for (int i = 0; i < 50; ++i) std::this_thread::sleep_for(10ms);
+  // 400 wakes of 64 KiB, encrypted as they are queued: far past the hard limit.
+  REQUIRE(writer->set("late", troupe::bytes(64u << 10, std::byte{'v'})));
+  for (int i = 0; i < 250 && server.queued_output_bytes() != 0; ++i)
+    std::this_thread::sleep_for(20ms);
+  CHECK(server.queued_output_bytes() == 0);
+  CHECK(raw->closed_by_peer());
+  check_serves(server);
 }
