@@ -11,6 +11,8 @@
 // Usage: store_bench [--clients 1,8,32] [--seconds 2] [--rounds 200] [--io-threads N]
 //                    [--tcp-only]   (the server opens no local socket: clients use TCP)
 // Clients are this binary re-executed with --role; they meet through the store itself.
+// With TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA set, the server and the clients
+// speak TLS over TCP (with --tcp-only: the local socket stays plain); bench/tls_bench.sh.
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "store/connect.hpp"
 #include "store/tcp_store.hpp"
 #include "store/tcp_store_server.hpp"
 
@@ -89,6 +92,7 @@ args parse(int argc, char** argv) {
 std::unique_ptr<tcp_store> client(int port) {
   tcp_store_options o;
   o.port = static_cast<std::uint16_t>(port);
+  o.tls = tls_config_from_env();
   o.connect_timeout = 30s;
   o.timeout = 60s;
   return check(tcp_store::connect(o), "connect");
@@ -195,6 +199,7 @@ int run_main(args a) {
   tcp_store_server_options so;
   so.io_threads = static_cast<std::size_t>(a.io_threads);
   so.local_socket = !a.tcp_only;
+  so.tls = tls_config_from_env();
   auto server = check(tcp_store_server::start(so), "start server");
   a.port = server->port();
   auto s = client(a.port);

@@ -3,10 +3,13 @@
 # rpc_bench (rank 0 on host0 drives, rank 1 on host1 serves) plain and with
 # TROUPE_TLS_CERT/KEY/CA, alternating for RUNS rounds in one run (plain first), medians.
 # rpc_bench also measures a raw TCP ping-pong and echo between the same two processes
-# (never TLS), which shows how the machine drifts between the two variants.
+# (never TLS), which shows how the machine drifts between the two variants. Each round
+# also runs store_bench --tcp-only with one client on host0 (the TCP store over loopback
+# TCP, server and client in separate processes), plain and with the same variables.
 #
 #   sudo bench/tls_bench.sh [RUNS]      (default 5; exit 77 when hosts cannot be made)
-# Needs build/release (or TROUPE_BUILD_DIR) with rpc_bench, and the openssl command. Every
+# Needs build/release (or TROUPE_BUILD_DIR) with rpc_bench and store_bench, and the openssl
+# command. Every
 # job is killed after TLS_BENCH_TIMEOUT seconds (default 120); the hosts and the
 # certificates made here go away on every exit path.
 set -u
@@ -19,7 +22,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 build=${TROUPE_BUILD_DIR:-$root/build/release}
 limit=${TLS_BENCH_TIMEOUT:-120}
-[[ -x "$build/bench/rpc_bench" ]] || { echo "tls_bench: $build/bench/rpc_bench is missing (cmake --build $build --target rpc_bench)" >&2; exit 2; }
+for b in rpc_bench store_bench; do
+  [[ -x "$build/bench/$b" ]] || { echo "tls_bench: $build/bench/$b is missing (cmake --build $build --target $b)" >&2; exit 2; }
+done
 command -v openssl >/dev/null || { echo "tls_bench: the openssl command is not installed" >&2; exit 2; }
 
 source "$root/tests/multihost/sim_hosts.sh"
@@ -68,15 +73,28 @@ job() {
   return "$rc"
 }
 
+store=("$build/bench/store_bench" --tcp-only --clients 1 --seconds 1 --rounds 200)
+
+# store_job NAME [VAR=value...]: store_bench on host0; its JSON lines go to $out/NAME.jsonl.
+store_job() {
+  local name=$1
+  shift
+  sim_host 0 timeout -k 5 "$limit" env "$@" "${store[@]}" >>"$out/$name.jsonl" 2>"$out/$name.err" ||
+    { echo "tls_bench: $name failed" >&2; tail -n 20 "$out/$name.err" >&2; return 1; }
+}
+
 echo "# hosts: host0 $(sim_host_addr 0), host1 $(sim_host_addr 1) (veth pairs into one bridge)" >&2
 for ((i = 1; i <= runs; ++i)); do
   job plain -- "${bench[@]}" || exit 1
   job tls "${tls[@]}" -- "${bench[@]}" || exit 1
+  store_job store_plain || exit 1
+  store_job store_tls "${tls[@]}" || exit 1
   echo "round $i/$runs done" >&2
 done
 
 echo "# bench/tls_bench.sh $runs: $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -n), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), median of $runs rounds"
 echo "# ${bench[*]#$root/}, plain vs with TROUPE_TLS_CERT/KEY/CA (P-256 certificates)"
+echo "# ${store[*]#$root/} on host0, plain vs the same variables"
 /usr/bin/python3 - "$out" <<'PY'
 import json, statistics, sys
 from pathlib import Path
@@ -90,10 +108,11 @@ def cell(vs):
     f = (lambda v: f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3g}")
     return f"{f(m)} ({f(min(vs))}..{f(max(vs))})"
 plain, tls = rows("plain"), rows("tls")
+store_plain, store_tls = rows("store_plain"), rows("store_tls")
 print("| measurement | plain | TLS | TLS/plain |")
 print("|---|---|---|---|")
-def line(what, fig, unit, **m):
-    p, t = vals(plain, fig, **m), vals(tls, fig, **m)
+def line(what, fig, unit, pair=(plain, tls), **m):
+    p, t = vals(pair[0], fig, **m), vals(pair[1], fig, **m)
     if p and t:
         print(f"| {what} | {cell(p)} {unit} | {cell(t)} {unit} | {statistics.median(t) / statistics.median(p):.2f} |")
 line("RPC no-op p50", "p50_us", "µs", bench="roundtrip", variant="rpc")
@@ -103,4 +122,8 @@ line("echo 1 MiB", "GBps", "GB/s", bench="echo", variant="rpc", bytes=1048576)
 line("echo 16 MiB", "GBps", "GB/s", bench="echo", variant="rpc", bytes=16777216)
 line("raw TCP ping-pong p50 (never TLS)", "p50_us", "µs", bench="roundtrip", variant="raw_tcp")
 line("raw TCP echo 16 MiB (never TLS)", "GBps", "GB/s", bench="echo", variant="raw_tcp", bytes=16777216)
+store = (store_plain, store_tls)
+line("store set and get (each a round trip), 1 client, host0 loopback TCP", "ops_per_s", "ops/s", store, bench="ops", clients=1)
+line("store set_nowait and get, 1 client", "ops_per_s", "ops/s", store, bench="ops_nowait", clients=1)
+line("store wake-up p50, 1 waiter", "p50_us", "µs", store, bench="wake", clients=1)
 PY

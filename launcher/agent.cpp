@@ -119,6 +119,10 @@ expected<job_store> open_job_store(const run_config& c, const std::string& run_i
   so.secret = secret;
   tcp_store_server_options own;
   own.secret = secret;
+  // The job's TLS identity, when TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA are set:
+  // the store then speaks TLS to the other nodes, and so does every client (connect_store
+  // reads the same settings).
+  own.tls = tls_config_from_env();
   // No request waits longer than the join timeout (--rdzv-conf timeout): an unreachable
   // store or etcd fails within it.
   so.timeout = std::min<duration>(std::chrono::seconds(30), c.join_timeout);

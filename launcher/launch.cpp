@@ -59,6 +59,7 @@ class store_host {
       if (::getppid() != parent) ::_exit(127);
       tcp_store_server_options so;
       so.secret = secret;
+      so.tls = tls_config_from_env();
       auto server = tcp_store_server::start(so);
       std::string reply =
           server ? std::to_string((*server)->port()) : "!" + server.error().to_string();

@@ -102,6 +102,7 @@ expected<cluster_store> open_cluster_store(const cluster_env& env, duration time
         tcp_store_server_options so;
         so.port = hp->second;
         so.secret = job_secret_from_env();
+        so.tls = tls_config_from_env();
         so.host = "0.0.0.0";
         if (is_loopback_address(*addr)) {
           so.host = *addr;

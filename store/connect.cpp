@@ -121,6 +121,7 @@ expected<std::unique_ptr<store>> connect_store(std::string_view url, const store
     o.port = hp->second;
     o.secret = options.secret;
     if (o.secret.empty()) o.secret = job_secret_from_env();
+    o.tls = options.tls.enabled() ? options.tls : tls_config_from_env();
     o.connect_timeout = options.connect_timeout;
     o.timeout = options.timeout;
     o.max_frame_size = options.max_frame_size;

@@ -22,6 +22,8 @@ struct store_options {
   std::string secret;
   /// Largest frame for tcp://, in bytes.
   std::size_t max_frame_size = std::size_t{64} << 20;
+  /// The TLS identity for tcp:// over TCP. When empty, tls_config_from_env() is used.
+  tls::config tls;
 };
 
 /// The job's secret from the environment: TROUPE_JOB_SECRET, else TROUPE_STORE_SECRET (its

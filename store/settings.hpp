@@ -16,10 +16,11 @@ inline constexpr setting job_secret{
 inline constexpr setting tls_cert{
     "TROUPE_TLS_CERT", "unset (no TLS)",
     "this process's certificate (PEM), signed by the job's CA. With `TROUPE_TLS_KEY` and "
-    "`TROUPE_TLS_CA` it turns on mutual TLS for the RPC agent's TCP connections: every worker "
+    "`TROUPE_TLS_CA` it turns on mutual TLS for the RPC agent's TCP connections and for the "
+    "TCP store's (troupe-store, troupe-run's store, `connect_store` clients): every process "
     "presents its certificate and refuses a peer whose certificate the job's CA did not sign, "
-    "and a peer without TLS. Set all three on every worker of the job, or none; same-host "
-    "local sockets stay plain (docs/security.md)"};
+    "and a peer without TLS. Set all three on every worker and store of the job, or none; "
+    "same-host local sockets stay plain (docs/security.md)"};
 inline constexpr setting tls_key{
     "TROUPE_TLS_KEY", "unset (no TLS)",
     "the private key (PEM, unencrypted) of `TROUPE_TLS_CERT`; keep it readable only by the "

@@ -1,6 +1,6 @@
-// Why this file is long (~740 lines): the connect chain, the caller-as-reader protocol and
-// every store operation share one connection and its lock; split, each part would need the
-// others' private state.
+// Why this file is long (~900 lines): the connect chain (with its TLS handshake), the
+// caller-as-reader protocol and every store operation share one connection and its lock;
+// split, each part would need the others' private state.
 // The TCP store client: one connection. Connecting (connect, hello) runs as an Asio chain
 // on a short-lived I/O thread; after that, callers do their own I/O: each writes its
 // request frame and waits for the reply under its request id, one waiting caller at a
@@ -57,6 +57,17 @@ struct tcp_store::impl {
   std::array<std::byte, wire::length_size> length{};
   bytes body;
 
+  // TLS (options.tls set): the context, and the session of a TCP connection (null on the
+  // local socket). While connecting only the strand touches the session; afterwards every
+  // call on it holds tls_mu.
+  std::shared_ptr<const tls::context> tls_ctx;
+  std::unique_ptr<tls::session> tls;
+  std::mutex tls_mu;
+  bytes cbuf;    // ciphertext received: the strand's while connecting, then the reader's
+  bytes pbuf;    // connecting: plaintext decrypted and not yet consumed
+  bytes sealed;  // connecting: ciphertext to send
+  bool answered = false;  // connecting: the server has sent something during the handshake
+
   // ---- connecting: an asynchronous chain on the strand, awaited by the caller ----
 
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
@@ -93,25 +104,147 @@ struct tcp_store::impl {
                           if (ec) return on_connected(ec, "connecting");
                           boost::system::error_code ignored;
                           socket.set_option(tcp::no_delay(true), ignored);
+                          if (tls_ctx) return start_tls();
                           send_hello();
                         });
   }
 
+  // ---- TLS while connecting: the handshake, then the hello's frames encrypted ----
+
+  static boost::system::error_code tls_failed() {
+    return boost::system::error_code(asio::error::access_denied);
+  }
+
+  // An error of the TLS layer, naming the server.
+  error tls_error(const error& e) const {
+    return make_error(e.code(), "TLS with the tcp store server at ", options.host, ":",
+                      options.port, ": ", e.message());
+  }
+
+  void start_tls() {
+    auto s = tls::session::make(tls_ctx, true);
+    if (!s) {
+      handshake_error = std::move(s).error();
+      return on_connected({}, "");
+    }
+    tls = std::move(*s);
+    answered = false;
+    tls_step();
+  }
+
+  // Advances the handshake: sends what the session made, then reads the server's next
+  // flight, until the handshake is complete; then the hello, inside TLS.
+  void tls_step() {
+    auto h = tls->handshake();
+    if (!h) {
+      handshake_error = tls_error(h.error());
+      return on_connected({}, "");
+    }
+    sealed.clear();
+    tls->take_output(sealed);
+    auto next = [this, done = *h] {
+      if (done) return send_hello();
+      cbuf.resize(std::size_t{16} << 10);
+      socket.async_read_some(asio::buffer(cbuf), [this](boost::system::error_code e, std::size_t got) {
+        if (e) return on_connected(e, "the TLS handshake");
+        std::span<const std::byte> in(cbuf.data(), got);
+        if (!std::exchange(answered, true) && plain_answer(in)) {
+          handshake_error = make_error(
+              errc::unauthorized, "the tcp store server at ", options.host, ":", options.port,
+              " answered without TLS: it does not use TLS and this client does; set "
+              "TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA on both sides (the store "
+              "server and every client), or on neither");
+          return on_connected({}, "");
+        }
+        tls->put_input(in);
+        tls_step();
+      });
+    };
+    if (sealed.empty()) return next();
+    asio::async_write(socket, asio::buffer(sealed),
+                      [this, next](boost::system::error_code e, std::size_t) {
+                        if (e) return on_connected(e, "the TLS handshake");
+                        next();
+                      });
+  }
+
+  // Whether the first bytes of the server's answer are a plain store reply (a length of
+  // less than 64 KiB, then the reply kind) rather than a TLS record (whose third byte, the
+  // minor version, is never 0).
+  static bool plain_answer(std::span<const std::byte> in) {
+    return in.size() > wire::length_size && in[2] == std::byte{0} && in[3] == std::byte{0} &&
+           in[wire::length_size] == std::byte{static_cast<std::uint8_t>(wire::kind::reply)};
+  }
+
+  // Decrypts what the session holds onto the end of `out`. Callers serialize (strand or
+  // tls_mu).
+  expected<void> decrypt(bytes& out, std::size_t& end) {
+    for (;;) {
+      if (out.size() - end < (std::size_t{16} << 10)) out.resize(end + (std::size_t{64} << 10));
+      auto n = tls->read(std::span<std::byte>(out.data() + end, out.size() - end));
+      if (!n) return std::move(n).error();
+      if (*n == 0) return ok();
+      end += *n;
+    }
+  }
+
+  // Writes a handshake message: as is, or encrypted on a TLS connection.
+  template <class Then>
+  void write_handshake(const bytes& plain, Then then) {
+    if (!tls)
+      return asio::async_write(socket, asio::buffer(plain),
+                               [then](boost::system::error_code e, std::size_t) { then(e); });
+    if (auto w = tls->write(plain); !w) {
+      handshake_error = tls_error(w.error());
+      return then(tls_failed());
+    }
+    sealed.clear();
+    tls->take_output(sealed);
+    asio::async_write(socket, asio::buffer(sealed),
+                      [then](boost::system::error_code e, std::size_t) { then(e); });
+  }
+
+  // Reads exactly to.size() bytes of handshake: from the socket, or decrypted.
+  template <class Then>
+  void read_exact(asio::mutable_buffer to, Then then) {
+    if (!tls)
+      return asio::async_read(socket, to,
+                              [then](boost::system::error_code e, std::size_t) { then(e); });
+    if (pbuf.size() >= to.size()) {
+      std::memcpy(to.data(), pbuf.data(), to.size());
+      pbuf.erase(pbuf.begin(), pbuf.begin() + static_cast<std::ptrdiff_t>(to.size()));
+      return then(boost::system::error_code());
+    }
+    cbuf.resize(std::size_t{16} << 10);
+    socket.async_read_some(asio::buffer(cbuf), [this, to, then](boost::system::error_code e,
+                                                                 std::size_t got) {
+      if (e) return then(e);
+      tls->put_input(std::span<const std::byte>(cbuf.data(), got));
+      std::size_t end = pbuf.size();
+      auto r = decrypt(pbuf, end);
+      pbuf.resize(end);
+      if (!r) {
+        handshake_error = tls_error(r.error());
+        return then(tls_failed());
+      }
+      read_exact(to, then);
+    });
+  }
+
   void send_hello() {
-    asio::async_write(socket, asio::buffer(hello), [this](boost::system::error_code e, std::size_t) {
+    write_handshake(hello, [this](boost::system::error_code e) {
       if (e) return on_connected(e, "sending the hello");
       read_handshake_frame([this](boost::system::error_code e2) {
         if (e2) return on_connected(e2, "reading the hello reply");
         if (body.size() < 1 || body[0] != std::byte{static_cast<std::uint8_t>(wire::kind::challenge)})
           return on_connected({}, "");  // hello_ok, or a refusal that the caller reads
         if (!answer_challenge()) return on_connected({}, "");
-        asio::async_write(socket, asio::buffer(answer),
-                          [this](boost::system::error_code e3, std::size_t) {
-                            if (e3) return on_connected(e3, "answering the challenge");
-                            read_handshake_frame([this](boost::system::error_code e4) {
-                              on_connected(e4, "reading the answer to the challenge");
-                            });
-                          });
+        write_handshake(answer, [this](boost::system::error_code e3) {
+          if (e3) return on_connected(e3, "answering the challenge");
+          read_handshake_frame([this](boost::system::error_code e4) {
+            on_connected(e4, "reading the answer to the challenge");
+          });
+        });
       });
     });
   }
@@ -119,18 +252,14 @@ struct tcp_store::impl {
   // Reads one frame into `body`; message_size for a length no handshake frame has.
   template <class Then>
   void read_handshake_frame(Then then) {
-    asio::async_read(socket, asio::buffer(length),
-                     [this, then](boost::system::error_code e, std::size_t) {
-                       if (e) return then(e);
-                       auto n = frame_length();
-                       if (n < wire::min_body || n > options.max_frame_size)
-                         return then(boost::system::error_code(asio::error::message_size));
-                       body.resize(n);
-                       asio::async_read(socket, asio::buffer(body),
-                                        [then](boost::system::error_code e2, std::size_t) {
-                                          then(e2);
-                                        });
-                     });
+    read_exact(asio::buffer(length), [this, then](boost::system::error_code e) {
+      if (e) return then(e);
+      auto n = frame_length();
+      if (n < wire::min_body || n > options.max_frame_size)
+        return then(boost::system::error_code(asio::error::message_size));
+      body.resize(n);
+      read_exact(asio::buffer(body), [then](boost::system::error_code e2) { then(e2); });
+    });
   }
 
   // The server has a secret: check its proof (it must know ours) and prove ours. False,
@@ -179,6 +308,8 @@ struct tcp_store::impl {
     for (const auto& e : resolved) endpoints.emplace_back(e.endpoint());
     local = false;
     local_name.clear();
+    tls.reset();
+    pbuf.clear();
     if (options.local_socket && !resolved.empty()) {
       auto first = resolved.begin()->endpoint().address();
       if (first.is_loopback()) local_name = local_socket_name(first.to_string(), options.port);
@@ -249,6 +380,11 @@ struct tcp_store::impl {
     }
     if (k && *k == static_cast<std::uint8_t>(wire::kind::reply)) {
       auto st = wire::decode_reply_status(r);
+      // A refusal for want of TLS says itself what to set.
+      if (!st && st.error().code() == errc::unauthorized &&
+          st.error().message().find("TROUPE_TLS_CERT") != std::string::npos)
+        return make_error(errc::unauthorized, "refused by the tcp store server at ",
+                          options.host, ":", options.port, ": ", st.error().message());
       if (!st && st.error().code() == errc::unauthorized)
         return make_error(errc::unauthorized, st.error().message(),
                           "; set the same secret on this client (tcp_store_options::secret or "
@@ -282,6 +418,7 @@ struct tcp_store::impl {
   };
 
   std::mutex write_mu;         // serializes whole frames on the socket
+  bytes wsealed;               // TLS: the frame being sent, encrypted; under write_mu
   std::condition_variable cv;  // slot filled, reader role released, or failure
   std::unordered_map<std::uint64_t, slot*> waiting;  // guarded by mu
   bool reading = false;    // guarded by mu: a caller holds the reader role
@@ -313,6 +450,23 @@ struct tcp_store::impl {
   // half-written frame leaves the stream unusable.
   expected<void> write_frame(std::span<const std::byte> frame, const deadline& until) {
     std::lock_guard wl(write_mu);
+    if (!tls) return send_all(frame, until, false);
+    {
+      std::lock_guard tl(tls_mu);
+      if (auto w = tls->write(frame); !w) {
+        auto e = make_error(errc::connection_lost, name, ": TLS: ", w.error().message());
+        fail(e);
+        return e;
+      }
+      wsealed.clear();
+      tls->take_output(wsealed);
+    }
+    return send_all(wsealed, until, true);
+  }
+
+  // Sends all of `data` before the deadline; write_mu held. `sealed`: TLS records, which
+  // cannot be dropped once made, so that any of them unsent breaks the connection.
+  expected<void> send_all(std::span<const std::byte> frame, const deadline& until, bool sealed) {
     std::size_t off = 0;
     while (off < frame.size()) {
       ssize_t n = ::send(fd(), frame.data() + off, frame.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -326,7 +480,9 @@ struct tcp_store::impl {
         int ms = static_cast<int>(std::min<long long>(until.remaining().count(), 1 << 30));
         if (ms == 0) {
           auto e = make_error(errc::timeout, "the server did not accept the request in time");
-          if (off > 0) fail(lost("a request was only partly sent before its deadline"));
+          if (off > 0 || sealed)
+            fail(lost(sealed ? "a request was encrypted and not sent before its deadline"
+                             : "a request was only partly sent before its deadline"));
           return e;
         }
         ::poll(&p, 1, ms);
@@ -345,15 +501,14 @@ struct tcp_store::impl {
   // comes, instead of poll() + recv().
   void read_round(const deadline& until) {
     set_receive_slice(until.remaining());
-    if (rbuf.size() - rend < 65536) {  // make room without zero-filling on every read
-      if (rstart > 0) {
-        std::copy(rbuf.begin() + static_cast<std::ptrdiff_t>(rstart),
-                  rbuf.begin() + static_cast<std::ptrdiff_t>(rend), rbuf.begin());
-        rend -= rstart;
-        rstart = 0;
-      }
-      if (rbuf.size() - rend < 65536) rbuf.resize(rend + 65536);
+    if (rstart > 0 && rbuf.size() - rend < 65536) {  // make room without zero-filling
+      std::copy(rbuf.begin() + static_cast<std::ptrdiff_t>(rstart),
+                rbuf.begin() + static_cast<std::ptrdiff_t>(rend), rbuf.begin());
+      rend -= rstart;
+      rstart = 0;
     }
+    if (tls) return read_round_tls();
+    if (rbuf.size() - rend < 65536) rbuf.resize(rend + 65536);
     ssize_t n = ::recv(fd(), rbuf.data() + rend, rbuf.size() - rend, 0);
     if (n <= 0) {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
@@ -361,6 +516,43 @@ struct tcp_store::impl {
     }
     rend += static_cast<std::size_t>(n);
     deliver_frames();
+  }
+
+  // The reader's round on a TLS connection: ciphertext into cbuf, plaintext after rend.
+  void read_round_tls() {
+    if (cbuf.size() < 65536) cbuf.resize(65536);
+    ssize_t n = ::recv(fd(), cbuf.data(), cbuf.size(), 0);
+    if (n <= 0) {
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+      return fail(lost(n == 0 ? std::string("the server closed it") : std::strerror(errno)));
+    }
+    expected<void> r;
+    bool to_send = false;
+    {
+      std::lock_guard tl(tls_mu);
+      tls->put_input(std::span<const std::byte>(cbuf.data(), static_cast<std::size_t>(n)));
+      r = decrypt(rbuf, rend);
+      to_send = tls->output_size() > 0;
+    }
+    if (!r) {
+      if (r.error().code() == errc::connection_lost)
+        return fail(lost("the server closed its TLS session"));
+      return fail(make_error(r.error().code(), name, ": TLS: ", r.error().message()));
+    }
+    if (to_send) send_tls_output();
+    deliver_frames();
+  }
+
+  // What the session made while decrypting (none with the records this server sends, but
+  // TLS allows it), sent in order with the requests.
+  void send_tls_output() {
+    std::lock_guard wl(write_mu);
+    {
+      std::lock_guard tl(tls_mu);
+      wsealed.clear();
+      tls->take_output(wsealed);
+    }
+    if (!wsealed.empty()) (void)send_all(wsealed, deadline::after(std::chrono::seconds(1)), true);
   }
 
   // A blocked recv() returns after at most this long, so the reader re-checks its
@@ -445,6 +637,11 @@ struct tcp_store::impl {
   void finish_connecting() {
     work.reset();
     thread.join();
+    // Replies decrypted with the last handshake frame (none are sent before it is
+    // answered, but nothing is lost if one were).
+    rbuf = std::move(pbuf);
+    rstart = 0;
+    rend = rbuf.size();
     // From here on only plain blocking calls with explicit timeouts touch the socket.
     int flags = ::fcntl(fd(), F_GETFL, 0);
     if (flags >= 0) ::fcntl(fd(), F_SETFL, flags & ~O_NONBLOCK);
@@ -565,6 +762,13 @@ expected<std::unique_ptr<tcp_store>> tcp_store::connect(tcp_store_options option
   auto i = std::make_unique<impl>();
   i->options = std::move(options);
   i->name = strcat("tcp_store ", i->options.host, ":", i->options.port);
+  if (i->options.tls.enabled()) {
+    auto ctx = tls::context::make(i->options.tls);
+    if (!ctx)
+      return make_error(ctx.error().code(), i->name, ": ", ctx.error().message())
+          .with_operation("store.connect");
+    i->tls_ctx = std::move(*ctx);
+  }
   auto until = deadline::after(i->options.connect_timeout);
   auto* io_owner = i.get();
   i->thread = std::thread([io_owner] { io_owner->run(); });
@@ -604,6 +808,8 @@ tcp_store::~tcp_store() { impl_->stop(); }
 std::string tcp_store::describe() const { return impl_->name; }
 
 bool tcp_store::connected_locally() const noexcept { return impl_->local; }
+
+bool tcp_store::uses_tls() const noexcept { return impl_->tls != nullptr; }
 
 std::optional<error> tcp_store::connection_error() const {
   std::lock_guard lk(impl_->mu);

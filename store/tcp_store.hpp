@@ -2,8 +2,12 @@
 // at once; requests are pipelined on one connection, each under its own request id.
 //
 // Waiting calls (get, wait) are answered by the server when the keys appear; the client
-// never asks again. Callers do their own I/O (no thread handoff; docs/store-protocol.md). A broken connection is a sticky error: every pending and later call fails
-// promptly with errc::connection_lost.
+// never asks again. Callers do their own I/O (no thread handoff; docs/store-protocol.md).
+// A broken connection is a sticky error: every pending and later call fails promptly with
+// errc::connection_lost.
+//
+// With a TLS identity (options.tls) a TCP connection speaks mutual TLS and the hello runs
+// inside it; the server's local socket stays plain (docs/security.md).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "core/tls.hpp"
 #include "store/prefix_count.hpp"
 #include "store/store.hpp"
 
@@ -21,6 +26,10 @@ struct tcp_store_options {
   std::uint16_t port = 0;
   /// Must equal the server's secret when it has one.
   std::string secret;
+  /// The job's TLS identity: when set, a TCP connection speaks mutual TLS (the server must
+  /// have an identity the same CA signed); empty (the default): plain TCP. Not
+  /// read from the environment here: connect_store() passes tls_config_from_env().
+  tls::config tls;
   /// How long connect() keeps retrying (refused connections, a server still starting).
   duration connect_timeout = default_timeout();
   /// The default timeout of calls that take none.
@@ -36,7 +45,9 @@ class tcp_store final : public store, public prefix_countable {
  public:
   /// Connects and completes the hello, retrying until connect_timeout. Fails with
   /// errc::timeout naming the address and the last error, errc::unauthorized when the
-  /// server refuses the secret, errc::protocol_error on a version mismatch.
+  /// server refuses the secret, or TLS is on one side only, or a certificate is refused
+  /// (at once, no retry), errc::protocol_error on a version mismatch, and
+  /// errc::invalid_argument for unusable TLS files.
   static expected<std::unique_ptr<tcp_store>> connect(tcp_store_options options);
 
   ~tcp_store() override;
@@ -76,6 +87,8 @@ class tcp_store final : public store, public prefix_countable {
 
   /// Whether this client reached the server through its local socket rather than TCP.
   bool connected_locally() const noexcept;
+  /// Whether the connection speaks TLS (a TCP connection with options.tls set).
+  bool uses_tls() const noexcept;
 
   /// The sticky error, once the connection has broken.
   std::optional<error> connection_error() const;

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "core/log.hpp"
@@ -95,8 +96,24 @@ struct tcp_store_server::impl {
       accept_delay = std::chrono::milliseconds(0);
       {
         std::string peer = describe_peer(s);
+        // TCP connections speak TLS when the server has an identity; the local socket
+        // stays plain (it reaches only processes of this host).
+        std::unique_ptr<tls::session> session;
+        if (core->tls && std::is_same_v<Acceptor, tcp::acceptor>) {
+          auto made = tls::session::make(core->tls, false);
+          if (!made) {
+            TROUPE_LOG(log_level::warn, "store", core->name, ": closing the connection from ",
+                       peer, ": ", made.error().message());
+            boost::system::error_code ignored;
+            s.close(ignored);
+            accept_on(from);
+            return;
+          }
+          session = std::move(*made);
+        }
         auto c = std::make_shared<server_connection>(
-            loop.io, server_connection::stream_socket(std::move(s)), std::move(peer), core);
+            loop.io, server_connection::stream_socket(std::move(s)), std::move(peer), core,
+            std::move(session));
         bool full = false;
         {
           std::lock_guard lk(core->mu);
@@ -207,6 +224,13 @@ expected<std::unique_ptr<tcp_store_server>> tcp_store_server::start(
     return make_error(
         errc::invalid_argument, "tcp store server: io_threads ", options.io_threads,
         " is more than 64; use 0 for the default (one per hardware thread, at most 4)");
+  std::shared_ptr<const tls::context> tls_context;
+  if (options.tls.enabled()) {
+    auto made = tls::context::make(options.tls);
+    if (!made)
+      return make_error(made.error().code(), "tcp store server: ", made.error().message());
+    tls_context = std::move(*made);
+  }
   std::size_t threads = options.io_threads;
   // One loop per hardware thread, at most 4: on a 2-core machine shared with 8-32 client
   // processes, 2 loops served 5-10% more requests than 1 (bench/RESULTS.md).
@@ -246,6 +270,7 @@ expected<std::unique_ptr<tcp_store_server>> tcp_store_server::start(
   i->host = local.address().to_string();
   i->port = local.port();
   i->core->options = std::move(options);
+  i->core->tls = std::move(tls_context);
   i->core->name = strcat("tcp store server ", i->host, ":", i->port);
   i->accept();
   i->listen_locally(local.address());
@@ -254,7 +279,8 @@ expected<std::unique_ptr<tcp_store_server>> tcp_store_server::start(
     loop->thread = std::thread([loop, name = i->core->name] { loop->run(name); });
   }
   TROUPE_LOG(log_level::info, "store", i->core->name, ": listening on ", i->loops.size(),
-             i->loops.size() == 1 ? " I/O thread" : " I/O threads");
+             i->loops.size() == 1 ? " I/O thread" : " I/O threads",
+             i->core->tls ? " (TCP connections with mutual TLS)" : "");
   return std::unique_ptr<tcp_store_server>(new tcp_store_server(std::move(i)));
 }
 
@@ -270,6 +296,8 @@ std::string tcp_store_server::url() const {
 bool tcp_store_server::has_local_socket() const noexcept {
   return impl_->local_acceptor.has_value();
 }
+
+bool tcp_store_server::uses_tls() const noexcept { return impl_->core->tls != nullptr; }
 
 std::string local_socket_name(std::string_view address, std::uint16_t port) {
   return strcat(std::string_view("\0", 1), "troupe-store/", address, ":", port);

@@ -17,6 +17,11 @@
 //   drain (backpressure on a client that does not read). Notifications of other clients'
 //   writes cannot be held back that way; a connection whose unsent bytes pass
 //   max_unread_output is dropped (logged at warn) and everything queued for it is freed.
+// - With a TLS identity (options.tls), TCP connections speak mutual TLS and the hello runs
+//   inside it; a client without TLS is refused with a plain error reply (logged at warn),
+//   and a server without TLS refuses a TLS client the same way. The local socket stays
+//   plain. A connection that does not finish the TLS handshake and its hello within
+//   hello_timeout is dropped like any other (docs/security.md, "TLS between hosts").
 // - shutdown() is idempotent and bounded; the destructor calls it.
 #pragma once
 
@@ -27,6 +32,7 @@
 
 #include "core/expected.hpp"
 #include "core/time.hpp"
+#include "core/tls.hpp"
 
 namespace troupe {
 
@@ -37,6 +43,11 @@ struct tcp_store_server_options {
   std::uint16_t port = 0;
   /// When non-empty, clients must present this secret in their hello.
   std::string secret;
+  /// The job's TLS identity. When set, TCP clients must speak mutual TLS with a certificate
+  /// the same CA signed (the hello and the secret's proof then run inside it); empty (the
+  /// default): plain TCP. Not read from the environment here: callers that follow the
+  /// settings pass tls_config_from_env() (store/connect.hpp), as troupe-run does.
+  tls::config tls;
   /// The largest frame accepted, in bytes (length prefix excluded). 64 MiB by default.
   std::size_t max_frame_size = std::size_t{64} << 20;
   /// A connection that has not completed its hello in this time is closed.
@@ -73,7 +84,8 @@ std::string local_socket_name(std::string_view address, std::uint16_t port);
 class tcp_store_server {
  public:
   /// Binds, listens and starts the I/O threads. Fails with invalid_argument for a bad host
-  /// and unavailable when the address cannot be bound (the message says why).
+  /// or unusable TLS files (naming the setting and the file), and unavailable when the
+  /// address cannot be bound (the message says why).
   static expected<std::unique_ptr<tcp_store_server>> start(tcp_store_server_options options);
 
   ~tcp_store_server();
@@ -88,6 +100,8 @@ class tcp_store_server {
   /// Whether the server also listens on its local socket (a loopback bind with
   /// local_socket set, and the name was free).
   bool has_local_socket() const noexcept;
+  /// Whether TCP connections speak TLS (options.tls was set).
+  bool uses_tls() const noexcept;
 
   /// Closes the listener and every connection (their clients see connection_lost), then
   /// stops the I/O threads. Waits at most `timeout` for an orderly close, then forces it.

@@ -15,12 +15,14 @@ namespace troupe::detail {
 namespace asio = boost::asio;
 
 server_connection::server_connection(asio::io_context& loop, stream_socket socket,
-                                     std::string peer, std::shared_ptr<server_core> core)
+                                     std::string peer, std::shared_ptr<server_core> core,
+                                     std::unique_ptr<tls::session> tls)
     : loop_(loop),
       socket_(std::move(socket)),
       timer_(loop),
       core_(std::move(core)),
-      peer_(std::move(peer)) {}
+      peer_(std::move(peer)),
+      tls_(std::move(tls)) {}
 
 void server_connection::start() {
   asio::post(loop_, [self = shared_from_this()] {
@@ -72,14 +74,27 @@ std::size_t server_connection::prepare_read() {
   return in_.size() - in_end_;
 }
 
+// Where the next read goes: after the unparsed bytes in in_, or (TLS) into cipher_in_,
+// which holds one record's worth before the hello.
+asio::mutable_buffer server_connection::read_buffer() {
+  if (!tls_) {
+    std::size_t room = prepare_read();
+    return asio::buffer(in_.data() + in_end_, room);
+  }
+  cipher_in_.resize(authenticated_ ? read_chunk : tls_hello_chunk);
+  return asio::buffer(cipher_in_);
+}
+
 // Reads what the socket has now (a resumed or continued read, or the first one).
 void server_connection::read_now() {
   if (closed_) return;
-  std::size_t room = prepare_read();
+  if (tls_ && !tls_drain()) return;  // plaintext the session still holds comes first
+  auto buffer = read_buffer();
+  std::size_t room = buffer.size();
   boost::system::error_code ec;
   std::size_t got = 0;
   do {
-    got = socket_.read_some(asio::buffer(in_.data() + in_end_, room), ec);
+    got = socket_.read_some(buffer, ec);
   } while (ec == asio::error::interrupted);
   if (ec == asio::error::would_block || ec == asio::error::try_again) return wait_readable();
   on_read(ec, got, room);
@@ -89,9 +104,10 @@ void server_connection::read_now() {
 // the next readiness edge. Measured cheaper per request than async_wait, which re-arms
 // the descriptor with epoll_ctl each time.
 void server_connection::wait_readable() {
-  std::size_t room = prepare_read();
+  auto buffer = read_buffer();
+  std::size_t room = buffer.size();
   socket_.async_read_some(
-      asio::buffer(in_.data() + in_end_, room),
+      buffer,
       [self = shared_from_this(), room](boost::system::error_code ec, std::size_t got) {
         if (self->closed_) return;
         self->on_read(ec, got, room);
@@ -110,8 +126,15 @@ void server_connection::on_read(boost::system::error_code ec, std::size_t got, s
                    mid_frame);
     return close(ec.message(), mid_frame);
   }
-  in_end_ += got;
-  if (!process()) return;
+  if (tls_) {
+    if (!tls_input(got)) return;
+  } else {
+    if (std::exchange(first_read_, false) &&
+        refuse_tls_client(std::span<const std::byte>(in_.data() + in_end_, got)))
+      return;
+    in_end_ += got;
+    if (!process()) return;
+  }
   if (got < room) return wait_readable();
   asio::post(loop_, [self = shared_from_this()] { self->read_now(); });
 }
@@ -233,6 +256,18 @@ void server_connection::on_auth(std::span<const std::byte> body) {
                              " refused the client's proof of the shared secret (a different "
                              "secret)"));
   admit();
+}
+
+// A server without TLS that receives a TLS ClientHello (a record of type 22, version 3.x;
+// no plain hello starts so: its length would be over 64 KiB) refuses it with a plain error
+// reply, which the TLS client recognizes as an answer without TLS.
+bool server_connection::refuse_tls_client(std::span<const std::byte> first) {
+  if (first.size() < 2 || first[0] != std::byte{0x16} || first[1] != std::byte{0x03}) return false;
+  refuse(make_error(errc::unauthorized,
+                    "a TLS client, and this store server does not use TLS: set TROUPE_TLS_CERT, "
+                    "TROUPE_TLS_KEY and TROUPE_TLS_CA on both sides (the store server and every "
+                    "client), or on neither"));
+  return true;
 }
 
 void server_connection::admit() {
@@ -423,6 +458,7 @@ void server_connection::send_from_elsewhere(bytes frame) {
   {
     std::lock_guard lk(out_mu_);
     if (!open_ || overflows_locked(frame.size())) return;
+    if (tls_ && !seal_locked(frame)) return;
     if (!writing_ && out_head_ == outbox_.size()) {
       // Nothing of ours in flight: the frame may go straight onto the socket.
       ssize_t n = 0;
@@ -449,6 +485,7 @@ void server_connection::send(bytes frame) {
   {
     std::lock_guard lk(out_mu_);
     if (overflows_locked(frame.size())) return;
+    if (tls_ && !seal_locked(frame)) return;
     account(static_cast<std::ptrdiff_t>(frame.size()));
     outbox_.push_back(std::move(frame));
   }

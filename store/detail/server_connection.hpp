@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/codec.hpp"
+#include "core/tls.hpp"
 #include "store/detail/server_core.hpp"
 #include "store/detail/wire.hpp"
 
@@ -31,9 +32,11 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   using stream_socket = boost::asio::generic::stream_protocol::socket;
 
   /// `socket` must belong to `loop`, and `loop` must be run by exactly one thread. `peer`
-  /// names the other end in log lines.
+  /// names the other end in log lines. `tls`: the connection's TLS session (server side),
+  /// null for a plain connection.
   server_connection(boost::asio::io_context& loop, stream_socket socket, std::string peer,
-                    std::shared_ptr<server_core> core);
+                    std::shared_ptr<server_core> core,
+                    std::unique_ptr<tls::session> tls = nullptr);
 
   /// Any thread: starts the hello timer and reading, on the connection's loop.
   void start();
@@ -56,6 +59,7 @@ class server_connection : public std::enable_shared_from_this<server_connection>
 
  private:
   std::size_t prepare_read();
+  boost::asio::mutable_buffer read_buffer();
   void read_now();
   void wait_readable();
   void on_read(boost::system::error_code ec, std::size_t got, std::size_t room);
@@ -79,8 +83,21 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   void deliver(std::vector<wake_reply>& ready);
   void flush();
   void wait_writable();
+  // A plain client that sends a TLS ClientHello: refused with a reply it can read.
+  bool refuse_tls_client(std::span<const std::byte> first);
+  // TLS (server_connection_tls.cpp).
+  bool tls_input(std::size_t n);
+  bool tls_drain();
+  void refuse_plain_client(std::span<const std::byte> first);
+  void tls_refuse(const error& e);
+  // out_mu_ held: encrypts `frame`; false (and a post of the close) when that fails.
+  bool seal_locked(bytes& frame);
+  // out_mu_ held: appends what the session has to send to the outbox.
+  void take_tls_output_locked();
 
   static constexpr std::size_t read_chunk = std::size_t{64} << 10;
+  // Ciphertext read per call before the hello: one TLS record and its header fit.
+  static constexpr std::size_t tls_hello_chunk = (std::size_t{16} << 10) + 512;
 
   boost::asio::io_context& loop_;
   stream_socket socket_;
@@ -111,6 +128,9 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   bool closing_ = false;  // refuse the peer once the outbox is flushed
   bool overflowed_ = false;  // passed max_unread_output: nothing more is queued; closing
   bool closed_ = false;
+  bool first_read_ = true;  // nothing received yet: the first bytes say TLS or plain
+  std::unique_ptr<tls::session> tls_;  // guarded by out_mu_; null: plain
+  bytes cipher_in_;                    // TLS: ciphertext read, on the loop only
 };
 
 }  // namespace troupe::detail

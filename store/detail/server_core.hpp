@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/tls.hpp"
 #include "store/detail/kv_table.hpp"
 #include "store/tcp_store_server.hpp"
 
@@ -38,6 +39,8 @@ struct wake_reply {
 struct server_core {
   tcp_store_server_options options;
   std::string name;
+  /// The TLS context of TCP connections (made from options.tls); null: plain.
+  std::shared_ptr<const tls::context> tls;
 
   std::mutex mu;
   kv_table table;

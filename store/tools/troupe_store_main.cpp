@@ -1,5 +1,6 @@
 // troupe-store: runs a standalone TCP store server until SIGINT or SIGTERM.
 //   troupe-store --host 127.0.0.1 --port 29500 --secret-file /run/secrets/store
+// With TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA set, TCP clients must speak TLS.
 // Prints "listening on HOST:PORT" once it accepts connections. Exit codes as troupe-run's:
 // 0 after a clean shutdown, 1 on a failure, 2 for bad usage.
 #include <CLI/CLI.hpp>
@@ -68,6 +69,9 @@ int main(int argc, char** argv) {
   } else {
     options.secret = troupe::job_secret_from_env();
   }
+  // Mutual TLS on TCP connections when TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA
+  // are set (docs/security.md).
+  options.tls = troupe::tls_config_from_env();
 
   // Block the signals before any thread starts, so that only sigwait below sees them.
   sigset_t signals;
