@@ -65,17 +65,20 @@ std::string format_nccl_version(int version_code);
 
 /// The decision for one move from `before` to `after`, the same on every member.
 struct comm_plan {
+  /// What to do with the old communicator.
   comm_action action = comm_action::recreate;
-  /// The epochs the plan goes between.
+  /// The epoch the old communicator served.
   std::uint64_t from_epoch = 0;
+  /// The epoch to move to.
   std::uint64_t to_epoch = 0;
   /// Old ranks whose member is not in the new epoch, ascending (ncclCommShrink's
   /// excludeRanksList for a shrink).
   std::vector<int> excluded;
   /// For each old rank, its rank in the new epoch, or -1 when it left.
   std::vector<int> new_rank;
-  /// Those who left and who came, as membership::describe names them.
+  /// Those who left, as membership::describe names them, in old rank order.
   std::vector<std::string> left;
+  /// Those who came, as membership::describe names them, in new rank order.
   std::vector<std::string> came;
   /// Abort the old communicator's operations first: NCCL_SHRINK_ABORT for a shrink,
   /// ncclCommAbort rather than finalize-and-destroy for a re-create. Set when it had
