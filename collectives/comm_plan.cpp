@@ -87,7 +87,8 @@ expected<comm_plan> plan_comm_change(const membership::epoch& before,
     return p;
   };
   if (!p.came.empty())
-    return recreate(strcat(p.came.size(), " member(s) came: a new communicator from a fresh unique id"));
+    return recreate(
+        strcat(p.came.size(), " member(s) came: a new communicator from a fresh unique id"));
   if (!order_kept)
     return recreate("the survivors' ranks do not follow their old order: a new communicator");
   if (after.members.empty()) return recreate("the new epoch is empty");
@@ -105,8 +106,9 @@ expected<comm_plan> plan_comm_change(const membership::epoch& before,
   }
   p.action = comm_action::shrink;
   p.reason = p.excluded.empty()
-                 ? std::string("the same members after a fault: shrink excluding nobody, "
-                               "aborting the old operations first")
+                 ? std::string(
+                       "the same members after a fault: shrink excluding nobody, "
+                       "aborting the old operations first")
                  : strcat("only departures: shrink excluding old ranks ", format_ranks(p.excluded),
                           p.abort_first ? ", aborting the old operations first" : "");
   return p;

@@ -315,12 +315,14 @@ class nccl_group final : public process_group {
       std::lock_guard lk(mu_);
       if (aborted_) return;
       failed_before_retire_ = failure_.has_value();
-      pending_at_retire_ = !pending_.empty();
+      // The watchdog may hold a batch out of pending_ while it polls: count it as pending.
+      pending_at_retire_ = !pending_.empty() || watchdog_holding_;
       if (!failure_) failure_ = std::move(why);
       aborted_ = true;  // fail_aborted() and the watchdog treat both alike
       retired_ = true;
     }
-    TROUPE_LOG(log_level::info, "collectives", describe(*this), " retired, communicator kept for the next epoch: ", failure()->message());
+    TROUPE_LOG(log_level::info, "collectives", describe(*this),
+               " retired, its communicator kept for the next epoch: ", failure()->message());
     fail_aborted();
     cv_.notify_all();
   }
@@ -348,7 +350,8 @@ class nccl_group final : public process_group {
     {
       std::lock_guard lk(comm_mu_);
       if (!comm_)
-        return make_error(errc::invalid_argument, describe(*this), " has no communicator to shrink");
+        return make_error(errc::invalid_argument, describe(*this),
+                          " has no communicator to shrink");
       TROUPE_TRY(cuda(cudaSetDevice(device_), "cudaSetDevice"));
       auto r = comm_->shrink(plan.excluded, plan.abort_first, next.name, next.timeout);
       // The parent is done either way: its operations were failed when it was retired.
@@ -549,6 +552,7 @@ class nccl_group final : public process_group {
         }
         if (quit_) return;
         batch.swap(pending_);
+        watchdog_holding_ = !batch.empty();
       }
       expected<void> async;
       {
@@ -562,6 +566,7 @@ class nccl_group final : public process_group {
         // Unfinished operations go back in front of the ones launched meanwhile.
         for (auto it = batch.rbegin(); it != batch.rend(); ++it)
           pending_.push_front(std::move(*it));
+        watchdog_holding_ = false;
       }
       for (auto& p : verdict.finished) {
         api_->destroy_event(p.done_event);
@@ -657,6 +662,7 @@ class nccl_group final : public process_group {
   bool retired_ = false;  // retire() ran: the communicator is kept for rebuild_native()
   bool pending_at_retire_ = false;     // work was pending when retire() ran (under mu_)
   bool failed_before_retire_ = false;  // the group had failed before retire() (under mu_)
+  bool watchdog_holding_ = false;      // the watchdog holds a batch out of pending_ (under mu_)
   std::thread watchdog_;
 };
 

@@ -168,7 +168,8 @@ TEST_CASE("pending work or a communicator error makes the old operations abort f
   CHECK(q->abort_first);
 }
 
-TEST_CASE("an NCCL library older than 2.27 or an aborted communicator re-creates instead of shrinking") {
+TEST_CASE(
+    "an NCCL library older than 2.27 or an aborted communicator re-creates instead of shrinking") {
   auto e1 = start(3);
   auto e2 = without(e1, {"worker0"});
   auto old_lib = healthy();

@@ -204,7 +204,9 @@ void rebuild_all(const std::vector<elastic_group*>& gs, std::uint64_t n) {
 
 }  // namespace
 
-TEST_CASE("an elastic group shrinks its communicator when members only leave and re-creates it when one comes") {
+TEST_CASE(
+    "an elastic group shrinks its communicator when members only leave and re-creates it when one "
+    "comes") {
   register_recording();
   auto s = std::make_shared<memory_store>();
   auto a = join(s, "a");

@@ -79,9 +79,10 @@ expected<float> rebuild_and_sum(member_process& m, std::size_t size, float value
   if (cudaMalloc(&p, sizeof(float)) != cudaSuccess)
     return make_error(errc::unavailable, "cudaMalloc failed");
   (void)cudaMemcpy(p, &value, sizeof value, cudaMemcpyHostToDevice);
-  auto r = v->group->allreduce(tensor_view{p, dtype::float32, 1, *device::cuda(dev)},
-                               {reduce_op::sum, 30s})
-               .wait(40s);
+  auto r =
+      v->group
+          ->allreduce(tensor_view{p, dtype::float32, 1, *device::cuda(dev)}, {reduce_op::sum, 30s})
+          .wait(40s);
   float out = -1;
   (void)cudaMemcpy(&out, p, sizeof out, cudaMemcpyDeviceToHost);
   (void)cudaFree(p);
@@ -128,11 +129,14 @@ troupe::test::child_process start_peer(const std::string& url, const std::string
 
 }  // namespace
 
-TEST_CASE("an nccl elastic group shrinks from 2 GPUs to 1 when a member leaves and grows back to 2 when one joins") {
+TEST_CASE(
+    "an nccl elastic group shrinks from 2 GPUs to 1 when a member leaves and grows back to 2 when "
+    "one joins") {
   auto n = cuda_device_count();
   if (!n) TROUPE_SKIP_TEST("no usable CUDA device: " + n.error().to_string());
   if (*n < 2)
-    TROUPE_SKIP_TEST(strcat("needs at least 2 GPUs (NCCL refuses two ranks on one GPU); this machine has ", *n));
+    TROUPE_SKIP_TEST(
+        strcat("needs at least 2 GPUs (NCCL refuses two ranks on one GPU); this machine has ", *n));
   auto server = tcp_store_server::start({});
   REQUIRE(server);
   const auto url = (*server)->url();
