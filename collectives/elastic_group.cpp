@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collectives/comm_plan.hpp"
+#include "collectives/communicator_carry.hpp"
 #include "collectives/interruptible_store.hpp"
 #include "collectives/registry.hpp"
 #include "core/codec.hpp"
@@ -296,16 +297,12 @@ expected<membership::epoch> elastic_group::wait_for_change(std::uint64_t than, d
 
 namespace {
 
-// What a member can carry from the group it built last into epoch `e`'s (the nccl
-// backend's communicator, through ncclCommShrink): the old backend group, its epoch, and
-// the plan (comm_plan.hpp) this member computed. `offers`: the plan keeps or shrinks.
-struct carry_offer {
-  std::shared_ptr<process_group> prev;
-  epoch_ptr from;
-  std::optional<comm_plan> plan;
-  bool offers = false;
-};
+// "<name>/epoch-<n>/commit/": the keys of epoch `e`'s commit step.
+std::string commit_prefix(const elastic_group::state& st, const membership::epoch& e) {
+  return strcat(st.opts.name, "/epoch-", e.number, "/commit/");
+}
 
+// This member's offer to carry its communicator into epoch `e`'s group (communicator_carry.hpp).
 carry_offer make_offer(elastic_group::state& st, const membership::epoch& e,
                        const std::string& group_name);
 
@@ -315,21 +312,10 @@ carry_offer make_offer(elastic_group::state& st, const membership::epoch& e,
 // learns of a newer epoch while waiting sets it to "cancelled" the same way. Exactly one of
 // the two wins, so every member sees the same answer: true (build, and do not abandon),
 // false (a newer epoch: go to it). Waits in slices of 50 ms, up to the build timeout.
-// Before arriving, a member that offers to carry its communicator over from epoch k adds
-// itself to `carry-from-<k>` (and to `carry-from-<k>-abort` when its plan aborts first).
+// Before arriving, a member publishes its offer to carry its communicator over
+// (publish_carry), so that every offer is counted once the decision is made.
 expected<bool> commit_build(elastic_group::state& st, const membership::epoch& e, int rank,
                             const carry_offer& offer, const deadline& dl);
-
-// After a commit: whether every member of `e` offered to carry over from the same epoch
-// (then all of them shrink), and whether any of them must abort the old operations first.
-// Read after `state` was set, so every member's offer is counted.
-struct carry_agreement {
-  bool all = false;
-  bool abort_first = false;
-  std::int64_t offered = 0;
-};
-expected<carry_agreement> agree_carry(elastic_group::state& st, const membership::epoch& e,
-                                      const carry_offer& offer, const deadline& dl);
 
 }  // namespace
 
@@ -386,7 +372,8 @@ expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
     expected<std::shared_ptr<process_group>> g = std::shared_ptr<process_group>();
     carry_agreement agreed;
     if (offer.plan) {
-      auto a = agree_carry(st, e, offer, dl);
+      auto a = agree_carry(*st.root, commit_prefix(st, e), e, offer,
+                           std::max(std::min(dl.remaining(), st.opts.build_timeout), duration(1)));
       if (!a) return std::move(a).error();
       agreed = *a;
     }
@@ -478,64 +465,26 @@ namespace {
 
 carry_offer make_offer(elastic_group::state& st, const membership::epoch& e,
                        const std::string& group_name) {
-  carry_offer o;
+  std::shared_ptr<process_group> prev;
+  epoch_ptr from;
   {
     std::lock_guard lk(st.mu);
-    o.prev = st.backend;
-    o.from = st.built_epoch;
+    prev = st.backend;
+    from = st.built_epoch;
   }
-  if (!o.prev || !o.from || o.from->number >= e.number) return o;
-  auto state = o.prev->rebuild_state();
-  if (!state) return o;  // a backend without native rebuild: always built anew
-  auto plan = plan_comm_change(*o.from, e, *state, group_name);
-  if (!plan) {
-    TROUPE_LOG(log_level::warn, "collectives", "no communicator plan for ", describe(*o.prev),
-               ": ", plan.error().message());
-    return o;
-  }
-  o.offers = plan->action != comm_action::recreate;
-  o.plan = std::move(*plan);
-  return o;
-}
-
-std::string carry_key(const elastic_group::state& st, const membership::epoch& e,
-                      const carry_offer& offer) {
-  return strcat(st.opts.name, "/epoch-", e.number, "/commit/carry-from-", offer.from->number);
-}
-
-expected<carry_agreement> agree_carry(elastic_group::state& st, const membership::epoch& e,
-                                      const carry_offer& offer, const deadline& dl) {
-  carry_agreement a;
-  const auto left = std::max(std::min(dl.remaining(), st.opts.build_timeout), duration(1));
-  const auto key = carry_key(st, e, offer);
-  auto n = st.root->add(key, 0, left);
-  if (!n) return std::move(n).error();
-  auto aborting = st.root->add(key + "-abort", 0, left);
-  if (!aborting) return std::move(aborting).error();
-  a.offered = *n;
-  a.all = offer.offers && *n == static_cast<std::int64_t>(e.size());
-  a.abort_first = *aborting > 0;
-  return a;
+  return make_carry_offer(std::move(prev), std::move(from), e, group_name);
 }
 
 expected<bool> commit_build(elastic_group::state& st, const membership::epoch& e, int rank,
                             const carry_offer& offer, const deadline& dl) {
-  const std::string base = strcat(st.opts.name, "/epoch-", e.number, "/commit/");
+  const std::string base = commit_prefix(st, e);
   const std::string state_key = base + "state";
   const auto until = deadline::after(std::min(dl.remaining(), st.opts.build_timeout));
   const auto left = [&] { return std::max(until.remaining(), duration(1)); };
   const auto decided = [](const bytes& b) {
     return troupe::to_string(std::span<const std::byte>(b)) == "built";
   };
-  if (offer.offers) {
-    const auto key = carry_key(st, e, offer);
-    auto n = st.root->add(key, 1, left());
-    if (!n) return std::move(n).error();
-    if (offer.plan->abort_first) {
-      auto m = st.root->add(key + "-abort", 1, left());
-      if (!m) return std::move(m).error();
-    }
-  }
+  TROUPE_TRY(publish_carry(*st.root, base, offer, left()));
   auto arrived = st.root->add(base + "arrived", 1, left());
   if (!arrived) return std::move(arrived).error();
   if (*arrived == static_cast<std::int64_t>(e.size())) {
