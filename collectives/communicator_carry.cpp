@@ -23,8 +23,8 @@ carry_offer make_carry_offer(std::shared_ptr<process_group> prev,
   if (!state) return o;  // a backend without native rebuild: always built anew
   auto plan = plan_comm_change(*o.from, to, *state, group_name);
   if (!plan) {
-    TROUPE_LOG(log_level::warn, "collectives", "no communicator plan for ", describe(*o.prev),
-               ": ", plan.error().message());
+    TROUPE_LOG(log_level::warn, "collectives", "no communicator plan for ", describe(*o.prev), ": ",
+               plan.error().message());
     return o;
   }
   o.offers = plan->action != comm_action::recreate;
