@@ -94,23 +94,23 @@ expected<comm_plan> plan_comm_change(const membership::epoch& before,
   if (after.members.empty()) return recreate("the new epoch is empty");
   if (!old.live)
     return recreate("the old communicator was aborted or destroyed: a new communicator");
+  if (p.excluded.empty()) {
+    if (p.abort_first)  // nobody to exclude: a shrink would change nothing
+      return recreate(
+          "the same members after a fault: the old communicator is aborted and a "
+          "new one made");
+    p.action = comm_action::keep;
+    p.reason = "the same members in the same order: the communicator is kept";
+    return p;
+  }
   if (!shrink_supported(old.library_version))
     return recreate(strcat("ncclCommShrink needs NCCL 2.27 or newer and this process has ",
                            old.library_version > 0 ? format_nccl_version(old.library_version)
                                                    : std::string("an unknown version"),
                            ": a new communicator instead"));
-  if (p.excluded.empty() && !p.abort_first) {
-    p.action = comm_action::keep;
-    p.reason = "the same members in the same order: the communicator is kept";
-    return p;
-  }
   p.action = comm_action::shrink;
-  p.reason = p.excluded.empty()
-                 ? std::string(
-                       "the same members after a fault: shrink excluding nobody, "
-                       "aborting the old operations first")
-                 : strcat("only departures: shrink excluding old ranks ", format_ranks(p.excluded),
-                          p.abort_first ? ", aborting the old operations first" : "");
+  p.reason = strcat("only departures: shrink excluding old ranks ", format_ranks(p.excluded),
+                    p.abort_first ? ", aborting the old operations first" : "");
   return p;
 }
 

@@ -3,8 +3,9 @@
 // The rules are in docs/membership.md, "NCCL communicators across epochs":
 //
 //   same members, same order, healthy, nothing pending  -> keep
-//   only departures (or the same members after a fault)  -> shrink (ncclCommShrink)
-//   any arrival, a reordering, or no shrink available    -> recreate (new unique id)
+//   only departures                                      -> shrink (ncclCommShrink)
+//   any arrival, a reordering, the same members after a
+//   fault, or no shrink available                        -> recreate (new unique id)
 //
 // Every member of the new epoch computes the same plan from the same two epochs; the
 // local facts (pending work, a communicator error, an old library) are agreed through the
@@ -26,13 +27,15 @@ namespace troupe::collectives {
 /// What becomes of the old epoch's communicator.
 enum class comm_action {
   /// The new epoch has the same members in the same order and the communicator is
-  /// healthy with nothing pending: it serves the new epoch as it is.
+  /// healthy with nothing pending: it serves the new epoch as it is (the nccl group splits
+  /// it with one color, so that the new epoch's group has a communicator of its own).
   keep,
   /// Members only left: the survivors call ncclCommShrink on the old communicator,
   /// excluding the old ranks of those who left; the new ranks are the survivors' old ranks
   /// made dense in order, which is what membership::next_epoch gives them.
   shrink,
-  /// Someone came, the survivors' order changed, or the old communicator cannot be shrunk:
+  /// Someone came, the survivors' order changed, the same members had pending work or an
+  /// error (nobody to exclude), or the old communicator cannot be shrunk:
   /// the old one is aborted (or destroyed) and every member joins a new one made from a
   /// fresh unique id published under `unique_id_key`.
   recreate,

@@ -129,7 +129,7 @@ class process_group {
   virtual std::optional<comm_state> rebuild_state() const { return std::nullopt; }
 
   /// Builds the group `next` from this retired group's communicator as `plan` says (keep
-  /// or shrink; a kept communicator is shrunk by nobody, so that the new group has one of
+  /// or shrink; for keep, nccl splits it with one color so that the new group has one of
   /// its own), collectively with the other members of `next`, which must all have agreed
   /// on the same plan. The excluded ranks do not call it. Returns null when the backend
   /// has no native rebuild (the default); then the caller builds `next` anew.

@@ -353,7 +353,11 @@ class nccl_group final : public process_group {
         return make_error(errc::invalid_argument, describe(*this),
                           " has no communicator to shrink");
       TROUPE_TRY(cuda(cudaSetDevice(device_), "cudaSetDevice"));
-      auto r = comm_->shrink(plan.excluded, plan.abort_first, next.name, next.timeout);
+      // keep: a new group still needs a communicator of its own; a split with one color
+      // gives one of the same ranks.
+      auto r = plan.action == comm_action::keep
+                   ? comm_->split(0, rank(), next.name, next.timeout)
+                   : comm_->shrink(plan.excluded, plan.abort_first, next.name, next.timeout);
       // The parent is done either way: its operations were failed when it was retired.
       comm_->abort();
       if (!r) return std::move(r).error().with_operation("collectives.nccl.shrink");

@@ -127,7 +127,7 @@ TEST_CASE("a replacement with the same name but a new incarnation is a departure
   CHECK(p->came.size() == 1);
 }
 
-TEST_CASE("the same members keep a healthy idle communicator and shrink by nobody after a fault") {
+TEST_CASE("the same members keep a healthy idle communicator and re-create it after a fault") {
   auto e1 = start(3);
   auto e2 = e1;
   e2.number = 2;
@@ -141,9 +141,10 @@ TEST_CASE("the same members keep a healthy idle communicator and shrink by nobod
   busy.pending_work = true;
   auto p = plan_comm_change(e1, e2, busy, "e/epoch-2");
   REQUIRE(p.has_value());
-  CHECK(p->action == comm_action::shrink);
+  CHECK(p->action == comm_action::recreate);
   CHECK(p->excluded.empty());
   CHECK(p->abort_first);
+  CHECK(p->unique_id_key == "e/epoch-2/nccl/unique_id");
 }
 
 TEST_CASE("pending work or a communicator error makes the old operations abort first") {
