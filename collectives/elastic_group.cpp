@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/comm_plan.hpp"
+#include "collectives/communicator_carry.hpp"
 #include "collectives/interruptible_store.hpp"
 #include "collectives/registry.hpp"
 #include "core/codec.hpp"
@@ -111,8 +113,10 @@ struct elastic_group::state {
     cv.notify_all();
     if (old) {
       auto why = changed(*old_epoch, after);
-      TROUPE_LOG(log_level::info, "collectives", "aborting ", describe(*old), ": ", why.message());
-      old->abort(std::move(why));
+      // Retired rather than aborted: pending work fails at once all the same, and a backend
+      // that can shrink its communicator (nccl) keeps it for the next epoch's group.
+      TROUPE_LOG(log_level::info, "collectives", "retiring ", describe(*old), ": ", why.message());
+      old->retire(std::move(why));
     }
     for (auto& h : released) h.done.complete(explained(h.cause, changed(*h.epoch, after)));
   }
@@ -293,14 +297,25 @@ expected<membership::epoch> elastic_group::wait_for_change(std::uint64_t than, d
 
 namespace {
 
+// "<name>/epoch-<n>/commit/": the keys of epoch `e`'s commit step.
+std::string commit_prefix(const elastic_group::state& st, const membership::epoch& e) {
+  return strcat(st.opts.name, "/epoch-", e.number, "/commit/");
+}
+
+// This member's offer to carry its communicator into epoch `e`'s group (communicator_carry.hpp).
+carry_offer make_offer(elastic_group::state& st, const membership::epoch& e,
+                       const std::string& group_name);
+
 // The all-or-none agreement before building epoch `e`'s group, over the root store under
 // `<name>/epoch-<n>/commit/`: every member adds itself to `arrived`; the one that makes it
 // the epoch's size sets `state` to "built" (compare_set from absent), and a member that
 // learns of a newer epoch while waiting sets it to "cancelled" the same way. Exactly one of
 // the two wins, so every member sees the same answer: true (build, and do not abandon),
 // false (a newer epoch: go to it). Waits in slices of 50 ms, up to the build timeout.
+// Before arriving, a member publishes its offer to carry its communicator over
+// (publish_carry), so that every offer is counted once the decision is made.
 expected<bool> commit_build(elastic_group::state& st, const membership::epoch& e, int rank,
-                            const deadline& dl);
+                            const carry_offer& offer, const deadline& dl);
 
 }  // namespace
 
@@ -330,11 +345,13 @@ expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
     // group; once they have, nobody abandons the build for a newer epoch (a member that
     // published its connection keys and then left would hold the others in gloo's pair
     // connect until the build timeout). See commit_build().
-    auto committed = commit_build(st, e, me->rank, dl);
+    const std::string group_name = strcat(st.opts.name, "/epoch-", e.number);
+    const auto offer = make_offer(st, e, group_name);
+    auto committed = commit_build(st, e, me->rank, offer, dl);
     if (!committed) return std::move(committed).error();
     if (!*committed) continue;  // a newer epoch came first: build that one
     group_spec spec;
-    spec.name = strcat(st.opts.name, "/epoch-", e.number);
+    spec.name = group_name;
     spec.rank = me->rank;
     spec.size = static_cast<int>(e.size());
     for (int r = 0; r < spec.size; ++r) spec.global_ranks.push_back(r);
@@ -352,7 +369,37 @@ expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
         });
     spec.timeout = std::min(st.opts.build_timeout, dl.remaining());
     const auto started = clock::now();
-    auto g = create_group(st.opts.backend, spec);
+    expected<std::shared_ptr<process_group>> g = std::shared_ptr<process_group>();
+    carry_agreement agreed;
+    if (offer.plan) {
+      auto a = agree_carry(*st.root, commit_prefix(st, e), e, offer,
+                           std::max(std::min(dl.remaining(), st.opts.build_timeout), duration(1)));
+      if (!a) return std::move(a).error();
+      agreed = *a;
+    }
+    if (agreed.all) {
+      auto plan = *offer.plan;
+      plan.abort_first = agreed.abort_first;
+      TROUPE_LOG(log_level::info, "collectives", describe(*offer.prev), ": ", describe(plan));
+      g = offer.prev->rebuild_native(spec, plan);
+      if (g && !*g)
+        g = make_error(errc::internal, describe(*offer.prev), " agreed to ", to_string(plan.action),
+                       " its communicator but has no native rebuild");
+    } else {
+      if (offer.plan) {
+        // Every member re-creates; the old communicator goes first.
+        TROUPE_LOG(offer.offers ? log_level::info : log_level::warn, "collectives",
+                   describe(*offer.prev), ": epoch ", offer.from->number, " -> ", e.number,
+                   ": recreate (",
+                   offer.offers ? strcat("only ", agreed.offered, " of ", e.size(),
+                                         " members can carry the communicator of epoch ",
+                                         offer.from->number, " over")
+                                : offer.plan->reason,
+                   ")");
+        offer.prev->abort(offer.prev->failure().value_or(st.changed(*offer.from, e)));
+      }
+      g = create_group(st.opts.backend, spec);
+    }
     if (g) {
       auto ep = std::make_shared<const membership::epoch>(e);
       auto wrapped = std::make_shared<epoch_group>(*g, ep, state_);
@@ -416,15 +463,28 @@ void elastic_group::shutdown(duration timeout) {
 
 namespace {
 
+carry_offer make_offer(elastic_group::state& st, const membership::epoch& e,
+                       const std::string& group_name) {
+  std::shared_ptr<process_group> prev;
+  epoch_ptr from;
+  {
+    std::lock_guard lk(st.mu);
+    prev = st.backend;
+    from = st.built_epoch;
+  }
+  return make_carry_offer(std::move(prev), std::move(from), e, group_name);
+}
+
 expected<bool> commit_build(elastic_group::state& st, const membership::epoch& e, int rank,
-                            const deadline& dl) {
-  const std::string base = strcat(st.opts.name, "/epoch-", e.number, "/commit/");
+                            const carry_offer& offer, const deadline& dl) {
+  const std::string base = commit_prefix(st, e);
   const std::string state_key = base + "state";
   const auto until = deadline::after(std::min(dl.remaining(), st.opts.build_timeout));
   const auto left = [&] { return std::max(until.remaining(), duration(1)); };
   const auto decided = [](const bytes& b) {
     return troupe::to_string(std::span<const std::byte>(b)) == "built";
   };
+  TROUPE_TRY(publish_carry(*st.root, base, offer, left()));
   auto arrived = st.root->add(base + "arrived", 1, left());
   if (!arrived) return std::move(arrived).error();
   if (*arrived == static_cast<std::int64_t>(e.size())) {

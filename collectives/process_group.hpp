@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "collectives/comm_plan.hpp"
 #include "collectives/options.hpp"
 #include "collectives/tensor.hpp"
 #include "collectives/work.hpp"
@@ -112,6 +113,30 @@ class process_group {
                                                                 int color) {
     (void)child;
     (void)color;
+    return std::shared_ptr<process_group>();
+  }
+
+  /// Retires the group because its membership is over: for its operations the same as
+  /// abort(why) (queued and running ones fail with `why` at once, later ones too), but a
+  /// backend that can carry its communicator into the next epoch's group (nccl, through
+  /// ncclCommShrink) keeps it for rebuild_native() instead of destroying it. shutdown()
+  /// releases whatever is kept. The default is abort(why).
+  virtual void retire(troupe::error why) { abort(std::move(why)); }
+
+  /// For a backend that can rebuild in place (nccl): the state of the communicator a
+  /// successor would start from (comm_plan.hpp). nullopt for the others, whose successor
+  /// is always built anew through the registry.
+  virtual std::optional<comm_state> rebuild_state() const { return std::nullopt; }
+
+  /// Builds the group `next` from this retired group's communicator as `plan` says (keep
+  /// or shrink; for keep, nccl splits it with one color so that the new group has one of
+  /// its own), collectively with the other members of `next`, which must all have agreed
+  /// on the same plan. The excluded ranks do not call it. Returns null when the backend
+  /// has no native rebuild (the default); then the caller builds `next` anew.
+  virtual expected<std::shared_ptr<process_group>> rebuild_native(const group_spec& next,
+                                                                  const comm_plan& plan) {
+    (void)next;
+    (void)plan;
     return std::shared_ptr<process_group>();
   }
 

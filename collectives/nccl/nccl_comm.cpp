@@ -1,7 +1,10 @@
 #include "collectives/nccl/nccl_comm.hpp"
 
+#include <dlfcn.h>
+
 #include <thread>
 
+#include "collectives/comm_plan.hpp"
 #include "collectives/nccl/nccl_errors.hpp"
 #include "core/log.hpp"
 
@@ -9,7 +12,30 @@ namespace troupe::collectives {
 
 namespace {
 constexpr auto poll_interval = std::chrono::microseconds(200);
+
+// ncclCommShrink, found at run time so that this library still loads with an NCCL older
+// than the headers it was built with (2.27 added the call).
+using shrink_fn = ncclResult_t (*)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int);
+shrink_fn find_shrink() noexcept {
+  static const shrink_fn f = [] {
+    if (!shrink_supported(nccl_comm::library_version())) return shrink_fn(nullptr);
+    return reinterpret_cast<shrink_fn>(dlsym(RTLD_DEFAULT, "ncclCommShrink"));
+  }();
+  return f;
 }
+}  // namespace
+
+int nccl_shrink_flags(bool abort_first) noexcept {
+  return abort_first ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT;
+}
+
+int nccl_comm::library_version() noexcept {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return 0;
+  return v;
+}
+
+bool nccl_comm::can_shrink() noexcept { return find_shrink() != nullptr; }
 
 ncclConfig_t nccl_comm::config(const std::string& name) {
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
@@ -47,6 +73,39 @@ expected<std::unique_ptr<nccl_comm>> nccl_comm::split(int color, int key, const 
   if (auto ready = out->wait_ready("ncclCommSplit", timeout); !ready) {
     out->abort();
     return std::move(ready).error();
+  }
+  return out;
+}
+
+expected<std::unique_ptr<nccl_comm>> nccl_comm::shrink(const std::vector<int>& excluded,
+                                                       bool abort_first, const std::string& name,
+                                                       duration timeout) {
+  auto fn = find_shrink();
+  if (fn == nullptr)
+    return make_error(errc::unavailable, "ncclCommShrink is not available: the NCCL library in "
+                      "this process is ", format_nccl_version(library_version()),
+                      " and the call needs 2.27 or newer; re-create the communicator instead");
+  if (state_.load() != state::live)
+    return make_error(errc::invalid_argument, "shrinking the communicator of group '", name_,
+                      "': it was already aborted or destroyed");
+  std::vector<int> list = excluded;
+  ncclComm_t child = nullptr;
+  auto cfg = config(name);
+  auto r = fn(comm_, list.empty() ? nullptr : list.data(), static_cast<int>(list.size()), &child,
+              &cfg, nccl_shrink_flags(abort_first));
+  if (r != ncclSuccess && r != ncclInProgress) {
+    if (child) (void)ncclCommAbort(child);
+    return nccl_error(r, "ncclCommShrink", comm_);
+  }
+  if (child == nullptr)
+    return make_error(errc::internal, "ncclCommShrink of group '", name_,
+                      "' returned no communicator");
+  std::unique_ptr<nccl_comm> out(new nccl_comm(child, name));
+  if (auto ready = out->wait_ready("ncclCommShrink", timeout); !ready) {
+    out->abort();
+    return make_error(ready.error().code(), "shrinking the communicator of group '", name_,
+                      "' into '", name, "' (excluding ", excluded.size(), " rank(s)): ",
+                      ready.error().message());
   }
   return out;
 }

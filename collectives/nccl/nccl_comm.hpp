@@ -8,11 +8,16 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/expected.hpp"
 #include "core/time.hpp"
 
 namespace troupe::collectives {
+
+/// The shrinkFlags of ncclCommShrink for a plan that does or does not abort the parent's
+/// operations first: NCCL_SHRINK_ABORT or NCCL_SHRINK_DEFAULT.
+int nccl_shrink_flags(bool abort_first) noexcept;
 
 class nccl_comm {
  public:
@@ -25,6 +30,21 @@ class nccl_comm {
   /// (null result).
   expected<std::unique_ptr<nccl_comm>> split(int color, int key, const std::string& name,
                                              duration timeout);
+
+  /// ncclCommShrink: collective over the members that stay (the `excluded` old ranks do
+  /// not call it); the survivors keep their order with dense new ranks. `abort_first`
+  /// passes NCCL_SHRINK_ABORT (the parent's operations are ended first), else
+  /// NCCL_SHRINK_DEFAULT. The function is looked up at run time: fails with unavailable,
+  /// saying so, when the NCCL library in this process has none (older than 2.27).
+  expected<std::unique_ptr<nccl_comm>> shrink(const std::vector<int>& excluded, bool abort_first,
+                                              const std::string& name, duration timeout);
+
+  /// The version of the NCCL library in this process (ncclGetVersion, e.g. 22809), or 0
+  /// when it cannot say.
+  static int library_version() noexcept;
+  /// Whether the NCCL library in this process has ncclCommShrink: version 2.27 or newer
+  /// and the symbol present.
+  static bool can_shrink() noexcept;
 
   ~nccl_comm();
   nccl_comm(const nccl_comm&) = delete;

@@ -288,19 +288,85 @@ class nccl_group final : public process_group {
   }
 
   void abort(troupe::error why) override {
+    bool again = false;
     {
       std::lock_guard lk(mu_);
       if (!failure_) failure_ = std::move(why);
-      if (aborted_) return;
+      again = aborted_;
       aborted_ = true;
+      retired_ = false;
     }
     {
+      // Also after retire(), which kept the communicator: nccl_comm::abort is idempotent.
       std::lock_guard lk(comm_mu_);
       if (comm_) comm_->abort();
     }
+    if (again) return;
     TROUPE_LOG(log_level::info, "collectives", describe(*this), " aborted: ", failure()->message());
     fail_aborted();
     cv_.notify_all();
+  }
+
+  // Like abort() for the operations, but the communicator stays for rebuild_native():
+  // pending work fails at once with `why`; nothing is aborted on the device yet (a shrink
+  // with NCCL_SHRINK_ABORT, or the abort of a re-create or of shutdown(), ends it).
+  void retire(troupe::error why) override {
+    {
+      std::lock_guard lk(mu_);
+      if (aborted_) return;
+      failed_before_retire_ = failure_.has_value();
+      // The watchdog may hold a batch out of pending_ while it polls: count it as pending.
+      pending_at_retire_ = !pending_.empty() || watchdog_holding_;
+      if (!failure_) failure_ = std::move(why);
+      aborted_ = true;  // fail_aborted() and the watchdog treat both alike
+      retired_ = true;
+    }
+    TROUPE_LOG(log_level::info, "collectives", describe(*this),
+               " retired, its communicator kept for the next epoch: ", failure()->message());
+    fail_aborted();
+    cv_.notify_all();
+  }
+
+  std::optional<comm_state> rebuild_state() const override {
+    comm_state st;
+    {
+      std::lock_guard lk(mu_);
+      st.pending_work = pending_at_retire_ || !pending_.empty();
+      st.in_error = failed_before_retire_ || (failure_.has_value() && !retired_);
+    }
+    // A library that says 2.27 or newer but lacks the symbol counts as unknown.
+    const int v = nccl_comm::library_version();
+    st.library_version = nccl_comm::can_shrink() || !shrink_supported(v) ? v : 0;
+    std::lock_guard lk(comm_mu_);
+    st.live = comm_ && !comm_->aborted();
+    if (st.live && !comm_->async_status()) st.in_error = true;
+    return st;
+  }
+
+  expected<std::shared_ptr<process_group>> rebuild_native(const group_spec& next,
+                                                          const comm_plan& plan) override {
+    if (plan.action == comm_action::recreate) return std::shared_ptr<process_group>();
+    std::unique_ptr<nccl_comm> c;
+    {
+      std::lock_guard lk(comm_mu_);
+      if (!comm_)
+        return make_error(errc::invalid_argument, describe(*this),
+                          " has no communicator to shrink");
+      TROUPE_TRY(cuda(cudaSetDevice(device_), "cudaSetDevice"));
+      // keep: a new group still needs a communicator of its own; a split with one color
+      // gives one of the same ranks.
+      auto r = plan.action == comm_action::keep
+                   ? comm_->split(0, rank(), next.name, next.timeout)
+                   : comm_->shrink(plan.excluded, plan.abort_first, next.name, next.timeout);
+      // The parent is done either way: its operations were failed when it was retired.
+      comm_->abort();
+      if (!r) return std::move(r).error().with_operation("collectives.nccl.shrink");
+      c = std::move(*r);
+    }
+    auto g = std::make_shared<nccl_group>(next, device_);
+    TROUPE_TRY(g->start(std::move(c)));
+    TROUPE_TRY(g->self_check());
+    return std::shared_ptr<process_group>(std::move(g));
   }
 
   void shutdown(duration timeout) override {
@@ -325,7 +391,7 @@ class nccl_group final : public process_group {
     if (watchdog_.joinable()) watchdog_.join();
     if (comm_) {
       std::lock_guard lk(comm_mu_);
-      if (leftover)
+      if (leftover || failure().has_value())
         comm_->abort();
       else
         (void)comm_->finalize(std::max(dl.remaining(), duration(100)));
@@ -490,6 +556,7 @@ class nccl_group final : public process_group {
         }
         if (quit_) return;
         batch.swap(pending_);
+        watchdog_holding_ = !batch.empty();
       }
       expected<void> async;
       {
@@ -503,6 +570,7 @@ class nccl_group final : public process_group {
         // Unfinished operations go back in front of the ones launched meanwhile.
         for (auto it = batch.rbegin(); it != batch.rend(); ++it)
           pending_.push_front(std::move(*it));
+        watchdog_holding_ = false;
       }
       for (auto& p : verdict.finished) {
         api_->destroy_event(p.done_event);
@@ -574,7 +642,7 @@ class nccl_group final : public process_group {
   void* stream_ = nullptr;
   void* scratch_ = nullptr;
 
-  std::mutex comm_mu_;  // serializes NCCL calls on comm_ (launch, split, abort, polling)
+  mutable std::mutex comm_mu_;  // serializes NCCL calls on comm_ (launch, split, abort, polling)
   std::atomic<std::uint64_t> seq_{0};
   std::uint64_t p2p_seq_ = 0;  // guarded by comm_mu_
   const std::string described_ = describe(*this);  // for the operations' descriptions
@@ -594,7 +662,11 @@ class nccl_group final : public process_group {
   bool stopping_ = false;
   bool quit_ = false;
   std::optional<troupe::error> failure_;
-  bool aborted_ = false;  // abort() ran; failure_ holds its error (under mu_)
+  bool aborted_ = false;  // abort() or retire() ran; failure_ holds its error (under mu_)
+  bool retired_ = false;  // retire() ran: the communicator is kept for rebuild_native()
+  bool pending_at_retire_ = false;     // work was pending when retire() ran (under mu_)
+  bool failed_before_retire_ = false;  // the group had failed before retire() (under mu_)
+  bool watchdog_holding_ = false;      // the watchdog holds a batch out of pending_ (under mu_)
   std::thread watchdog_;
 };
 

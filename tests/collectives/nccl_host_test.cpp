@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "collectives/comm_plan.hpp"
+#include "collectives/nccl/nccl_comm.hpp"
 #include "collectives/nccl/nccl_errors.hpp"
 #include "collectives/nccl/nccl_group.hpp"
 #include "collectives/nccl/stream_ordering.hpp"
@@ -33,6 +35,20 @@ TEST_CASE("every NCCL result maps to the documented error code and keeps NCCL's 
   CHECK(cuda_errc(cudaErrorInsufficientDriver) == errc::unavailable);
   CHECK(cuda_error(cudaErrorInvalidValue, "cudaMemcpy").message().find("cudaErrorInvalidValue") !=
         std::string::npos);
+}
+
+TEST_CASE("a shrink aborts the old operations first exactly when its plan says so") {
+  CHECK(nccl_shrink_flags(true) == NCCL_SHRINK_ABORT);
+  CHECK(nccl_shrink_flags(false) == NCCL_SHRINK_DEFAULT);
+}
+
+TEST_CASE("the NCCL library's version decides whether ncclCommShrink is used, without a device") {
+  const int v = nccl_comm::library_version();
+  CAPTURE(v);
+  CHECK(v > 0);
+  CHECK(nccl_comm::can_shrink() == shrink_supported(v));
+  // Built with 2.28 headers: the library found at run time is at least as new here.
+  if (v >= NCCL_VERSION_CODE) CHECK(nccl_comm::can_shrink());
 }
 
 TEST_CASE("rank 0 makes the communicator id and every other rank reads the same bytes") {
