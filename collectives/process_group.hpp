@@ -46,7 +46,7 @@ struct group_spec {
   /// Polled during the setup (may be empty): when it returns an error, the setup ends with
   /// that error soon after (gloo: within 20 ms, even inside a pair's connect), instead of
   /// waiting for a member that will not come until `timeout`.
-  std::function<std::optional<troupe::error>()> interrupt;
+  std::function<std::optional<troupe::error>()> interrupt{};
 };
 
 /// A fixed set of ranks running collectives through one backend; the contract is at the
