@@ -35,6 +35,12 @@ bool holds(const membership::epoch& e, const membership::member& self) {
   return e.contains(self.name, self.incarnation);
 }
 
+// Whether a member of `built` is not in `now` (it died or left since).
+bool lost_a_member(const membership::epoch& built, const membership::epoch& now) {
+  return std::any_of(built.members.begin(), built.members.end(),
+                     [&](const membership::member& m) { return !holds(now, m); });
+}
+
 }  // namespace
 
 // A work that failed because its group broke, held until the epoch that explains it.
@@ -357,16 +363,23 @@ expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
     for (int r = 0; r < spec.size; ++r) spec.global_ranks.push_back(r);
     const std::uint64_t n = e.number;
     std::weak_ptr<state> weak = state_;
-    // Committed, the build is interrupted only by a shutdown; a newer epoch makes the built
-    // group stale (below) instead.
-    spec.root_store = std::make_shared<interruptible_store>(
-        st.root, [weak]() -> std::optional<troupe::error> {
-          auto s = weak.lock();
-          if (!s) return make_error(errc::shut_down, "the elastic group is gone");
-          std::lock_guard lk(s->mu);
-          if (s->stopping) return make_error(errc::shut_down, "the elastic group was shut down");
-          return std::nullopt;
-        });
+    // Committed, the build is interrupted by a shutdown, and by a newer epoch without one
+    // of this epoch's members (dead or gone: the build cannot complete, and every member
+    // learns of that epoch, so all of them stop); a newer epoch that only adds members
+    // makes the built group stale (below) instead. The check interrupts the store's waits
+    // and the backend's connect alike.
+    auto interrupt = [weak, ep = std::make_shared<const membership::epoch>(e)]()
+        -> std::optional<troupe::error> {
+      auto s = weak.lock();
+      if (!s) return make_error(errc::shut_down, "the elastic group is gone");
+      std::lock_guard lk(s->mu);
+      if (s->stopping) return make_error(errc::shut_down, "the elastic group was shut down");
+      if (s->newest.number > ep->number && lost_a_member(*ep, s->newest))
+        return s->changed(*ep, s->newest);
+      return std::nullopt;
+    };
+    spec.root_store = std::make_shared<interruptible_store>(st.root, interrupt);
+    spec.interrupt = interrupt;
     spec.timeout = std::min(st.opts.build_timeout, dl.remaining());
     const auto started = clock::now();
     expected<std::shared_ptr<process_group>> g = std::shared_ptr<process_group>();
@@ -429,9 +442,15 @@ expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
       return view{e, wrapped};
     }
     auto why = std::move(g).error();
+    std::uint64_t newer = 0;
     {
       std::lock_guard lk(st.mu);
-      if (st.newest.number > n) continue;  // built again for the newer epoch
+      if (st.newest.number > n) newer = st.newest.number;
+    }
+    if (newer != 0) {  // build the newer epoch instead
+      TROUPE_LOG(log_level::info, "collectives", "the build of epoch ", n, "'s group ended (",
+                 why.message(), "); building epoch ", newer, " instead");
+      continue;
     }
     // A member may have died during the build: wait for the epoch that says so.
     auto next = wait_for_change(n, std::min(st.opts.grace, dl.remaining()));

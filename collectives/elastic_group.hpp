@@ -34,9 +34,9 @@ struct elastic_options {
   /// implement process_group::abort can follow epochs (gloo and nccl do).
   std::string backend = "gloo";
   /// Bounds building one epoch's group (exchanging addresses, connecting, the check
-  /// allreduce). A member that dies while the others wait for it in the store ends the
-  /// build when the epoch without it arrives; one that is stopped after connecting holds
-  /// it until this bound.
+  /// allreduce). A member that dies while the others wait for it (in the store, or in a
+  /// pair's connect) ends the build when the epoch without it arrives; one that is stopped
+  /// after connecting holds it until this bound.
   duration build_timeout = std::chrono::seconds(30);
   /// How long a work that failed because its group broke waits for the epoch that explains
   /// it before failing with its own error; zero: the service's heartbeat timeout, plus

@@ -40,9 +40,11 @@
 
 #include "collectives/gloo/cpu_reduce.hpp"
 #include "collectives/gloo/direct.hpp"
+#include "collectives/gloo/full_mesh.hpp"
 #include "collectives/gloo/local_sockets.hpp"
 #include "collectives/gloo/shared_memory.hpp"
 #include "collectives/gloo/store_adapter.hpp"
+#include "collectives/interruptible_store.hpp"
 #include "collectives/op_checks.hpp"
 #include "collectives/roll_call.hpp"
 #include "collectives/settings.hpp"
@@ -161,22 +163,10 @@ void size_local_send_buffers(gloo::Context& ctx) {
 // Fails every operation waiting on the TCP pairs of `ctx` at once with `why`, as a peer's
 // closed connection would. Closing the pairs (closeConnections) does not: a receive posted
 // before the close keeps waiting for its timeout. Gloo fails them through a pair's
-// signalExceptionExternal (which its own timeouts call), a protected member reached here
-// through a pointer to member formed in a derived class, which is legal C++.
-struct pair_failer : gloo::transport::tcp::Pair {
-  static constexpr auto signal = &pair_failer::signalExceptionExternal;
-};
-
+// signalExceptionExternal (which its own timeouts call); gloo_mesh::fail_pair reaches it.
 void fail_pairs(gloo::Context& ctx, const std::string& why) {
-  for (int r = 0; r < ctx.size; ++r) {
-    if (r == ctx.rank) continue;
-    auto* pair = dynamic_cast<gloo::transport::tcp::Pair*>(ctx.getPair(r).get());
-    if (pair == nullptr) continue;
-    try {
-      (void)(pair->*pair_failer::signal)(why);
-    } catch (...) {
-    }
-  }
+  for (int r = 0; r < ctx.size; ++r)
+    if (r != ctx.rank) gloo_mesh::fail_pair(ctx.getPair(r).get(), why);
 }
 
 class gloo_group final : public process_group, public std::enable_shared_from_this<gloo_group> {
@@ -189,7 +179,14 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
 
   expected<void> connect() {
     ignore_sigpipe_once();
-    auto host = choose_address();
+    // The setup's store waits end when the spec's interrupt says so (as does the mesh's
+    // pair connect, through gloo_mesh); later ones (roll calls) are bounded by timeouts.
+    std::shared_ptr<store> setup = store_;
+    if (spec().interrupt)
+      setup = std::make_shared<prefix_store>(
+          std::make_shared<interruptible_store>(spec().root_store, spec().interrupt),
+          spec().name + "/gloo");
+    auto host = choose_address(*setup);
     if (!host) return std::move(host).error().with_operation("collectives.gloo.connect");
     try {
       gloo::transport::tcp::attr attr;
@@ -197,11 +194,11 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       auto before = thread_ids();
       device_ = gloo::transport::tcp::CreateDevice(attr);
       batch_loop_threads(before, thread_ids());
-      auto ctx = std::make_shared<gloo::rendezvous::Context>(rank(), size());
+      auto ctx = std::make_shared<gloo_mesh::context>(rank(), size());
       ctx->setTimeout(spec().timeout);
-      auto connect_store = std::make_shared<prefix_store>(store_, "connect");
+      auto connect_store = std::make_shared<prefix_store>(setup, "connect");
       gloo_store_adapter adapter(connect_store, spec().timeout);
-      ctx->connectFullMesh(adapter, device_);
+      ctx->connect(adapter, device_, spec().interrupt);
       size_local_send_buffers(*ctx);
       context_ = std::move(ctx);
     } catch (...) {
@@ -218,7 +215,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     so.group = describe(*this);
     so.timeout = spec().timeout;
     gloo_shm::apply_env(so);
-    auto shm_store = std::make_shared<prefix_store>(store_, "shm");
+    auto shm_store = std::make_shared<prefix_store>(setup, "shm");
     auto shm = gloo_shm::segment::open(*shm_store, so);
     if (!shm)
       return make_error(shm.error().code(), "setting up shared memory between the members of ",
@@ -234,7 +231,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   // when set, else this process's address for its job (core/net_address.hpp). Every
   // member publishes it with its host; a loopback address in a group across hosts is
   // refused here, naming the member and what to set, before any connection is tried.
-  expected<std::string> choose_address() {
+  expected<std::string> choose_address(store& setup) {
     std::string host;
     if (auto h = settings::gloo_host.value()) {
       host = *h;
@@ -251,7 +248,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     w.str(host_key());
     w.str(host_name());
     w.str(host);
-    auto all = all_gather(*store_, "hosts", rank(), size(), mine, spec().timeout);
+    auto all = all_gather(setup, "hosts", rank(), size(), mine, spec().timeout);
     if (!all)
       return make_error(all.error().code(), "connecting the members of ", describe(*this),
                         ": exchanging addresses: ", all.error().message());

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "collectives/group.hpp"
+#include "collectives/registry.hpp"
+#include "store/memory_store.hpp"
 #include "thread_ranks.hpp"
 
 using namespace std::chrono_literals;
@@ -137,4 +139,26 @@ TEST_CASE("a second abort, or an abort of a group that already failed, keeps the
     return check_aborted(r, "allreduce #2");
   });
   testing::check_all(out);
+}
+
+TEST_CASE("a group's setup ends soon after its interrupt fires, while a member never arrives") {
+  // Rank 1 never comes: rank 0 waits for it in the store, which only the interrupt ends.
+  group_spec spec;
+  spec.name = "interrupted-setup";
+  spec.rank = 0;
+  spec.size = 2;
+  spec.global_ranks = {0, 1};
+  spec.root_store = std::make_shared<memory_store>();
+  spec.timeout = op_timeout;
+  const auto start = std::chrono::steady_clock::now();
+  spec.interrupt = [start]() -> std::optional<troupe::error> {
+    if (std::chrono::steady_clock::now() - start < 200ms) return std::nullopt;
+    return abort_error();
+  };
+  auto g = create_group("gloo", spec);
+  const auto took = std::chrono::steady_clock::now() - start;
+  REQUIRE_FALSE(g.has_value());
+  CHECK(g.error().code() == errc::membership_changed);
+  CHECK(g.error().message().find("the epoch moved to 9") != std::string::npos);
+  CHECK(took < prompt);
 }

@@ -13,7 +13,18 @@
 //   final/<name>     its final weights then momentum, raw floats
 //   final_loss/<name>, groups/<name>, discarded/<name>
 // Exits 0 when training ended (leaving the membership), 2 on failure.
+//
+// For tests that kill at a chosen point, it prints one line per phase to stdout, written
+// at once ("phase=<what> key=value ..."): joining, joined, epoch (every epoch it sees, with
+// its rank and the members in rank order), resized (after each state exchange) and done.
+// Settings for those tests:
+//   TROUPE_TEST_BALLAST       floats of extra optimizer state (seeded by the name, one
+//                             entry changed per step), so the state broadcast takes a while
+//   TROUPE_TEST_HEARTBEAT_MS  the membership's heartbeat timeout (default 1000)
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <iostream>
@@ -29,6 +40,27 @@
 using namespace std::chrono_literals;
 using namespace troupe;
 namespace ex = troupe::examples;
+
+namespace {
+
+// One phase line on stdout, in one write so that lines of different threads never mix.
+void mark(const std::string& line) {
+  const std::string out = "phase=" + line + "\n";
+  [[maybe_unused]] auto n = ::write(STDOUT_FILENO, out.data(), out.size());
+}
+
+long env_number(const char* name, long otherwise) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::strtol(v, nullptr, 10) : otherwise;
+}
+
+std::string describe_epoch(const membership::epoch& e, const std::string& name) {
+  const auto* me = e.find(name);
+  return strcat("epoch=", e.number, " rank=", me != nullptr ? me->rank : -1,
+                " members=", e.names());
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 5) {
@@ -53,9 +85,10 @@ int main(int argc, char** argv) {
 
   membership::service_options mo;
   mo.name = name;
-  mo.heartbeat_timeout = 1s;
-  mo.heartbeat_interval = 100ms;
+  mo.heartbeat_timeout = std::chrono::milliseconds(env_number("TROUPE_TEST_HEARTBEAT_MS", 1000));
+  mo.heartbeat_interval = mo.heartbeat_timeout / 10;
   mo.op_timeout = 5s;
+  mark("joining");
   auto joined =
       membership::service::join(std::make_shared<prefix_store>(base, scope + "/membership"), mo, 20s);
   if (!joined) {
@@ -63,6 +96,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::shared_ptr<membership::service> svc = std::move(*joined);
+  mark("joined " + describe_epoch(svc->current(), name));
+  svc->on_epoch([name](const membership::epoch&, const membership::epoch& after) {
+    mark("epoch " + describe_epoch(after, name));
+  });
   collectives::elastic_options eo;
   eo.name = scope + "/elastic";
   auto eg = collectives::elastic_group::make(svc, base, eo);
@@ -76,6 +113,9 @@ int main(int argc, char** argv) {
   const auto data = ex::make_dataset(samples, features, classes, 7);
   ex::mlp model(features, hidden, classes, std::hash<std::string>{}(name));
   std::vector<float> velocity(model.w.size(), 0.f);
+  std::vector<float> ballast(static_cast<std::size_t>(env_number("TROUPE_TEST_BALLAST", 0)));
+  ex::rng ballast_rng{std::hash<std::string>{}(name) + 1};
+  for (auto& b : ballast) b = ballast_rng.uniform();
   auto full_loss = [&] {
     auto probe = model;
     return probe.train_batch(data, 0, samples);
@@ -86,13 +126,17 @@ int main(int argc, char** argv) {
   lo.timeout = 60s;
   bool first = true;
   lo.on_resize = [&](const training::elastic_step& next, const membership::epoch&) {
+    mark(strcat("resized step=", next.step, " world=", next.world, " epoch=", next.epoch,
+                " rank=", next.rank));
     if (!first) return;
     first = false;
     put("first/" + name, std::to_string(next.step) + " " + std::to_string(next.world));
     if (next.step == 0) put("loss0/" + name, std::to_string(full_loss()));
   };
-  auto loop = training::elastic_loop::make(**eg, model.parameters(),
-                                           {collectives::tensor_view::of(std::span(velocity))}, lo);
+  std::vector<collectives::tensor_view> optimizer_state{
+      collectives::tensor_view::of(std::span(velocity))};
+  if (!ballast.empty()) optimizer_state.push_back(collectives::tensor_view::of(std::span(ballast)));
+  auto loop = training::elastic_loop::make(**eg, model.parameters(), optimizer_state, lo);
   if (!loop) {
     std::cerr << name << ": " << loop.error() << "\n";
     return 2;
@@ -111,6 +155,7 @@ int main(int argc, char** argv) {
           velocity[i] = momentum * velocity[i] + model.g[i];
           model.w[i] -= lr * velocity[i];
         }
+        if (!ballast.empty()) ballast[static_cast<std::size_t>(s.step) % ballast.size()] += 1.f;
         put("progress/" + name, std::to_string(s.step + 1));
         return ok();
       });
@@ -120,6 +165,7 @@ int main(int argc, char** argv) {
   }
   std::vector<float> final_state = model.w;
   final_state.insert(final_state.end(), velocity.begin(), velocity.end());
+  final_state.insert(final_state.end(), ballast.begin(), ballast.end());
   (void)records->set("final/" + name, std::as_bytes(std::span(final_state)));
   put("final_loss/" + name, std::to_string(full_loss()));
   put("groups/" + name, std::to_string((*loop)->groups()));
@@ -129,5 +175,6 @@ int main(int argc, char** argv) {
     std::cerr << name << ": leaving: " << left.error() << "\n";
     return 2;
   }
+  mark("done");
   return 0;
 }
