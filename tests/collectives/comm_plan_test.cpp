@@ -8,12 +8,11 @@ using namespace troupe;
 using namespace troupe::collectives;
 using membership::epoch;
 using membership::epoch_change;
-using membership::member;
 
 namespace {
 
-member make(std::string name, std::int64_t pid) {
-  member m;
+membership::member make(std::string name, std::int64_t pid) {
+  membership::member m;
   m.name = std::move(name);
   m.host = "h" + std::to_string(pid % 2);
   m.pid = pid;
@@ -40,7 +39,7 @@ epoch without(const epoch& e, std::vector<std::string> names) {
   return *next;
 }
 
-epoch with(const epoch& e, std::vector<member> joiners) {
+epoch with(const epoch& e, std::vector<membership::member> joiners) {
   epoch_change c;
   c.add = std::move(joiners);
   c.cause = "joined";

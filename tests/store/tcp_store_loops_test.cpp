@@ -24,7 +24,7 @@ std::unique_ptr<tcp_store_server> start_with_loops(std::size_t loops) {
   return std::move(*s);
 }
 
-std::unique_ptr<tcp_store> connect_to(const tcp_store_server& server) {
+std::unique_ptr<tcp_store> connect_client(const tcp_store_server& server) {
   troupe::tcp_store_options o;
   o.port = server.port();
   o.connect_timeout = 3s;
@@ -48,8 +48,8 @@ TEST_CASE("one set wakes waiters whose connections live on every loop") {
   auto server = start_with_loops(3);
   // Seven connections over three loops: waiters share the setter's loop and sit on others.
   std::vector<std::unique_ptr<tcp_store>> waiters;
-  for (int i = 0; i < 6; ++i) waiters.push_back(connect_to(*server));
-  auto setter = connect_to(*server);
+  for (int i = 0; i < 6; ++i) waiters.push_back(connect_client(*server));
+  auto setter = connect_client(*server);
   for (int round = 0; round < 20; ++round) {
     std::string key = "round-" + std::to_string(round);
     std::atomic<int> woken{0};
@@ -76,7 +76,7 @@ TEST_CASE("clients on different loops update shared counters without losing an a
   constexpr int clients = 8;
   constexpr int ops = 100;
   std::vector<std::unique_ptr<tcp_store>> handles;
-  for (int i = 0; i < clients; ++i) handles.push_back(connect_to(*server));
+  for (int i = 0; i < clients; ++i) handles.push_back(connect_client(*server));
   std::atomic<int> failures{0};
   std::vector<std::thread> pool;
   for (int c = 0; c < clients; ++c)
@@ -99,7 +99,7 @@ TEST_CASE("clients on different loops update shared counters without losing an a
 TEST_CASE("shutting down a server with several loops fails the blocked clients of every loop") {
   auto server = start_with_loops(4);
   std::vector<std::unique_ptr<tcp_store>> clients;
-  for (int i = 0; i < 6; ++i) clients.push_back(connect_to(*server));
+  for (int i = 0; i < 6; ++i) clients.push_back(connect_client(*server));
   std::vector<troupe::expected<troupe::bytes>> got(clients.size(),
                                                    troupe::make_error(errc::internal, "not run"));
   std::vector<std::thread> threads;
