@@ -165,7 +165,7 @@ void register_recording() {
   (void)once;
 }
 
-std::shared_ptr<membership::service> join(std::shared_ptr<store> s, const std::string& name) {
+std::shared_ptr<membership::service> join_member(std::shared_ptr<store> s, const std::string& name) {
   membership::service_options o;
   o.name = name;
   o.host = "here";
@@ -209,9 +209,9 @@ TEST_CASE(
     "comes") {
   register_recording();
   auto s = std::make_shared<memory_store>();
-  auto a = join(s, "a");
-  auto b = join(s, "b");
-  auto c = join(s, "c");
+  auto a = join_member(s, "a");
+  auto b = join_member(s, "b");
+  auto c = join_member(s, "c");
   auto ga = follow(a, s, "carry1");
   auto gb = follow(b, s, "carry1");
   auto gc = follow(c, s, "carry1");
@@ -237,7 +237,7 @@ TEST_CASE(
   CHECK(record().count("create carry1/epoch-4") == 0);
 
   // d joins: everyone re-creates, the old communicators aborted first.
-  auto d = join(s, "d");
+  auto d = join_member(s, "d");
   auto gd = follow(d, s, "carry1");
   rebuild_all({ga.get(), gb.get(), gd.get()}, 5);
   CHECK(record().count("create carry1/epoch-5 ") == 3);
@@ -260,9 +260,9 @@ TEST_CASE(
 TEST_CASE("when one member cannot shrink (an NCCL older than 2.27), every member re-creates") {
   register_recording();
   auto s = std::make_shared<memory_store>();
-  auto a = join(s, "a");
-  auto b = join(s, "b");
-  auto c = join(s, "c");
+  auto a = join_member(s, "a");
+  auto b = join_member(s, "b");
+  auto c = join_member(s, "c");
   auto ga = follow(a, s, "carry2");
   auto gb = follow(b, s, "carry2");
   auto gc = follow(c, s, "carry2");

@@ -23,7 +23,7 @@ using troupe::collectives::testing::wait_children;
 
 namespace {
 
-const std::string worker_bin = TROUPE_RPC_TEST_WORKER;
+const std::string tls_worker_bin = TROUPE_RPC_TEST_WORKER;
 
 const test::test_pki* pki() {
   static auto made = test::test_pki::make();
@@ -37,7 +37,7 @@ pid_t spawn_tls_worker(const std::string& mode, const std::string& url, const st
   ::setenv("TROUPE_TLS_CERT", pki()->server_cert().c_str(), 1);
   ::setenv("TROUPE_TLS_KEY", pki()->server_key().c_str(), 1);
   ::setenv("TROUPE_TLS_CA", pki()->ca().c_str(), 1);
-  pid_t p = start_process({worker_bin, mode, url, name, std::to_string(rank), world});
+  pid_t p = start_process({tls_worker_bin, mode, url, name, std::to_string(rank), world});
   for (const char* v : {"RPC_TEST_TCP_ONLY", "TROUPE_TLS_CERT", "TROUPE_TLS_KEY", "TROUPE_TLS_CA"}) ::unsetenv(v);
   REQUIRE(p > 0);
   return p;
