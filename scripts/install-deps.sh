@@ -12,7 +12,7 @@ set -euo pipefail
 
 # What `cmake --preset demo` configures and `cmake --build --preset demo` compiles and links.
 packages=(
-  g++ make cmake libcaf-dev libboost-dev libgloo-dev libcli11-dev nlohmann-json3-dev libssl-dev
+  g++ make ninja-build cmake libcaf-dev libboost-dev libgloo-dev libcli11-dev nlohmann-json3-dev libssl-dev
 )
 case "${1:-}" in
   --demo) ;;
