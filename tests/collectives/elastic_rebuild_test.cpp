@@ -16,8 +16,10 @@
 #include "collectives/registry.hpp"
 #include "store/memory_store.hpp"
 #include "store/prefix_store.hpp"
+#include "support/membership_join.hpp"
 
 using namespace std::chrono_literals;
+using troupe::test::join_membership;
 using namespace troupe;
 using namespace troupe::collectives;
 
@@ -165,17 +167,6 @@ void register_recording() {
   (void)once;
 }
 
-std::shared_ptr<membership::service> join_member(std::shared_ptr<store> s, const std::string& name) {
-  membership::service_options o;
-  o.name = name;
-  o.host = "here";
-  o.heartbeat_timeout = 2s;
-  o.heartbeat_interval = 100ms;
-  auto svc = membership::service::join(std::make_shared<prefix_store>(s, "membership"), o, 10s);
-  REQUIRE_MESSAGE(svc.has_value(), svc.error().to_string());
-  return std::shared_ptr<membership::service>(std::move(*svc));
-}
-
 std::unique_ptr<elastic_group> follow(std::shared_ptr<membership::service> m,
                                       std::shared_ptr<store> s, std::string name) {
   elastic_options o;
@@ -209,9 +200,9 @@ TEST_CASE(
     "comes") {
   register_recording();
   auto s = std::make_shared<memory_store>();
-  auto a = join_member(s, "a");
-  auto b = join_member(s, "b");
-  auto c = join_member(s, "c");
+  auto a = join_membership(s, "a");
+  auto b = join_membership(s, "b");
+  auto c = join_membership(s, "c");
   auto ga = follow(a, s, "carry1");
   auto gb = follow(b, s, "carry1");
   auto gc = follow(c, s, "carry1");
@@ -237,7 +228,7 @@ TEST_CASE(
   CHECK(record().count("create carry1/epoch-4") == 0);
 
   // d joins: everyone re-creates, the old communicators aborted first.
-  auto d = join_member(s, "d");
+  auto d = join_membership(s, "d");
   auto gd = follow(d, s, "carry1");
   rebuild_all({ga.get(), gb.get(), gd.get()}, 5);
   CHECK(record().count("create carry1/epoch-5 ") == 3);
@@ -260,9 +251,9 @@ TEST_CASE(
 TEST_CASE("when one member cannot shrink (an NCCL older than 2.27), every member re-creates") {
   register_recording();
   auto s = std::make_shared<memory_store>();
-  auto a = join_member(s, "a");
-  auto b = join_member(s, "b");
-  auto c = join_member(s, "c");
+  auto a = join_membership(s, "a");
+  auto b = join_membership(s, "b");
+  auto c = join_membership(s, "c");
   auto ga = follow(a, s, "carry2");
   auto gb = follow(b, s, "carry2");
   auto gc = follow(c, s, "carry2");

@@ -12,25 +12,12 @@
 #include "collectives/interruptible_store.hpp"
 #include "store/memory_store.hpp"
 #include "store/prefix_store.hpp"
+#include "support/membership_join.hpp"
 
 using namespace std::chrono_literals;
+using troupe::test::join_membership;
 using namespace troupe;
 using namespace troupe::collectives;
-
-namespace {
-
-std::shared_ptr<membership::service> join(std::shared_ptr<store> s, const std::string& name) {
-  membership::service_options o;
-  o.name = name;
-  o.host = "here";
-  o.heartbeat_timeout = 2s;
-  o.heartbeat_interval = 100ms;
-  auto svc = membership::service::join(std::make_shared<prefix_store>(s, "membership"), o, 10s);
-  REQUIRE_MESSAGE(svc.has_value(), svc.error().to_string());
-  return std::shared_ptr<membership::service>(std::move(*svc));
-}
-
-}  // namespace
 
 TEST_CASE("an interruptible store ends a wait as soon as its condition says so, with that error") {
   auto base = std::make_shared<memory_store>();
@@ -63,7 +50,7 @@ TEST_CASE("an interruptible store ends a wait as soon as its condition says so, 
 
 TEST_CASE("an elastic group refuses a missing service, store or name, and an unknown backend") {
   auto s = std::make_shared<memory_store>();
-  auto svc = join(s, "solo");
+  auto svc = join_membership(s, "solo");
   auto none = elastic_group::make(nullptr, s);
   REQUIRE_FALSE(none.has_value());
   CHECK(none.error().code() == errc::invalid_argument);
@@ -87,8 +74,8 @@ TEST_CASE("an elastic group refuses a missing service, store or name, and an unk
 
 TEST_CASE("two members in threads build their epoch's group, and a leave aborts it and rebuilds at world 1") {
   auto s = std::make_shared<memory_store>();
-  auto a = join(s, "a");
-  auto b = join(s, "b");
+  auto a = join_membership(s, "a");
+  auto b = join_membership(s, "b");
   auto ga = elastic_group::make(a, s);
   auto gb = elastic_group::make(b, s);
   REQUIRE(ga.has_value());
@@ -133,8 +120,8 @@ TEST_CASE("two members in threads build their epoch's group, and a leave aborts 
 
 TEST_CASE("a member that has left cannot rebuild: it is not in the newest epoch") {
   auto s = std::make_shared<memory_store>();
-  auto a = join(s, "a");
-  auto b = join(s, "b");
+  auto a = join_membership(s, "a");
+  auto b = join_membership(s, "b");
   auto gb = elastic_group::make(b, s);
   REQUIRE(gb.has_value());
   // a declares b dead; b's service learns it is out.

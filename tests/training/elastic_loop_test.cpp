@@ -11,25 +11,12 @@
 #include "training/elastic_loop.hpp"
 #include "store/memory_store.hpp"
 #include "store/prefix_store.hpp"
+#include "support/membership_join.hpp"
 
 using namespace std::chrono_literals;
+using troupe::test::join_membership;
 using namespace troupe;
 using namespace troupe::training;
-
-namespace {
-
-std::shared_ptr<membership::service> join(std::shared_ptr<store> s, const std::string& name) {
-  membership::service_options o;
-  o.name = name;
-  o.host = "here";
-  o.heartbeat_timeout = 2s;
-  o.heartbeat_interval = 100ms;
-  auto svc = membership::service::join(std::make_shared<prefix_store>(s, "membership"), o, 10s);
-  REQUIRE_MESSAGE(svc.has_value(), svc.error().to_string());
-  return std::shared_ptr<membership::service>(std::move(*svc));
-}
-
-}  // namespace
 
 TEST_CASE("split_evenly gives contiguous parts that differ by at most one and cover everything") {
   for (int world = 1; world <= 7; ++world)
@@ -49,7 +36,7 @@ TEST_CASE("split_evenly gives contiguous parts that differ by at most one and co
 
 TEST_CASE("elastic_loop refuses no parameters, a gradient of another size, and zero steps") {
   auto s = std::make_shared<memory_store>();
-  auto svc = join(s, "solo");
+  auto svc = join_membership(s, "solo");
   auto g = collectives::elastic_group::make(svc, s);
   REQUIRE(g.has_value());
   float w[4] = {}, gr[3] = {};
@@ -75,8 +62,8 @@ TEST_CASE("elastic_loop refuses no parameters, a gradient of another size, and z
 
 TEST_CASE("two members as threads train from rank 0's state and end with the same weights") {
   auto s = std::make_shared<memory_store>();
-  auto a = join(s, "a");
-  auto b = join(s, "b");
+  auto a = join_membership(s, "a");
+  auto b = join_membership(s, "b");
   struct member {
     std::shared_ptr<membership::service> svc;
     std::unique_ptr<collectives::elastic_group> group;
