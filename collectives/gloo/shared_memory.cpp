@@ -326,9 +326,10 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
   for (int r = 0; r < o.size; ++r) keys.push_back(strcat("joined/", r));
   expected<void> waited =
       set ? s.wait(keys, dl.remaining()) : expected<void>(std::move(set).error());
-  // Rank 0 removes the name once everyone answered (or failed to): the members keep
-  // their mappings, and no name outlives the group's creation.
-  if (o.rank == 0 && seg->map_) ::shm_unlink(name.c_str());
+  // Every member that knows the name removes it once everyone answered (or failed to):
+  // the members keep their mappings, and no name outlives the group's creation, even when
+  // rank 0 was killed while it waited (ENOENT from the others is expected and harmless).
+  if (!name.empty()) ::shm_unlink(name.c_str());
   if (!waited) return std::move(waited).error();
 
   std::string refusal;
