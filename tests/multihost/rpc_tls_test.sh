@@ -14,16 +14,7 @@ source "$here/sim_hosts.sh"
 source "$here/jobs.sh"
 source "$here/tls_pki.sh"
 mh_skip_unless_hosts
-command -v openssl >/dev/null || { echo "[troupe-skip] the openssl command is not installed"; exit 77; }
-sim_hosts_up 2 || exit 1
-
-# The certificates live in the working directory (outside /tmp, which each host has its
-# own of), and go on every exit path.
-pki=$(mktemp -d "$PWD/rpc-tls-pki.XXXXXX") || exit 1
-trap 'rm -rf "$pki"; sim_hosts_down' EXIT
-trap 'rm -rf "$pki"; sim_hosts_down; exit 130' INT
-trap 'rm -rf "$pki"; sim_hosts_down; exit 143' TERM
-mh_make_pki "$pki" 2 || { echo "cannot make the test's certificates"; exit 1; }
+mh_tls_hosts_up 2 rpc-tls
 
 tls_env() { mh_tls_env "$pki" "$1"; }
 a1=$(sim_host_addr 1)

@@ -5,6 +5,9 @@
 #   mh_make_pki DIR N     # DIR/ca.pem, and DIR/host<i>.pem and .key for hosts 0..N-1,
 #                         # each with the host's address as its subjectAltName
 #   mh_tls_env DIR I      # TROUPE_TLS_CERT=... TROUPE_TLS_KEY=... TROUPE_TLS_CA=... of host I
+#   mh_tls_hosts_up N NAME  # skips without openssl; N hosts up; a PKI for them in
+#                           # $pki (under the working directory, NAME in its folder's
+#                           # name); hosts and PKI torn down on every exit path
 # DIR must be visible on every host (outside /tmp, which each host has its own of); the
 # caller removes it on every exit path.
 
@@ -27,4 +30,17 @@ mh_make_pki() {
 
 mh_tls_env() {
   echo "TROUPE_TLS_CERT=$1/host$2.pem" "TROUPE_TLS_KEY=$1/host$2.key" "TROUPE_TLS_CA=$1/ca.pem"
+}
+
+mh_tls_hosts_up() {
+  local n=$1 name=$2
+  command -v openssl >/dev/null || { echo "[troupe-skip] the openssl command is not installed"; exit 77; }
+  sim_hosts_up "$n" || exit 1
+  # The certificates live in the working directory (outside /tmp, which each host has its
+  # own of), and go on every exit path.
+  pki=$(mktemp -d "$PWD/$name-pki.XXXXXX") || exit 1
+  trap 'rm -rf "$pki"; sim_hosts_down' EXIT
+  trap 'rm -rf "$pki"; sim_hosts_down; exit 130' INT
+  trap 'rm -rf "$pki"; sim_hosts_down; exit 143' TERM
+  mh_make_pki "$pki" "$n" || { echo "cannot make the test's certificates"; exit 1; }
 }
