@@ -10,6 +10,7 @@
 #include "store/detail/wire.hpp"
 #include "store/tcp_store.hpp"
 #include "store/tcp_store_server.hpp"
+#include "settled_output.hpp"
 
 namespace {
 
@@ -475,19 +476,7 @@ TEST_CASE("a client that sends requests but never reads cannot make the server b
   REQUIRE(sock->send(burst));
 
   // Wait for the queue to settle (the same reading for 300 ms), then look at it.
-  std::size_t last = server->queued_output_bytes();
-  auto stable_since = std::chrono::steady_clock::now();
-  auto give_up = stable_since + 10s;
-  while (std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(20ms);
-    std::size_t now = server->queued_output_bytes();
-    if (now != last || now == 0) {
-      last = now;
-      stable_since = std::chrono::steady_clock::now();
-    } else if (std::chrono::steady_clock::now() - stable_since > 300ms) {
-      break;
-    }
-  }
+  const std::size_t last = troupe::test::settled_queued_output(*server);
   CHECK(last > 0);
   CHECK(last <= o.max_queued_output + value_size + 64);
   check_serves(*server);

@@ -24,6 +24,7 @@
 #include "store/tcp_store_server.hpp"
 #include "support/skip.hpp"
 #include "support/test_pki.hpp"
+#include "settled_output.hpp"
 
 namespace {
 
@@ -459,19 +460,7 @@ TEST_CASE("a TLS client that sends requests but never reads cannot make the serv
   raw->send(burst_of_gets("big"));
 
   // Wait for the queue to settle (the same reading for 300 ms), then look at it.
-  std::size_t last = server.queued_output_bytes();
-  auto stable_since = std::chrono::steady_clock::now();
-  auto give_up = stable_since + 10s;
-  while (std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(20ms);
-    std::size_t now = server.queued_output_bytes();
-    if (now != last || now == 0) {
-      last = now;
-      stable_since = std::chrono::steady_clock::now();
-    } else if (std::chrono::steady_clock::now() - stable_since > 300ms) {
-      break;
-    }
-  }
+  const std::size_t last = troupe::test::settled_queued_output(server);
   CHECK(last > 0);
   // One reply past the limit at most, with its TLS records' overhead (22 bytes each).
   CHECK(last <= o.max_queued_output + value_size + 1024);
