@@ -5,7 +5,7 @@
 #                                     compiler, CMake and the libraries the libraries link
 #   scripts/install-deps.sh           everything to build and test (scripts/test.sh): the
 #                                     demo set, doctest, etcd, doxygen, network tools,
-#                                     python3-prometheus-client
+#                                     python3-prometheus-client, clang with libFuzzer
 #   scripts/install-deps.sh --bench   also the benchmark anchors (PyTorch 1.13: python3-torch;
 #                                     Open MPI: openmpi-bin, libopenmpi-dev)
 set -euo pipefail
@@ -20,11 +20,12 @@ case "${1:-}" in
     # The test suite: doctest, a real etcd, the docs target (doxygen), simulated hosts
     # (iproute2, util-linux's unshare/nsenter, python3), the openssl command for the TLS
     # tests' certificates, a real Prometheus text parser for the metrics endpoint's test
-    # (python3-prometheus-client), and the usual developer tools.
+    # (python3-prometheus-client), clang and its libFuzzer runtime for the fuzz pass
+    # (tests/fuzz/libfuzzer), and the usual developer tools.
     packages+=(
       build-essential git pkg-config ca-certificates python3 procps
       doctest-dev etcd-server etcd-client doxygen iproute2 util-linux openssl
-      python3-prometheus-client
+      python3-prometheus-client clang-14 libclang-rt-14-dev
     )
     if [[ "${1:-}" == "--bench" ]]; then
       packages+=(python3-torch openmpi-bin libopenmpi-dev)

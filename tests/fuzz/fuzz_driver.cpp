@@ -4,11 +4,15 @@
 // bounded time, and prints how many inputs it ran. A crash, a sanitizer report or an
 // uncaught exception fails the run; so does a target returning non-zero.
 //   <target> [--seconds=S] [--seed=N]     (defaults: 3 s, seed 1)
+//   <target> --write-seeds=DIR             writes the seeds to DIR/seed-<n>, one file each,
+//                                          as a corpus for the libFuzzer build, and exits
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -51,24 +55,54 @@ void mutate(input& in, std::mt19937_64& rng) {
   }
 }
 
+// Writes each seed to DIR/seed-<n>; 0 on success, 1 (with a message) if DIR cannot be
+// made or a file cannot be written.
+int write_seeds(const std::vector<input>& seeds, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "cannot create the seed folder '%s': %s\n", dir.c_str(),
+                 ec.message().c_str());
+    return 1;
+  }
+  for (std::size_t i = 0; i < seeds.size(); ++i) {
+    const auto file = std::filesystem::path(dir) / ("seed-" + std::to_string(i));
+    std::ofstream out(file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(seeds[i].data()),
+              static_cast<std::streamsize>(seeds[i].size()));
+    if (!out) {
+      std::fprintf(stderr, "cannot write the seed file '%s'\n", file.c_str());
+      return 1;
+    }
+  }
+  std::printf("wrote %zu seed file(s) to %s\n", seeds.size(), dir.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   double seconds = 3;
   std::uint64_t seed = 1;
+  std::string seed_dir;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--seconds=", 0) == 0) {
       seconds = std::strtod(a.c_str() + 10, nullptr);
     } else if (a.rfind("--seed=", 0) == 0) {
       seed = std::strtoull(a.c_str() + 7, nullptr, 10);
+    } else if (a.rfind("--write-seeds=", 0) == 0) {
+      seed_dir = a.substr(14);
     } else {
-      std::fprintf(stderr, "unknown argument '%s'; use --seconds=S and --seed=N\n", argv[i]);
+      std::fprintf(stderr,
+                   "unknown argument '%s'; use --seconds=S, --seed=N or --write-seeds=DIR\n",
+                   argv[i]);
       return 2;
     }
   }
-  std::mt19937_64 rng(seed);
   std::vector<input> seeds = troupe::fuzz::seeds();
+  if (!seed_dir.empty()) return write_seeds(seeds, seed_dir);
+  std::mt19937_64 rng(seed);
   if (seeds.empty()) seeds.emplace_back();
   std::size_t runs = 0;
   auto run = [&](const input& in) {

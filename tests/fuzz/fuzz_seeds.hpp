@@ -1,5 +1,6 @@
 // Each fuzz target defines its seeds: valid encodings that the random driver mutates, so
-// that mutated inputs reach past the first checks. libFuzzer builds do not use them.
+// that mutated inputs reach past the first checks. The libFuzzer builds start from them too
+// (written as a corpus by the driver's --write-seeds; tests/fuzz/libfuzzer/).
 #pragma once
 
 #include <cstdint>
