@@ -8,7 +8,12 @@ if(TROUPE_SANITIZE)
   message(STATUS "troupe: building with -fsanitize=${_troupe_san}")
   # C and C++ only: nvcc (the GPU suites' test kernels) takes none of these flags, and the
   # kernels' host code has nothing to instrument.
-  add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=${_troupe_san};-fno-omit-frame-pointer;-g>")
+  add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=${_troupe_san};-fno-omit-frame-pointer>")
+  # Reports name files and lines: line tables at least, where the build type has no -g.
+  string(TOUPPER "${CMAKE_BUILD_TYPE}" _troupe_type)
+  if(NOT "${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_${_troupe_type}}" MATCHES "(^| )-g")
+    add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-g1>)
+  endif()
   add_link_options(-fsanitize=${_troupe_san})
   if("thread" IN_LIST TROUPE_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     # g++ warns (-Wtsan) for every std::atomic_thread_fence it sees, and Asio's headers use
