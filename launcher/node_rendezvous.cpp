@@ -133,6 +133,12 @@ expected<round_result> node_rendezvous::await_round(const std::function<bool()>&
       if (!parse_long(*v, count) || count < 1)
         return make_error(errc::protocol_error, closed_key, " holds '", *v, "'");
       if (slot_ >= count) {
+        if (settings_.open_rounds) {
+          // Open rounds: enter the running round, unless it re-forms or finished.
+          auto late = admit_late(r, count, cancelled);
+          if (!late) return std::move(late).error();
+          if (*late) return std::move(**late);
+        }
         // Too late for this round: say so and wait in the next one.
         TROUPE_TRY(counter(r, "waiting", 1));
         if (count >= settings_.max_nodes) {
@@ -162,47 +168,9 @@ expected<round_result> node_rendezvous::await_round(const std::function<bool()>&
         continue;
       }
       // Admitted: read everyone's record.
-      std::vector<std::string> keys;
-      for (long i = 0; i < count; ++i) keys.push_back(key(r, strcat("node/", i)));
-      TROUPE_TRY(store_.wait(keys, settings_.op_timeout));
-      std::vector<node_info> nodes;
-      for (const auto& k : keys) {
-        auto text = store_.get_string(k, settings_.op_timeout);
-        if (!text) return std::move(text).error();
-        auto n = decode_node_info(*text);
-        if (!n) return std::move(n).error();
-        nodes.push_back(std::move(*n));
-      }
-      std::vector<int> order(nodes.size());
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-        auto hint = [&](int i) { return nodes[i].node_rank < 0 ? 1 << 30 : nodes[i].node_rank; };
-        return hint(a) < hint(b);
-      });
-      round_result out;
-      out.round = r;
-      int base = 0;
-      for (std::size_t g = 0; g < order.size(); ++g) {
-        const auto& n = nodes[order[g]];
-        if (order[g] == slot_) {
-          out.group_rank = static_cast<int>(g);
-          out.rank_base = base;
-        }
-        base += n.nproc;
-        out.nodes.push_back(n);
-      }
-      out.world_size = base;
-      last_round_ = r;
-      last_num_nodes_ = static_cast<int>(count);
-      group_rank_ = out.group_rank;
-      seen_beat_.assign(out.nodes.size(), std::string());
-      seen_at_.assign(out.nodes.size(), clock::now());
-      member_ids_.clear();
-      for (const auto& n : out.nodes) member_ids_.push_back(n.id);
-      next_beat_ = clock::time_point{};
-      reform_requested_ = false;
-      joining_ = -1;
-      deadline_.reset();
+      auto nodes = read_round_nodes(r, count);
+      if (!nodes) return std::move(nodes).error();
+      auto out = settle(r, count, std::move(*nodes));
       TROUPE_LOG(log_level::info, "rendezvous", "round ", r, " closed with ", count,
                  " nodes; this node is group rank ", out.group_rank);
       return out;
@@ -246,6 +214,60 @@ expected<round_result> node_rendezvous::next_round(const node_info& me,
   return await_round(cancelled);
 }
 
+expected<std::vector<node_info>> node_rendezvous::read_round_nodes(long r, long count) {
+  std::vector<std::string> keys;
+  for (long i = 0; i < count; ++i) keys.push_back(key(r, strcat("node/", i)));
+  TROUPE_TRY(store_.wait(keys, settings_.op_timeout));
+  std::vector<node_info> nodes;
+  for (const auto& k : keys) {
+    auto text = store_.get_string(k, settings_.op_timeout);
+    if (!text) return std::move(text).error();
+    auto n = decode_node_info(*text);
+    if (!n) return std::move(n).error();
+    nodes.push_back(std::move(*n));
+  }
+  return nodes;
+}
+
+// Orders the `count` nodes of closed round `r` (hints, then arrival) and makes this node a
+// member of it; a late node (slot_ >= count) finds its place in admit_late().
+round_result node_rendezvous::settle(long r, long count, std::vector<node_info> nodes) {
+  std::vector<int> order(nodes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    auto hint = [&](int i) { return nodes[i].node_rank < 0 ? 1 << 30 : nodes[i].node_rank; };
+    return hint(a) < hint(b);
+  });
+  round_result out;
+  out.round = r;
+  int base = 0;
+  for (std::size_t g = 0; g < order.size(); ++g) {
+    const auto& n = nodes[order[g]];
+    if (order[g] == slot_) {
+      out.group_rank = static_cast<int>(g);
+      out.rank_base = base;
+    }
+    base += n.nproc;
+    out.nodes.push_back(n);
+  }
+  out.world_size = base;
+  last_round_ = r;
+  last_num_nodes_ = static_cast<int>(count);
+  group_rank_ = out.group_rank;
+  peers_.clear();
+  for (std::size_t g = 0; g < out.nodes.size(); ++g)
+    if (static_cast<int>(g) != group_rank_ || slot_ >= count)
+      peers_.push_back({static_cast<int>(g), out.nodes[g].id, std::string(), clock::now(), false});
+  next_beat_ = clock::time_point{};
+  reform_requested_ = false;
+  left_ = false;
+  followed_ = true;
+  next_scan_ = clock::time_point{};
+  joining_ = -1;
+  deadline_.reset();
+  return out;
+}
+
 expected<bool> node_rendezvous::check_heartbeats() {
   if (settings_.heartbeat_timeout <= duration::zero()) return false;
   const auto now = clock::now();
@@ -253,9 +275,9 @@ expected<bool> node_rendezvous::check_heartbeats() {
   next_beat_ = now + settings_.heartbeat_timeout / 4;
   TROUPE_TRY(store_.set(key(last_round_, strcat("alive/", group_rank_)),
                         std::string_view(std::to_string(++beats_))));
-  for (std::size_t g = 0; g < seen_beat_.size(); ++g) {
-    if (static_cast<int>(g) == group_rank_) continue;
-    std::string k = key(last_round_, strcat("alive/", g));
+  for (auto& p : peers_) {
+    if (p.gone) continue;
+    std::string k = key(last_round_, strcat("alive/", p.group_rank));
     auto present = store_.check(std::span(&k, 1), settings_.op_timeout);
     if (!present) return std::move(present).error();
     std::string value;
@@ -264,22 +286,35 @@ expected<bool> node_rendezvous::check_heartbeats() {
       if (!v) return std::move(v).error();
       value = std::move(*v);
     }
-    if (value != seen_beat_[g]) {
-      seen_beat_[g] = std::move(value);
-      seen_at_[g] = now;
-    } else if (now - seen_at_[g] > settings_.heartbeat_timeout) {
-      TROUPE_LOG(log_level::warn, "rendezvous", "node ", member_ids_[g], " (group rank ", g,
-                 ") has been silent for ", format_duration(settings_.heartbeat_timeout),
-                 "; re-forming the world of round ", last_round_);
-      TROUPE_TRY(request_reform());
-      return true;
+    if (value != p.seen_beat) {
+      p.seen_beat = std::move(value);
+      p.seen_at = now;
+      continue;
     }
+    if (now - p.seen_at <= settings_.heartbeat_timeout) continue;
+    if (settings_.open_rounds) {
+      // Let it go: the first node to notice marks it gone; the others read that.
+      auto why = mark_gone(p.group_rank,
+                           strcat("silent for ", format_duration(settings_.heartbeat_timeout),
+                                  " (heartbeat_timeout), seen by ", me_.id));
+      if (!why) return std::move(why).error();
+      p.gone = true;
+      news_.push_back(strcat("node ", p.id, " (group rank ", p.group_rank, ") left round ",
+                             last_round_, ": ", *why, "; the other nodes' workers run on"));
+      continue;
+    }
+    TROUPE_LOG(log_level::warn, "rendezvous", "node ", p.id, " (group rank ", p.group_rank,
+               ") has been silent for ", format_duration(settings_.heartbeat_timeout),
+               "; re-forming the world of round ", last_round_);
+    TROUPE_TRY(request_reform());
+    return true;
   }
   return false;
 }
 
 expected<bool> node_rendezvous::should_reform() {
   if (last_round_ < 0) return false;
+  if (settings_.open_rounds) return follow_open_round();
   auto silent = check_heartbeats();
   if (!silent) return std::move(silent).error();
   if (*silent) return true;
@@ -297,11 +332,23 @@ expected<void> node_rendezvous::finish(duration timeout, const std::function<boo
   auto n = counter(last_round_, "finished", 1);
   if (!n) return std::move(n).error();
   const std::string done_key = key(last_round_, "all_finished");
-  if (*n >= last_num_nodes_) return store_.set(done_key, std::string_view("1"));
+  // Whether `finished` nodes are all of the round: its closing count, and with open rounds
+  // the nodes admitted late less those that left.
+  const auto all_in = [&](std::int64_t finished) -> expected<bool> {
+    if (!settings_.open_rounds) return finished >= last_num_nodes_;
+    auto admitted = counter(last_round_, "admitted", 0);
+    if (!admitted) return std::move(admitted).error();
+    auto left = counter(last_round_, "left", 0);
+    if (!left) return std::move(left).error();
+    return finished >= last_num_nodes_ + *admitted - *left;
+  };
+  auto done = all_in(*n);
+  if (!done) return std::move(done).error();
+  if (*done) return store_.set(done_key, std::string_view("1"));
   const auto until = deadline::after(timeout);
   for (;;) {
     // Keep the heartbeat going: the others must not take this node for dead.
-    auto silent = check_heartbeats();
+    auto silent = settings_.open_rounds ? follow_open_round() : check_heartbeats();
     if (!silent) return std::move(silent).error();
     if (*silent) return ok();
     auto got = store_.get(done_key, std::min(until.remaining(), duration(100)));
@@ -310,6 +357,15 @@ expected<void> node_rendezvous::finish(duration timeout, const std::function<boo
     auto restart = counter(last_round_, "restart", 0);
     if (!restart) return std::move(restart).error();
     if (*restart > 0) return ok();
+    if (settings_.open_rounds) {
+      // A node that left may have been the last one the barrier waited for.
+      auto finished = counter(last_round_, "finished", 0);
+      if (!finished) return std::move(finished).error();
+      n = finished;
+      auto now_done = all_in(*finished);
+      if (!now_done) return std::move(now_done).error();
+      if (*now_done) return store_.set(done_key, std::string_view("1"));
+    }
     if (cancelled && cancelled())
       return make_error(errc::aborted, "exit barrier of round ", last_round_, " cancelled");
     if (until.expired())

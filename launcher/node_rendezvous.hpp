@@ -13,6 +13,13 @@
 //   round/<r>/alive/<g>      group rank g's heartbeat counter, bumped while it runs
 //   round/<r>/finished       how many nodes' workers all succeeded (the exit barrier)
 //   round/<r>/all_finished   written by the last of them
+// and, with open rounds (--failure-policy replace, below):
+//   round/<r>/admitted       how many nodes joined the running round after it closed
+//   round/<r>/late_ranks     how many global ranks those nodes took (beyond the round's)
+//   round/<r>/late/<slot>    a late node's rank base and record; its group rank is <slot>
+//   round/<r>/gone/<g>       why node g left the running round (written once)
+//   round/<r>/gone_marks/<g> how many nodes marked g gone; the first adds 1 to `left`
+//   round/<r>/left           how many nodes left it
 //
 // A round closes as soon as MAX nodes have joined, or once MIN have joined and
 // last_call has passed without reaching MAX. A node whose slot is past the closing count
@@ -24,6 +31,13 @@
 // A node that dies without asking to re-form (killed, powered off) stops bumping its
 // heartbeat; the others re-form the world once it has been silent for heartbeat_timeout
 // (measured on each node's own clock; no clocks are compared across machines).
+//
+// Open rounds (settings.open_rounds, for --failure-policy replace): a closed round keeps
+// running while nodes come and go. A node arriving after it closed is admitted into it
+// (while fewer than MAX nodes are in) with its slot as group rank and the next free global
+// ranks; a node that leaves (leave(), or a heartbeat silent for heartbeat_timeout) is
+// marked gone. Neither re-forms the world; only fewer than MIN nodes left, or a member
+// asking for it, does. Implemented in node_rendezvous_open.cpp.
 #pragma once
 
 #include <functional>
@@ -65,6 +79,9 @@ struct rendezvous_settings {
   /// A member whose heartbeat has not moved for this long is taken for dead (zero: never).
   /// Heartbeats are written and read every heartbeat_timeout / 4, from should_reform().
   duration heartbeat_timeout = std::chrono::seconds(15);
+  /// Open rounds (see the top of this file): late nodes are admitted into the running
+  /// round and leaving nodes are let go, instead of re-forming the world.
+  bool open_rounds = false;
 };
 
 /// One closed round as this node sees it.
@@ -76,6 +93,9 @@ struct round_result {
   /// The global rank of this node's local rank 0, and the world's size.
   int rank_base = 0;
   int world_size = 0;
+  /// Open rounds: this node was admitted after the round closed (its group rank is its
+  /// slot, `nodes` ends with itself, and world_size is rank_base + its workers).
+  bool late = false;
 };
 
 class node_rendezvous {
@@ -106,6 +126,14 @@ class node_rendezvous {
   /// Asks the members of this node's last round to re-form (e.g. before leaving).
   expected<void> request_reform();
 
+  /// Open rounds: says that this node leaves its running round, so that the others let it
+  /// go without re-forming (they only log it). Idempotent.
+  expected<void> leave(std::string_view reason);
+
+  /// Open rounds: what changed since the last call (a node arrived or left), one line
+  /// each for the launcher's log. Filled by should_reform() and finish().
+  std::vector<std::string> take_news();
+
   /// The exit barrier: records that this node's workers all succeeded in its last round
   /// and waits until every node of the round has said the same, so that a node hosting
   /// the store does not take it away from nodes still running. Returns early (ok) when a
@@ -131,14 +159,35 @@ class node_rendezvous {
   long last_round_ = -1;
   int last_num_nodes_ = 0;
   bool reform_requested_ = false;
-  // Heartbeats of the last round's members, by group rank.
+  // Heartbeats of the last round's members (and, with open rounds, of late nodes).
   expected<bool> check_heartbeats();
+  // Open rounds: the admission of a node that arrived after round `r` closed with `count`
+  // nodes; nullopt when it cannot enter (the round re-forms or finished).
+  expected<std::optional<round_result>> admit_late(long r, long count,
+                                                   const std::function<bool()>& cancelled);
+  // Open rounds: arrivals, departures and silent peers; true when the world must re-form
+  // (fewer than MIN nodes left).
+  expected<bool> follow_open_round();
+  // Open rounds: marks node `group_rank` gone from the last round (once, whoever is first);
+  // returns the reason recorded, which may be an earlier marker's.
+  expected<std::string> mark_gone(int group_rank, std::string_view why);
+  expected<std::vector<node_info>> read_round_nodes(long r, long count);
+  round_result settle(long r, long count, std::vector<node_info> nodes);
+  struct peer {
+    int group_rank = 0;
+    std::string id;
+    std::string seen_beat;
+    clock::time_point seen_at{};
+    bool gone = false;
+  };
   int group_rank_ = 0;
   std::int64_t beats_ = 0;
   clock::time_point next_beat_{};
-  std::vector<std::string> seen_beat_;
-  std::vector<clock::time_point> seen_at_;
-  std::vector<std::string> member_ids_;
+  std::vector<peer> peers_;
+  clock::time_point next_scan_{};
+  bool followed_ = true;
+  bool left_ = false;
+  std::vector<std::string> news_;
 };
 
 /// Encodes and decodes a node_info for the store.

@@ -248,3 +248,127 @@ TEST_CASE("a member whose heartbeat stops is taken for dead after the heartbeat 
   CHECK(dead);
   CHECK(std::chrono::steady_clock::now() - start >= 200ms);
 }
+
+namespace {
+
+// Calls should_reform on `r` until it says true or `for_how_long` passes, gathering the
+// news; returns whether it said true.
+bool follow_for(node_rendezvous& r, duration for_how_long, std::string& news) {
+  const auto until = std::chrono::steady_clock::now() + for_how_long;
+  while (std::chrono::steady_clock::now() < until) {
+    auto change = r.should_reform();
+    REQUIRE_MESSAGE(change, change.error().to_string());
+    for (const auto& line : r.take_news()) news += line + "\n";
+    if (*change) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("with open rounds a late node enters the running round with the next ranks and "
+          "nobody re-forms") {
+  memory_store s;
+  auto rs = settings(2, 3, 30ms);
+  rs.open_rounds = true;
+  rs.heartbeat_timeout = 10s;
+  node_rendezvous a(s, rs);
+  node_rendezvous b(s, rs);
+  expected<round_result> ra = make_error(errc::internal, "");
+  std::thread ta([&] { ra = a.next_round(node(2, 0, "a")); });
+  auto rb = b.next_round(node(2, 1, "b"));
+  ta.join();
+  REQUIRE(ra);
+  REQUIRE(rb);
+  CHECK(!ra->late);
+
+  node_rendezvous c(s, rs);
+  auto rc = c.next_round(node(3, -1, "c"));
+  REQUIRE_MESSAGE(rc, rc.error().to_string());
+  CHECK(rc->late);
+  CHECK(rc->round == ra->round);
+  CHECK(rc->group_rank == 2);
+  CHECK(rc->rank_base == 4);
+  CHECK(rc->world_size == 7);
+  CHECK(rc->nodes.front().addr == "a");  // MASTER_ADDR stays the running job's
+
+  std::string news;
+  CHECK(!follow_for(a, 1500ms, news));
+  CHECK(news.find("arrived in the running round 0 as group rank 2 with ranks 4-6") !=
+        std::string::npos);
+  CHECK(!*b.should_reform());
+  CHECK(!*c.should_reform());
+}
+
+TEST_CASE("with open rounds a full round takes a late node once another leaves, and fewer "
+          "than MIN nodes re-form the world") {
+  memory_store s;
+  auto rs = settings(2, 3, 30ms);
+  rs.open_rounds = true;
+  rs.heartbeat_timeout = 10s;
+  node_rendezvous a(s, rs);
+  node_rendezvous b(s, rs);
+  node_rendezvous c(s, rs);
+  auto results = std::vector<expected<round_result>>(3, make_error(errc::internal, ""));
+  std::thread ta([&] { results[0] = a.next_round(node(1, 0, "a")); });
+  std::thread tb([&] { results[1] = b.next_round(node(1, 1, "b")); });
+  results[2] = c.next_round(node(1, 2, "c"));
+  ta.join();
+  tb.join();
+  for (auto& r : results) REQUIRE_MESSAGE(r, r.error().to_string());
+
+  // The world is at MAX: a fourth node waits as a standby until c leaves.
+  node_rendezvous d(s, rs);
+  expected<round_result> rd = make_error(errc::internal, "");
+  std::thread td([&] { rd = d.next_round(node(1, -1, "d")); });
+  REQUIRE(c.leave("stopped by a test"));
+  td.join();
+  REQUIRE_MESSAGE(rd, rd.error().to_string());
+  CHECK(rd->late);
+  CHECK(rd->rank_base == 3);
+
+  std::string news;
+  CHECK(!follow_for(a, 1500ms, news));
+  CHECK(news.find("left round 0: stopped by a test") != std::string::npos);
+  CHECK(news.find("arrived in the running round 0") != std::string::npos);
+
+  // b leaves: a and d are still MIN; d leaves too: a alone re-forms.
+  REQUIRE(b.leave("stopped by a test"));
+  CHECK(!follow_for(a, 1500ms, news));
+  REQUIRE(d.leave("stopped by a test"));
+  CHECK(follow_for(a, 3s, news));
+  CHECK(news.find("only 1 of at least 2 nodes") != std::string::npos);
+}
+
+TEST_CASE("with open rounds a silent node is let go, marked gone once for all") {
+  memory_store s;
+  auto rs = settings(2, 3, 30ms);
+  rs.open_rounds = true;
+  rs.heartbeat_timeout = 200ms;
+  node_rendezvous a(s, rs);
+  node_rendezvous b(s, rs);
+  node_rendezvous c(s, rs);
+  auto results = std::vector<expected<round_result>>(3, make_error(errc::internal, ""));
+  std::thread ta([&] { results[0] = a.next_round(node(1, 0, "a")); });
+  std::thread tb([&] { results[1] = b.next_round(node(1, 1, "b")); });
+  results[2] = c.next_round(node(1, 2, "c"));
+  ta.join();
+  tb.join();
+  for (auto& r : results) REQUIRE_MESSAGE(r, r.error().to_string());
+  // c stops calling should_reform (as if its node died); a and b keep following.
+  CHECK(!*c.should_reform());
+  std::string news_a;
+  std::string news_b;
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  while (std::chrono::steady_clock::now() < until) {
+    REQUIRE(!*a.should_reform());
+    REQUIRE(!*b.should_reform());
+    for (const auto& line : a.take_news()) news_a += line + "\n";
+    for (const auto& line : b.take_news()) news_b += line + "\n";
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(news_a.find("(group rank 2) left round 0: silent for") != std::string::npos);
+  CHECK(news_b.find("(group rank 2) left round 0: silent for") != std::string::npos);
+  CHECK(*s.add("round/0/left", 0, 1s) == 1);
+}
