@@ -1,8 +1,9 @@
-// Why this file is long (~700 lines): run_agent is troupe-run's one state machine (the
-// rendezvous rounds, the job's store and secret, spawning, monitoring, restarts and
-// in-place replacement), and its steps share the round's state (the store, the group of
-// workers, the attempt's counters and log folders). The helpers above it are the parts
-// that need none of that state; the replace branch is the next piece to move out.
+// Why this file is long (~800 lines): run_agent is troupe-run's one state machine (the
+// rendezvous rounds, the job's store and secret, spawning, monitoring, restarts, in-place
+// replacement and leaving a running job), and its steps share the round's state (the
+// store, the group of workers, the attempt's counters and log folders). The helpers above
+// it are the parts that need none of that state; the replace branch is the next piece to
+// move out.
 #include "launcher/agent.hpp"
 
 #include <netinet/in.h>
@@ -232,6 +233,37 @@ void declare_exited_dead(store& base, const std::string& workers_prefix, const w
   }
 }
 
+// With --failure-policy replace, when this node leaves the running job: takes those of its
+// workers (by this host and `pids`) that are still members out of the job's membership in
+// one epoch, so that the others need not wait for their heartbeats. Workers that left
+// gracefully are not there any more. Best effort, like declare_exited_dead.
+void declare_workers_left(store& base, const std::string& workers_prefix,
+                          const std::vector<pid_t>& pids, const std::string& why) {
+  prefix_store scoped(base, workers_prefix + "/membership");
+  const auto timeout = std::chrono::seconds(5);
+  auto current = membership::read_epoch(scoped, timeout);
+  if (!current) {
+    say(strcat("could not read the membership to take this node's workers out: ",
+               current.error().message(), "; the others will notice their silent heartbeats"));
+    return;
+  }
+  const std::string host = this_host();
+  membership::epoch_change change;
+  std::string names;
+  for (const auto& m : current->members) {
+    if (m.host != host ||
+        std::find(pids.begin(), pids.end(), static_cast<pid_t>(m.pid)) == pids.end())
+      continue;
+    change.remove.push_back({m.name, m.incarnation});
+    names += strcat(names.empty() ? "" : ", ", membership::describe(m));
+  }
+  if (change.remove.empty()) return;
+  change.cause = strcat("left: ", names, ": ", why);
+  if (auto r = membership::apply_change(scoped, change, timeout); !r)
+    say(strcat("could not take this node's workers (", names, ") out of the membership: ",
+               r.error().message(), "; the others will notice their silent heartbeats"));
+}
+
 }  // namespace
 
 std::string fresh_run_id() {
@@ -321,6 +353,9 @@ int run_agent(const run_config& c) {
   rs.join_timeout = c.join_timeout;
   rs.last_call = c.nnodes.elastic() ? c.last_call : duration::zero();
   rs.heartbeat_timeout = c.heartbeat_timeout;
+  // Replace mode: nodes arrive into and leave the running round; only fewer than MIN
+  // nodes re-form the world (docs/launcher.md).
+  rs.open_rounds = c.replace_failed;
   std::unique_ptr<node_rendezvous> rdzv;
   if (coordinated) rdzv = std::make_unique<node_rendezvous>(*job->scoped, rs);
 
@@ -335,12 +370,36 @@ int run_agent(const run_config& c) {
     say(strcat("setting OMP_NUM_THREADS=1 for each of the ", c.nproc_per_node,
                " workers of this node (set it yourself to choose another value)"));
 
-  auto stop_now = [&](worker_group& group) {
+  // The rendezvous' news (open rounds: nodes that arrived or left), for the log.
+  const auto say_news = [&] {
+    if (rdzv)
+      for (const auto& line : rdzv->take_news()) say(line);
+  };
+  // Replace mode: this node leaves the running job and the others run on. Its workers
+  // (already stopped) that are still members are taken out of the membership of `round`.
+  const auto leave_job = [&](long round, const std::vector<pid_t>& pids, const std::string& why) {
+    if (job->base)
+      declare_workers_left(*job->base, strcat("troupe-run/", run_id, "/workers/", round), pids,
+                           why);
+    if (auto l = rdzv->leave(why); !l)
+      say(strcat("could not tell the other nodes that this node leaves: ", l.error().message(),
+                 "; they will find its heartbeat silent"));
+  };
+
+  auto stop_now = [&](worker_group& group, long round) {
     int sig = stop_signal_received();
     say(strcat("received signal ", sig, "; stopping the workers (SIGKILL after ",
                format_duration(c.stop_grace), ")"));
+    const auto pids = group.pids();
     group.stop(sig, c.stop_grace, [] { return stop_signal_count() >= 2; });
-    if (rdzv) (void)rdzv->request_reform();
+    if (rdzv && c.replace_failed) {
+      leave_job(round, pids,
+                strcat("the troupe-run of node ", me.id, " received signal ", sig,
+                       "; its workers were stopped"));
+      say("this node left the running job; the other nodes' workers run on");
+    } else if (rdzv) {
+      (void)rdzv->request_reform();
+    }
     return 128 + sig;
   };
 
@@ -385,12 +444,17 @@ int run_agent(const run_config& c) {
       publish("rendezvous");
       const std::int64_t waited_from = trace::now_ns();
       auto r = rdzv->await_round([] { return stop_signal_received() != 0; });
+      say_news();
       if (!r) {
         if (r.error().code() == errc::aborted) return 128 + stop_signal_received();
         say("rendezvous failed: " + r.error().message());
         return 1;
       }
       rr = std::move(*r);
+      if (rr.late)
+        say(strcat("joined the running job in round ", rr.round, " as group rank ", rr.group_rank,
+                   " with ranks ", rr.rank_base, "-", rr.rank_base + c.nproc_per_node - 1,
+                   "; the other nodes' workers run on and this node's join their membership"));
       // The wait for this round, from joining it to the world it formed.
       if (trace::enabled())
         trace::complete("launcher", "rendezvous", waited_from, trace::now_ns(),
@@ -549,7 +613,7 @@ int run_agent(const run_config& c) {
       auto wait = std::chrono::duration_cast<duration>(next_check - clock::now());
       group.pump(std::max(duration::zero(), wait), *sigfd);
       drain_signal_pipe();
-      if (stop_signal_received() != 0) return stop_now(group);
+      if (stop_signal_received() != 0) return stop_now(group, rr.round);
       auto exits = group.reap();
       if (!exits.empty()) {
         note_exits(exits, {});
@@ -634,8 +698,15 @@ int run_agent(const run_config& c) {
                                .add("status", e.describe()));
         }
         if (gave_up) {
+          const auto pids = group.pids();
           group.stop(SIGTERM, c.stop_grace, interrupted);
-          if (rdzv) (void)rdzv->request_reform();
+          if (rdzv) {
+            // This node leaves; the others run on (fewer than MIN left re-form the world).
+            leave_job(rr.round, pids,
+                      strcat("node ", me.id, " used up its replacements (--max-restarts ",
+                             c.max_restarts, ")"));
+            say("this node left the running job; the other nodes' workers run on");
+          }
           return 1;
         }
         publish("running");
@@ -676,9 +747,10 @@ int run_agent(const run_config& c) {
       if (group.running() == 0) {
         say(strcat("all ", group.size(), " workers of this node finished successfully"));
         publish("finished");
-        if (rdzv && rr.nodes.size() > 1) {
+        if (rdzv && (rr.nodes.size() > 1 || c.replace_failed)) {
           // Stay (and keep a hosted store up) until the other nodes are done too.
           auto done = rdzv->finish(c.exit_barrier_timeout, interrupted);
+          say_news();
           if (!done) say("not all nodes finished: " + done.error().message());
         }
         return 0;
@@ -687,6 +759,7 @@ int run_agent(const run_config& c) {
         next_check = clock::now() + c.monitor_interval;
         if (rdzv) {
           auto change = rdzv->should_reform();
+          say_news();
           if (!change) {
             if (!store_lost) say("lost the rendezvous store: " + change.error().message());
             store_lost = true;

@@ -170,8 +170,9 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
                  "What a failed worker costs: restart (stop the node's workers and start them "
                  "all again, as torchrun does) or replace (start a new worker in its place while "
                  "the others run on; workers get TROUPE_ELASTIC=1 and must follow the job's "
-                 "membership, docs/membership.md). Each restart or replacement counts against "
-                 "--max-restarts (default restart)");
+                 "membership, docs/membership.md; nodes that arrive join the running job and "
+                 "nodes that leave are let go, without restarting the other nodes' workers). "
+                 "Each restart or replacement counts against --max-restarts (default restart)");
   app.add_option("--monitor-interval,--monitor_interval", f.monitor_interval,
                  "How often membership changes are checked; worker exits are noticed at once "
                  "(default 100ms)");
