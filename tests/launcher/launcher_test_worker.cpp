@@ -14,11 +14,17 @@
 //               then kills itself with SIGKILL. The others wait for epoch WORLD_SIZE + 2
 //               (every join, one death, one replacement); rank 0 writes those epochs to
 //               DIR/history and prints them ("history: " lines); all leave and exit 0.
+//   follow      joins the job's membership as worker<RANK> (heartbeat timeout from
+//               TROUPE_HEARTBEAT_TIMEOUT), writes the current epoch to DIR/members.rank<RANK>
+//               and prints it ("members: <number> <names, sorted, comma-separated>")
+//               whenever it changes, and leaves and exits 0 when DIR/stop exists or it gets
+//               SIGTERM.
 // The record is DIR/round<TROUPE_ROUND>.rank<RANK>: "KEY=VALUE" lines and "PID=<pid>",
 // written to a temporary name and renamed, so a reader never sees half a file.
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +33,7 @@
 #include <string>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "core/error_file.hpp"
 #include "membership/service.hpp"
@@ -34,6 +41,8 @@
 #include "store/prefix_store.hpp"
 
 namespace {
+
+volatile sig_atomic_t follow_stop_requested = 0;
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
@@ -200,6 +209,51 @@ int main(int argc, char** argv) {
     if (n && *n == static_cast<std::int64_t>(world))
       (void)meeting.set("all-done", std::string_view("1"));
     if (!n || !meeting.wait(keys, std::chrono::seconds(20))) return 7;
+    auto left = (*svc)->shutdown(std::chrono::seconds(10));
+    return left ? 0 : 8;
+  }
+  if (mode == "follow") {
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { follow_stop_requested = 1; };
+    ::sigaction(SIGTERM, &sa, nullptr);
+    namespace m = troupe::membership;
+    troupe::store_options so;
+    so.timeout = std::chrono::seconds(20);
+    so.connect_timeout = std::chrono::seconds(20);
+    auto opened = troupe::connect_store(env("TROUPE_STORE_URL"), so);
+    if (!opened) {
+      std::fprintf(stderr, "store: %s\n", opened.error().to_string().c_str());
+      return 3;
+    }
+    std::shared_ptr<troupe::store> base = std::move(*opened);
+    auto scoped =
+        std::make_shared<troupe::prefix_store>(base, env("TROUPE_STORE_PREFIX") + "/membership");
+    m::service_options o;
+    o.name = "worker" + env("RANK");
+    auto svc = m::service::join(scoped, o, std::chrono::seconds(20));
+    if (!svc) {
+      std::fprintf(stderr, "join: %s\n", svc.error().to_string().c_str());
+      return 4;
+    }
+    const std::string file = dir + "/members.rank" + env("RANK");
+    std::uint64_t shown = 0;
+    // Polling the epoch and a file is this worker's own business; the tests wait on conditions.
+    while (follow_stop_requested == 0 && !std::filesystem::exists(dir + "/stop")) {
+      const auto e = (*svc)->current();
+      if (e.number != shown) {
+        std::vector<std::string> names;
+        for (const auto& member : e.members) names.push_back(member.name);
+        std::sort(names.begin(), names.end());
+        std::string line = std::to_string(e.number) + ' ';
+        for (std::size_t i = 0; i < names.size(); ++i) line += (i > 0 ? "," : "") + names[i];
+        std::ofstream(file + ".tmp") << line << '\n';
+        std::filesystem::rename(file + ".tmp", file);
+        std::printf("members: %s\n", line.c_str());
+        std::fflush(stdout);
+        shown = e.number;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     auto left = (*svc)->shutdown(std::chrono::seconds(10));
     return left ? 0 : 8;
   }

@@ -381,3 +381,149 @@ TEST_CASE("TROUPE_SOCKET_IFNAME is passed on to NCCL and Gloo as their socket in
     CHECK(r.at("TROUPE_LOCAL_ADDR") == "127.0.0.1");
   }
 }
+
+namespace {
+
+// The members worker `rank` (launcher_test_worker follow) saw last: DIR/members.rank<rank>.
+std::set<std::string> members_seen_by(const fs::path& dir, int rank) {
+  std::ifstream in(dir / ("members.rank" + std::to_string(rank)));
+  std::string number;
+  std::string names;
+  std::set<std::string> out;
+  if (!(in >> number >> names)) return out;
+  std::size_t from = 0;
+  for (auto comma = names.find(','); ; comma = names.find(',', from)) {
+    out.insert(names.substr(from, comma - from));
+    if (comma == std::string::npos) break;
+    from = comma + 1;
+  }
+  return out;
+}
+
+std::set<std::string> workers_named(int from, int to) {
+  std::set<std::string> out;
+  for (int i = from; i <= to; ++i) out.insert("worker" + std::to_string(i));
+  return out;
+}
+
+// The pids of ranks `from`..`to` in round 0's records.
+std::map<int, pid_t> pids_of_round0(const fs::path& dir, int from, int to) {
+  std::map<int, pid_t> out;
+  for (const auto& [rank, r] : records_of_round(dir, 0))
+    if (rank >= from && rank <= to) out[rank] = std::stoi(r.at("PID"));
+  return out;
+}
+
+// Neither of the first two nodes restarted its workers: the same pids still run, no
+// worker of a later round was started and no second attempt logged.
+void check_not_restarted(const fs::path& dir, const std::string& id,
+                         const std::map<int, pid_t>& pids) {
+  CHECK(pids_of_round0(dir, 0, 3) == pids);
+  for (const auto& [rank, pid] : pids) CHECK_MESSAGE(alive(pid), "worker ", rank, " is gone");
+  CHECK(records_of_round(dir, 1).empty());
+  CHECK_FALSE(fs::exists(dir / "logs" / id / "attempt_1"));
+}
+
+std::vector<std::string> replace_node_args(const fs::path& dir, const std::string& endpoint,
+                                           const std::string& id, int node_rank,
+                                           const std::string& conf) {
+  std::vector<std::string> extra{"--failure-policy", "replace"};
+  if (node_rank >= 0) extra.insert(extra.end(), {"--node-rank", std::to_string(node_rank)});
+  return node_args(dir, "2:3", "store", endpoint, id, "follow", extra,
+                   (node_rank == 0 ? ",is_host=true" : ",is_host=false") + conf);
+}
+
+}  // namespace
+
+TEST_CASE("with --failure-policy replace a third launcher's workers join the running job and "
+          "leave it on SIGTERM, while the first two launchers' workers run on unrestarted") {
+  auto dir = fresh_dir("replace-arrive");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  const std::string id = "replace-arrive";
+  auto a = start(replace_node_args(dir, endpoint, id, 0, ""), dir / "a.txt");
+  auto b = start(replace_node_args(dir, endpoint, id, 1, ""), dir / "b.txt");
+  REQUIRE_MESSAGE(eventually([&] { return members_seen_by(dir, 0) == workers_named(0, 3); }),
+                  a->text(), b->text());
+  const auto pids = pids_of_round0(dir, 0, 3);
+  REQUIRE(pids.size() == 4);
+
+  // A third node arrives: its workers take ranks 4 and 5 in the running round 0.
+  auto c = start(replace_node_args(dir, endpoint, id, -1, ""), dir / "c.txt");
+  REQUIRE_MESSAGE(eventually([&] { return members_seen_by(dir, 0) == workers_named(0, 5); }),
+                  a->text(), b->text(), c->text());
+  CHECK(members_seen_by(dir, 5) == workers_named(0, 5));
+  CHECK(c->text().find("joined the running job in round 0 as group rank 2 with ranks 4-5") !=
+        std::string::npos);
+  CHECK_MESSAGE(eventually([&] {
+                  return a->text().find("arrived in the running round 0") != std::string::npos;
+                }),
+                a->text());
+  check_not_restarted(dir, id, pids);
+
+  // It leaves: its workers leave the membership, the others run on.
+  ::kill(c->pid, SIGTERM);
+  REQUIRE(c->wait(15s));
+  INFO(c->text());
+  CHECK(c->exit_code() == 128 + SIGTERM);
+  CHECK(c->text().find("this node left the running job") != std::string::npos);
+  REQUIRE_MESSAGE(eventually([&] { return members_seen_by(dir, 0) == workers_named(0, 3); }),
+                  a->text(), b->text());
+  CHECK_MESSAGE(eventually([&] { return b->text().find(") left round 0: ") != std::string::npos; }),
+                b->text());
+  check_not_restarted(dir, id, pids);
+
+  std::ofstream(dir / "stop") << "done\n";
+  for (auto* p : {a.get(), b.get()}) {
+    REQUIRE(p->wait(20s));
+    INFO(p->text());
+    CHECK(p->exit_code() == 0);
+  }
+}
+
+TEST_CASE("with --failure-policy replace a killed launcher's workers drop out of the membership "
+          "within the heartbeat timeout, while the others run on unrestarted") {
+  auto dir = fresh_dir("replace-killed");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  const std::string id = "replace-killed";
+  // The workers' membership heartbeat: 3 s; the launchers' rendezvous heartbeat: 2 s.
+  const auto node = [&](int node_rank, const char* out) {
+    auto args = replace_node_args(dir, endpoint, id, node_rank, ",heartbeat_timeout=2s");
+    args.insert(args.begin(), {"/usr/bin/env", "TROUPE_HEARTBEAT_TIMEOUT=3s"});
+    return start(args, dir / out);
+  };
+  auto a = node(0, "a.txt");
+  auto b = node(1, "b.txt");
+  REQUIRE_MESSAGE(eventually([&] { return members_seen_by(dir, 0) == workers_named(0, 3); }),
+                  a->text(), b->text());
+  const auto pids = pids_of_round0(dir, 0, 3);
+  REQUIRE(pids.size() == 4);
+  auto c = node(-1, "c.txt");
+  REQUIRE_MESSAGE(eventually([&] { return members_seen_by(dir, 0) == workers_named(0, 5); }),
+                  a->text(), b->text(), c->text());
+  const auto c_pids = [&] {
+    std::vector<pid_t> out;
+    for (const auto& [rank, pid] : pids_of_round0(dir, 4, 5)) out.push_back(pid);
+    return out;
+  }();
+
+  ::kill(c->pid, SIGKILL);  // no goodbye: only the heartbeats tell
+  REQUIRE(c->wait(15s));
+  for (pid_t pid : c_pids)
+    CHECK_MESSAGE(eventually([&] { return !alive(pid); }, 10s), "worker ", pid, " survived");
+  const auto killed_at = std::chrono::steady_clock::now();
+  REQUIRE_MESSAGE(eventually([&] { return members_seen_by(dir, 0) == workers_named(0, 3); }),
+                  a->text(), b->text());
+  CHECK(std::chrono::steady_clock::now() - killed_at < 15s);
+  CHECK_MESSAGE(eventually([&] {
+                  return a->text().find("left round 0: silent for 2s") != std::string::npos;
+                }),
+                a->text());
+  check_not_restarted(dir, id, pids);
+
+  std::ofstream(dir / "stop") << "done\n";
+  for (auto* p : {a.get(), b.get()}) {
+    REQUIRE(p->wait(20s));
+    INFO(p->text());
+    CHECK(p->exit_code() == 0);
+  }
+}
