@@ -23,11 +23,13 @@ start_node() {  # start_node HOST
     --rdzv-endpoint "$(sim_host_addr 0):29500" --rdzv-id "replace-nodes-$$" \
     --rdzv-conf "$conf" "$worker" follow /tmp
 }
-# Waits (at most 40 s) until the last membership that host0's worker rank 0 printed is
+# Every wait below is bounded, so that the script ends (and prints the logs) within the
+# test's 180 s even when the launchers hang until their own 90 s.
+# Waits (at most 30 s) until the last membership that host0's worker rank 0 printed is
 # exactly the given names; 0 when it is.
 wait_for_members() {
   local i
-  for ((i = 0; i < 400; ++i)); do
+  for ((i = 0; i < 300; ++i)); do
     [[ "$(grep -o "^\[0\]: members: [0-9]* .*" "$mh_logs_dir/host0.log" 2>/dev/null |
           tail -n 1 | cut -d' ' -f4)" == "$1" ]] && return 0
     sleep 0.1
