@@ -33,7 +33,7 @@ inline constexpr setting gloo_hierarchical{
     "instead of reducing within each host over shared memory first (docs/collectives.md); "
     "one member saying `0` turns it off for the group"};
 inline constexpr setting gloo_hierarchical_min{
-    "TROUPE_GLOO_HIERARCHICAL_MIN", "262144",
+    "TROUPE_GLOO_HIERARCHICAL_MIN", "0",
     "the smallest allreduce, in bytes, that a gloo group spanning hosts runs hierarchically "
     "(smaller ones go over TCP between all members); rank 0's value holds for the group"};
 inline constexpr setting gloo_host_key{
