@@ -3,8 +3,11 @@
 // group sees two hosts of two ranks each and takes the path across hosts on one machine.
 #include <doctest/doctest.h>
 
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "collectives/gloo/hierarchical.hpp"
 #include "rank_processes.hpp"
 #include "spawn.hpp"
 #include "store/connect.hpp"
@@ -14,8 +17,42 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace troupe::collectives::testing;
+using troupe::collectives::gloo_hier::host_layout;
 
 }  // namespace
+
+TEST_CASE("hosts are numbered by their lowest rank and their members by rank on every member") {
+  const std::vector<std::string> keys{"b", "a", "b", "a"};
+  for (int rank = 0; rank < 4; ++rank) {
+    CAPTURE(rank);
+    auto l = host_layout::from_keys(keys, rank);
+    CHECK(l.hosts == std::vector<std::vector<int>>{{0, 2}, {1, 3}});
+    CHECK(l.host == rank % 2);
+    CHECK(l.local_rank == rank / 2);
+    CHECK(l.local_size() == 2);
+    CHECK(l.slices() == 2);
+    CHECK(l.balanced());
+    CHECK(l.worthwhile());
+    CHECK(l.slice_members(0) == std::vector<int>{0, 1});
+    CHECK(l.slice_members(1) == std::vector<int>{2, 3});
+  }
+}
+
+TEST_CASE("hosts of different sizes cut a tensor into as many slices as the smallest has members") {
+  auto l = host_layout::from_keys(std::vector<std::string>{"a", "a", "a", "b"}, 3);
+  CHECK(l.host == 1);
+  CHECK(l.local_rank == 0);
+  CHECK(l.local_size() == 1);
+  CHECK(l.slices() == 1);
+  CHECK_FALSE(l.balanced());
+  CHECK(l.worthwhile());
+  CHECK(l.slice_members(0) == std::vector<int>{0, 3});
+}
+
+TEST_CASE("a group on one host or with one member per host does not take the hierarchical path") {
+  CHECK_FALSE(host_layout::from_keys(std::vector<std::string>{"a", "a", "a"}, 1).worthwhile());
+  CHECK_FALSE(host_layout::from_keys(std::vector<std::string>{"a", "b", "c"}, 2).worthwhile());
+}
 
 TEST_CASE("an allreduce across two simulated hosts of two ranks matches local results bit for "
           "bit on every rank") {

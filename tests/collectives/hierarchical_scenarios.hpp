@@ -84,7 +84,7 @@ inline std::uint64_t digest(const void* p, std::size_t n) {
 
 }  // namespace hier_detail
 
-/// Every rank runs allreduces below and above the threshold, of sizes that the local
+/// Every rank runs allreduces below and above the threshold (rank 0 set it to 256 KiB), of sizes that the local
 /// world divides and does not, on several dtypes and ops, and checks the values; a sum of
 /// inexact floats must come out bit-identical on every rank; and a float sum whose bits
 /// tell the fold orders apart shows that large tensors fold host by host and small ones in
