@@ -148,7 +148,7 @@ void path::allreduce(gloo::Context& context, std::uint64_t slot, tensor_view t, 
   using gloo_blocks::block;
   const auto& l = layout_;
   const int k = l.local_rank, slices = l.slices(), local = l.local_size();
-  const auto& host_members = world_of(l.hosts[static_cast<std::size_t>(l.host)]);
+  const auto host_members = world_of(l.hosts[static_cast<std::size_t>(l.host)]);
   const std::vector<int> across = k < slices ? l.slice_members(k) : std::vector<int>{};
   const auto across_world = world_of(across);
   auto direct = [&](tensor_view part) {
