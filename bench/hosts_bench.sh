@@ -44,7 +44,7 @@ mkdir -p "$out"
 cd "$root" || exit 1
 
 rpc_args=(--iters 2000 --seconds 1 --sizes 1048576,16777216)
-coll_sizes=(--min 65536 --max 16777216)
+coll_sizes=(--min 4096 --max 16777216)
 troupe_rpc=("$build/bench/rpc_bench" "${rpc_args[@]}")
 lowlat_rpc=("${troupe_rpc[@]}" --inline --busy-poll-us 50)
 anchor_rpc=("$py" bench/rpc_torch.py "${rpc_args[@]}")
