@@ -94,8 +94,8 @@ expected<std::unique_ptr<path>> path::open(const std::shared_ptr<store>& s, host
     so.rank = p->layout_.local_rank;
     so.size = static_cast<int>(mine.size());
     so.world_ranks = p->world_of(mine);
-    so.group = strcat(o.group, ", members on host ", p->layout_.host, " ",
-                      format_ranks(so.world_ranks));
+    so.group =
+        strcat(o.group, ", members on host ", p->layout_.host, " ", format_ranks(so.world_ranks));
     so.timeout = o.timeout;
     gloo_shm::apply_env(so);
     prefix_store host_store(s, strcat("host", p->layout_.host));
@@ -106,8 +106,8 @@ expected<std::unique_ptr<path>> path::open(const std::shared_ptr<store>& s, host
   }
   // Every host must have its segment, or no member takes this path.
   const std::byte ready[1] = {std::byte{why_not.empty() ? std::uint8_t{1} : std::uint8_t{0}}};
-  auto all = all_gather(*s, "ready", o.rank, static_cast<int>(o.world_ranks.size()), ready,
-                        o.timeout);
+  auto all =
+      all_gather(*s, "ready", o.rank, static_cast<int>(o.world_ranks.size()), ready, o.timeout);
   if (!all) return std::move(all).error();
   for (const auto& b : *all)
     if (b.size() != 1 || b[0] != std::byte{1}) {
@@ -161,9 +161,8 @@ void path::allreduce(gloo::Context& context, std::uint64_t slot, tensor_view t, 
     tensor_view part = t;
     part.numel = t.numel / static_cast<std::size_t>(local);
     part.data = slice_.get(part.nbytes());
-    run_step("reduce-scatter within the host", host_members, [&] {
-      local_->reduce_scatter(++local_seq_, t, part, op, fn, deadline);
-    });
+    run_step("reduce-scatter within the host", host_members,
+             [&] { local_->reduce_scatter(++local_seq_, t, part, op, fn, deadline); });
     direct(part);
     run_step("allgather within the host", host_members,
              [&] { local_->allgather(++local_seq_, part, t, deadline); });
@@ -182,9 +181,8 @@ void path::allreduce(gloo::Context& context, std::uint64_t slot, tensor_view t, 
   for (int j = 0; j < slices; ++j) {
     const auto b = block(t.numel, slices, j);
     if (b.count == 0) continue;
-    run_step("broadcast within the host", host_members, [&] {
-      local_->broadcast(++local_seq_, t.slice(b.offset, b.count), j, deadline);
-    });
+    run_step("broadcast within the host", host_members,
+             [&] { local_->broadcast(++local_seq_, t.slice(b.offset, b.count), j, deadline); });
   }
 }
 

@@ -107,8 +107,8 @@ class path {
   /// answer: a path when every such host has its segment, nullptr when one has not (the
   /// group then keeps to TCP). An error only when the store fails or a member does not
   /// answer within the timeout.
-  static expected<std::unique_ptr<path>> open(const std::shared_ptr<store>& s,
-                                              host_layout layout, const open_options& o);
+  static expected<std::unique_ptr<path>> open(const std::shared_ptr<store>& s, host_layout layout,
+                                              const open_options& o);
 
   /// Whether an allreduce of `bytes` bytes takes this path (the same answer on every member).
   bool wants(std::size_t bytes) const noexcept { return bytes >= min_bytes_; }
@@ -142,9 +142,9 @@ class path {
   std::string group_;
   std::size_t min_bytes_ = 0;
   std::unique_ptr<gloo_shm::segment> local_;  // null: this member is alone on its host
-  std::uint64_t local_seq_ = 0;                // operations run on local_ so far
-  gloo_direct::scratch slice_;                 // this member's slice after a reduce-scatter
-  gloo_direct::scratch direct_;                // the direct algorithms' scratch
+  std::uint64_t local_seq_ = 0;               // operations run on local_ so far
+  gloo_direct::scratch slice_;                // this member's slice after a reduce-scatter
+  gloo_direct::scratch direct_;               // the direct algorithms' scratch
 };
 
 }  // namespace troupe::collectives::gloo_hier

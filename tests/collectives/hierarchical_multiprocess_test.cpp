@@ -54,8 +54,9 @@ TEST_CASE("a group on one host or with one member per host does not take the hie
   CHECK_FALSE(host_layout::from_keys(std::vector<std::string>{"a", "b", "c"}, 2).worthwhile());
 }
 
-TEST_CASE("an allreduce across two simulated hosts of two ranks matches local results bit for "
-          "bit on every rank") {
+TEST_CASE(
+    "an allreduce across two simulated hosts of two ranks matches local results bit for "
+    "bit on every rank") {
   run_rank_processes(TROUPE_COLLECTIVES_TEST_WORKER, "hier_blocks", 4, 80s);
 }
 

@@ -47,10 +47,18 @@ inline double expected_value(reduce_op op, int size, std::size_t i) {
   for (int r = 1; r < size; ++r) {
     const double v = static_cast<double>(element(op, r, i));
     switch (op) {
-      case reduce_op::max: acc = std::max(acc, v); break;
-      case reduce_op::min: acc = std::min(acc, v); break;
-      case reduce_op::product: acc *= v; break;
-      default: acc += v; break;
+      case reduce_op::max:
+        acc = std::max(acc, v);
+        break;
+      case reduce_op::min:
+        acc = std::min(acc, v);
+        break;
+      case reduce_op::product:
+        acc *= v;
+        break;
+      default:
+        acc += v;
+        break;
     }
   }
   return op == reduce_op::avg ? acc / size : acc;
@@ -61,8 +69,9 @@ std::string check_case(process_group& g, dtype type, reduce_op op, std::size_t n
   const int rank = g.rank(), size = g.size();
   std::vector<T> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<T>(element(op, rank, i));
-  auto r = g.allreduce(tensor_view{v.data(), type, n, device::cpu()}, {op, std::chrono::seconds(15)})
-               .wait(std::chrono::seconds(20));
+  auto r =
+      g.allreduce(tensor_view{v.data(), type, n, device::cpu()}, {op, std::chrono::seconds(15)})
+          .wait(std::chrono::seconds(20));
   const auto what = strcat(to_string(op), " of ", n, " ", to_string(type));
   if (!r) return strcat(what, ": ", r.error().to_string());
   for (std::size_t i = 0; i < n; ++i)
@@ -84,23 +93,23 @@ inline std::uint64_t digest(const void* p, std::size_t n) {
 
 }  // namespace hier_detail
 
-/// Every rank runs allreduces below and above the threshold (rank 0 set it to 256 KiB), of sizes that the local
-/// world divides and does not, on several dtypes and ops, and checks the values; a sum of
-/// inexact floats must come out bit-identical on every rank; and a float sum whose bits
-/// tell the fold orders apart shows that large tensors fold host by host and small ones in
-/// rank order. `placement` as in simulated_host(); the store is the test's.
-inline std::string run_hierarchical_suite(store& s, process_group& g, const std::string& placement) {
+/// Every rank runs allreduces below and above the threshold (rank 0 set it to 256 KiB), of
+/// sizes that the local world divides and does not, on several dtypes and ops, and checks
+/// the values; a sum of inexact floats must come out bit-identical on every rank; and a
+/// float sum whose bits tell the fold orders apart shows that large tensors fold host by
+/// host and small ones in rank order. `placement` as in simulated_host(); the store is the test's.
+inline std::string run_hierarchical_suite(store& s, process_group& g,
+                                          const std::string& placement) {
   using hier_detail::check_case;
   const std::vector<std::size_t> sizes{1, 1000, 65536, 65537, 300001, std::size_t{1} << 20};
   for (std::size_t n : sizes) {
-    for (auto op : {reduce_op::sum, reduce_op::avg, reduce_op::max, reduce_op::min,
-                    reduce_op::product})
+    for (auto op :
+         {reduce_op::sum, reduce_op::avg, reduce_op::max, reduce_op::min, reduce_op::product})
       if (auto e = check_case<float>(g, dtype::float32, op, n); !e.empty()) return e;
     if (auto e = check_case<double>(g, dtype::float64, reduce_op::sum, n); !e.empty()) return e;
     for (auto op : {reduce_op::sum, reduce_op::max, reduce_op::min, reduce_op::product})
       if (auto e = check_case<std::int32_t>(g, dtype::int32, op, n); !e.empty()) return e;
-    if (auto e = check_case<std::int64_t>(g, dtype::int64, reduce_op::sum, n); !e.empty())
-      return e;
+    if (auto e = check_case<std::int64_t>(g, dtype::int64, reduce_op::sum, n); !e.empty()) return e;
   }
   // Inexact sums: every rank must hold the same bits.
   for (std::size_t n : {std::size_t{1000}, std::size_t{65536}, std::size_t{300001}}) {
@@ -118,8 +127,8 @@ inline std::string run_hierarchical_suite(store& s, process_group& g, const std:
     if (!all) return strcat("exchanging digests: ", all.error().to_string());
     for (int q = 0; q < g.size(); ++q)
       if ((*all)[static_cast<std::size_t>(q)] != mine)
-        return strcat("inexact sum of ", n, ": rank ", q, "'s result differs from rank ",
-                      g.rank(), "'s in its bits");
+        return strcat("inexact sum of ", n, ": rank ", q, "'s result differs from rank ", g.rank(),
+                      "'s in its bits");
   }
   // Fold order (two hosts of two): local rank 0 of host 0 adds 1, local rank 1 adds 0, both
   // members of host 1 add 2^-24. Host by host: 1 + 2^-23; in rank order the 2^-24 steps are
@@ -131,8 +140,9 @@ inline std::string run_hierarchical_suite(store& s, process_group& g, const std:
     for (std::size_t n : {std::size_t{1000}, std::size_t{65536}, std::size_t{65537}}) {
       std::vector<float> v(n, 0.0f);
       v[0] = mine;
-      auto r = g.allreduce(tensor_view::of(std::span(v)), {reduce_op::sum, std::chrono::seconds(15)})
-                   .wait(std::chrono::seconds(20));
+      auto r =
+          g.allreduce(tensor_view::of(std::span(v)), {reduce_op::sum, std::chrono::seconds(15)})
+              .wait(std::chrono::seconds(20));
       if (!r) return strcat("fold-order probe of ", n, ": ", r.error().to_string());
       const float want = n * sizeof(float) >= (256u << 10) ? 1.0f + std::ldexp(1.0f, -23) : 1.0f;
       // In units of 2^-24 above 1, which the default formatting would round away.
