@@ -4,8 +4,8 @@
 //
 // Shared memory needs every member of a group on one host (gloo_shm::segment), so a group
 // across hosts would run every allreduce over TCP, between the members of one host too.
-// Here the members of each host map a segment of their own, and a large allreduce runs in
-// three steps:
+// Here the members of each host map a segment of their own, and an allreduce (of at least
+// TROUPE_GLOO_HIERARCHICAL_MIN bytes: every one by default) runs in three steps:
 //   1. within each host, over shared memory: a reduce-scatter (local rank k gets the host's
 //      sum of slice k), or an allreduce of the whole tensor when the hosts have different
 //      member counts or the tensor does not split evenly;
@@ -19,8 +19,9 @@
 // may differ in the last bits from the flat order r0 op r1 op r2 ... of the other paths.
 //
 // Failure: a step that fails throws troupe::exception naming the step and the members it
-// ran with; the caller fails the group (marks every host's segment failed through its own
-// member, and closes the TCP connections), which fails the other members at once.
+// ran with; the caller fails the group (marks its host's segment failed and closes its TCP
+// connections), which fails the members of its host and, through the connections, those of
+// the other hosts at once.
 #pragma once
 
 #include <cstddef>
@@ -44,9 +45,9 @@ class Context;
 namespace troupe::collectives::gloo_hier {
 
 /// Allreduces from this size take the path when TROUPE_GLOO_HIERARCHICAL_MIN is not set:
-/// every size, as between two simulated hosts of two ranks it beat the direct exchange
-/// over TCP between all members at every size measured, 4 B to 4 MiB, in time and in CPU
-/// (bench/RESULTS.md, "The gloo backend's hierarchical allreduce").
+/// every size, as between two simulated hosts of two ranks it took less time than the
+/// direct exchange over TCP between all members at every size measured, 4 B to 4 MiB
+/// (bench/RESULTS.md, "the gloo backend's hierarchical allreduce").
 inline constexpr std::size_t default_min_bytes = 0;
 
 /// Which members of a group share a host.
