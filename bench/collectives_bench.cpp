@@ -15,12 +15,13 @@
 // Under a launcher (RANK set: troupe-run, torchrun, or bare RANK/WORLD_SIZE/MASTER_ADDR/
 // MASTER_PORT), the program is that rank of the launcher's world instead (troupe::init, its
 // world group; --world is ignored), so that ranks can run on several hosts
-// (bench/hosts_bench.sh). There the op "allreduce_hier" is also offered: a two-level
-// allreduce composed of subgroups (shared memory within each host, then the ranks with the
-// same local rank across hosts on 1/local_size of the tensor each, then an allgather within
-// the host). It is a measurement of what a hierarchical path inside the gloo backend would
-// give, not the library's algorithm; its ranks must be placed host by host (ranks
-// h*LOCAL_WORLD_SIZE.. on host h).
+// (bench/hosts_bench.sh). Across hosts the plain "allreduce" takes the gloo backend's
+// hierarchical path for large tensors (docs/collectives.md; TROUPE_GLOO_HIERARCHICAL=0
+// measures the flat TCP path instead). There the op "allreduce_hier" is also offered, for
+// comparison: the two-level prototype composed of public subgroups that preceded the
+// backend's path (shared memory within each host, then the ranks with the same local rank
+// across hosts on 1/local_size of the tensor each, then an allgather within the host); its
+// ranks must be placed host by host (ranks h*LOCAL_WORLD_SIZE.. on host h).
 #include <sys/resource.h>
 #include <unistd.h>
 

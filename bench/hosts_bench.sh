@@ -6,9 +6,11 @@
 #     host1 serves; it also measures a raw TCP ping-pong and echo between the same two
 #     processes) against torch.distributed.rpc (TensorPipe, bench/rpc_torch.py); rpc_bench
 #     once more with --inline --busy-poll-us 50 (the low-latency settings of RESULTS.md);
-#   - allreduce bus bandwidth at world 4, 2 hosts x 2 ranks: collectives_bench against
-#     torch's gloo backend (bench/collectives_torch_gloo.py); also collectives_bench's
-#     two-level prototype (allreduce_hier: shared memory within a host, TCP across).
+#   - allreduce bus bandwidth at world 4, 2 hosts x 2 ranks: collectives_bench (the gloo
+#     backend's hierarchical path from 256 KiB) against torch's gloo backend
+#     (bench/collectives_torch_gloo.py); also collectives_bench with
+#     TROUPE_GLOO_HIERARCHICAL=0 (the flat TCP path) and its two-level prototype
+#     (allreduce_hier: public subgroups, shared memory within a host, TCP across).
 # Every process gets a launcher's plain environment (RANK, WORLD_SIZE, LOCAL_RANK,
 # LOCAL_WORLD_SIZE, MASTER_ADDR = host0's address, MASTER_PORT) and its host's address
 # (TROUPE_LOCAL_ADDR; GLOO_SOCKET_IFNAME and TP_SOCKET_IFNAME for torch). Prints the medians
@@ -42,11 +44,12 @@ mkdir -p "$out"
 cd "$root" || exit 1
 
 rpc_args=(--iters 2000 --seconds 1 --sizes 1048576,16777216)
-coll_sizes=(--min 65536 --max 16777216)
+coll_sizes=(--min 4096 --max 16777216)
 troupe_rpc=("$build/bench/rpc_bench" "${rpc_args[@]}")
 lowlat_rpc=("${troupe_rpc[@]}" --inline --busy-poll-us 50)
 anchor_rpc=("$py" bench/rpc_torch.py "${rpc_args[@]}")
 troupe_coll=("$build/bench/collectives_bench" --ops allreduce,allreduce_hier "${coll_sizes[@]}" --json)
+flat_coll=(env TROUPE_GLOO_HIERARCHICAL=0 "$build/bench/collectives_bench" --ops allreduce "${coll_sizes[@]}" --json)
 anchor_coll=("$py" bench/collectives_torch_gloo.py --ops allreduce "${coll_sizes[@]}")
 port=29400
 
@@ -87,11 +90,12 @@ for ((i = 1; i <= runs; ++i)); do
   job anchor_rpc 1 "${anchor_rpc[@]}" || exit 1
   job lowlat_rpc 1 "${lowlat_rpc[@]}" || exit 1
   job troupe_coll 2 "${troupe_coll[@]}" || exit 1
+  job flat_coll 2 "${flat_coll[@]}" || exit 1
   job anchor_coll 2 "${anchor_coll[@]}" || exit 1
   echo "round $i/$runs done" >&2
 done
 
 echo "# bench/hosts_bench.sh $runs: $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -n), $(nproc) cores, median of $runs rounds"
 echo "# rpc (rank 0 on host0, rank 1 on host1): ${troupe_rpc[*]#$root/} [--inline --busy-poll-us 50]  |  ${anchor_rpc[*]}"
-echo "# allreduce (ranks 0,1 on host0, 2,3 on host1): ${troupe_coll[*]#$root/}  |  ${anchor_coll[*]}"
+echo "# allreduce (ranks 0,1 on host0, 2,3 on host1): ${troupe_coll[*]#$root/} [TROUPE_GLOO_HIERARCHICAL=0 --ops allreduce]  |  ${anchor_coll[*]}"
 "$py" "$here/hosts_summary.py" "$out"

@@ -27,6 +27,20 @@ inline constexpr setting gloo_host{
     "TROUPE_GLOO_HOST", "unset",
     "the address gloo binds and advertises, overriding `TROUPE_LOCAL_ADDR`'s choice for gloo "
     "alone"};
+inline constexpr setting gloo_hierarchical{
+    "TROUPE_GLOO_HIERARCHICAL", "on",
+    "`0` makes gloo groups that span hosts run every allreduce over TCP between all members "
+    "instead of reducing within each host over shared memory first (docs/collectives.md); "
+    "one member saying `0` turns it off for the group"};
+inline constexpr setting gloo_hierarchical_min{
+    "TROUPE_GLOO_HIERARCHICAL_MIN", "0",
+    "the smallest allreduce, in bytes, that a gloo group spanning hosts runs hierarchically "
+    "(smaller ones go over TCP between all members); rank 0's value holds for the group"};
+inline constexpr setting gloo_host_key{
+    "TROUPE_GLOO_HOST_KEY", "unset",
+    "for tests and diagnosis: the host identity a gloo member claims when its group finds "
+    "which members share a host (unset: the host name and network namespace); members that "
+    "claim different keys on one machine are treated as on different hosts"};
 inline constexpr setting local_rank{
     "TROUPE_LOCAL_RANK", "`LOCAL_RANK`",
     "the local rank that picks a worker's CUDA device for NCCL groups (the device is this "

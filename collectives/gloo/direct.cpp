@@ -42,6 +42,23 @@ void wait_send(const op_ctx& op, gloo::transport::UnboundBuffer& b) {
 
 using gloo_blocks::block;
 
+// The participants of an operation: n of them, this one numbered `me`; participant r is
+// context rank `peer(r)`.
+struct participants {
+  int n;
+  int me;
+  std::span<const int> map;
+  int peer(int r) const { return map.empty() ? r : map[static_cast<std::size_t>(r)]; }
+};
+
+participants participants_of(const op_ctx& op) {
+  if (op.ranks.empty()) return {op.context.size, op.context.rank, {}};
+  const auto it = std::find(op.ranks.begin(), op.ranks.end(), op.context.rank);
+  if (it == op.ranks.end())
+    throw gloo::IoException("a direct operation's rank map does not hold this rank");
+  return {static_cast<int>(op.ranks.size()), static_cast<int>(it - op.ranks.begin()), op.ranks};
+}
+
 // Folds the contributions of ranks 0..n-1 to one stretch of `bytes` bytes in rank order:
 // contribution r is `own` for r == me, else `peer(r)`. The result lands in `own`;
 // `acc` (a stretch no longer needed, here peer 0's) holds the partial result when
@@ -61,7 +78,8 @@ void fold(const cpu_reduce_fn& fn, int n, int me, std::byte* own, Peer peer, std
 
 void exchange_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s) {
   auto& ctx = op.context;
-  const int n = ctx.size, me = ctx.rank;
+  const auto p = participants_of(op);
+  const int n = p.n, me = p.me;
   const std::size_t bytes = t.nbytes();
   std::byte* base = s.get(bytes * static_cast<std::size_t>(n));
   auto slot_of_peer = [&](int r) { return base + bytes * static_cast<std::size_t>(r); };
@@ -69,10 +87,10 @@ void exchange_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn
   for (int r = 0; r < n; ++r)
     if (r != me) {
       in[static_cast<std::size_t>(r)] = ctx.createUnboundBuffer(slot_of_peer(r), bytes);
-      in[static_cast<std::size_t>(r)]->recv(r, op.slot);
+      in[static_cast<std::size_t>(r)]->recv(p.peer(r), op.slot);
     }
   auto out = ctx.createUnboundBuffer(t.data, bytes);
-  for (int i = 1; i < n; ++i) out->send((me + i) % n, op.slot);
+  for (int i = 1; i < n; ++i) out->send(p.peer((me + i) % n), op.slot);
   for (int r = 0; r < n; ++r)
     if (r != me) wait_recv(op, *in[static_cast<std::size_t>(r)]);
   // The tensor is the send source: it may change only once every send has left.
@@ -82,7 +100,8 @@ void exchange_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn
 
 void pipelined_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s) {
   auto& ctx = op.context;
-  const int n = ctx.size, me = ctx.rank;
+  const auto p = participants_of(op);
+  const int n = p.n, me = p.me;
   const std::size_t esize = element_size(t.type);
   const auto mine = block(t.numel, n, me);
   // The same on every rank (from block 0, the largest), as both ends cut a block alike.
@@ -106,7 +125,7 @@ void pipelined_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& f
   auto ring = [&](int r) { return base + ring_bytes * static_cast<std::size_t>(r); };
   std::vector<buffer_ptr> in(static_cast<std::size_t>(n));
   auto post_rs_recv = [&](int r, std::size_t k) {
-    in[static_cast<std::size_t>(r)]->recv(r, rs_slot, (k % depth) * seg * esize,
+    in[static_cast<std::size_t>(r)]->recv(p.peer(r), rs_slot, (k % depth) * seg * esize,
                                           seg_len(mine.count, k) * esize);
   };
   for (int r = 0; r < n; ++r) {
@@ -121,7 +140,8 @@ void pipelined_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& f
     if (r == me) continue;
     auto theirs = block(t.numel, n, r);
     for (std::size_t k = 0; k < segments(theirs.count); ++k, ++out_recvs)
-      out->recv(r, ag_slot, (theirs.offset + k * seg) * esize, seg_len(theirs.count, k) * esize);
+      out->recv(p.peer(r), ag_slot, (theirs.offset + k * seg) * esize,
+                seg_len(theirs.count, k) * esize);
   }
   // Reduce-scatter sends, segment by segment so that every peer gets its first one early.
   std::size_t most = 0;
@@ -131,7 +151,8 @@ void pipelined_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& f
       int r = (me + i) % n;
       auto theirs = block(t.numel, n, r);
       if (k >= segments(theirs.count)) continue;
-      out->send(r, rs_slot, (theirs.offset + k * seg) * esize, seg_len(theirs.count, k) * esize);
+      out->send(p.peer(r), rs_slot, (theirs.offset + k * seg) * esize,
+                seg_len(theirs.count, k) * esize);
       ++out_sends;
     }
   // Fold each segment of my block as it completes, reuse its slots, then pass it on.
@@ -147,7 +168,7 @@ void pipelined_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& f
       for (int r = 0; r < n; ++r)
         if (r != me) post_rs_recv(r, k + depth);
     for (int i = 1; i < n; ++i, ++out_sends)
-      out->send((me + i) % n, ag_slot, mine.offset * esize + off, len * esize);
+      out->send(p.peer((me + i) % n), ag_slot, mine.offset * esize + off, len * esize);
   }
   for (std::size_t i = 0; i < out_recvs; ++i) wait_recv(op, *out);
   for (std::size_t i = 0; i < out_sends; ++i) wait_send(op, *out);
@@ -169,7 +190,8 @@ std::uint64_t slot_of(std::uint32_t tag) {
 }
 
 void allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s) {
-  if (op.context.size == 1 || t.numel == 0) return;
+  const int n = op.ranks.empty() ? op.context.size : static_cast<int>(op.ranks.size());
+  if (n == 1 || t.numel == 0) return;
   if (t.nbytes() <= exchange_max_bytes)
     exchange_allreduce(op, t, fn, s);
   else
@@ -178,16 +200,17 @@ void allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch
 
 void allgather(const op_ctx& op, tensor_view in, tensor_view out) {
   auto& ctx = op.context;
-  const int n = ctx.size, me = ctx.rank;
+  const auto p = participants_of(op);
+  const int n = p.n, me = p.me;
   const std::size_t bytes = in.nbytes();
   auto* dst = static_cast<std::byte*>(out.data);
   std::memcpy(dst + bytes * static_cast<std::size_t>(me), in.data, bytes);
   if (n == 1 || bytes == 0) return;
   auto into = ctx.createUnboundBuffer(out.data, out.nbytes());
   for (int r = 0; r < n; ++r)
-    if (r != me) into->recv(r, op.slot, bytes * static_cast<std::size_t>(r), bytes);
+    if (r != me) into->recv(p.peer(r), op.slot, bytes * static_cast<std::size_t>(r), bytes);
   auto from = ctx.createUnboundBuffer(in.data, bytes);
-  for (int i = 1; i < n; ++i) from->send((me + i) % n, op.slot);
+  for (int i = 1; i < n; ++i) from->send(p.peer((me + i) % n), op.slot);
   for (int i = 1; i < n; ++i) wait_recv(op, *into);
   for (int i = 1; i < n; ++i) wait_send(op, *from);
 }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "collectives/gloo/cpu_reduce.hpp"
@@ -44,6 +45,10 @@ struct op_ctx {
   gloo::Context& context;
   std::uint64_t slot;
   clock::time_point deadline;
+  /// The context ranks taking part, in the order the algorithms number them (their fold
+  /// order); it must hold this context's rank. Empty: every rank of the context, in order.
+  /// Every participant must pass the same list; ranks outside it are not touched.
+  std::span<const int> ranks = {};
 };
 
 /// The slot of collective number `tag` (24 bits), above every slot Gloo's algorithms use

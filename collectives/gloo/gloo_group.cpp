@@ -41,6 +41,7 @@
 #include "collectives/gloo/cpu_reduce.hpp"
 #include "collectives/gloo/direct.hpp"
 #include "collectives/gloo/full_mesh.hpp"
+#include "collectives/gloo/hierarchical.hpp"
 #include "collectives/gloo/local_sockets.hpp"
 #include "collectives/gloo/shared_memory.hpp"
 #include "collectives/gloo/store_adapter.hpp"
@@ -207,7 +208,18 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
                         format_duration(spec().timeout), " failed: ", e.message())
           .with_operation("collectives.gloo.connect");
     }
-    // Members on one host share memory for allreduce, broadcast, allgather and barrier.
+    // A group across hosts reduces within each host over shared memory first.
+    if (auto h = open_hierarchical(setup); !h) return std::move(h).error();
+    if (!hier_) {
+      if (auto s = open_shared_memory(setup); !s) return std::move(s).error();
+    }
+    worker_ = std::thread([this] { run_worker(); });
+    p2p_thread_ = std::thread([this] { run_p2p(); });
+    return ok();
+  }
+
+  // Members on one host share memory for allreduce, broadcast, allgather and barrier.
+  expected<void> open_shared_memory(const std::shared_ptr<store>& setup) {
     gloo_shm::open_options so;
     so.rank = rank();
     so.size = size();
@@ -222,8 +234,34 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
                         describe(*this), " failed: ", shm.error().message())
           .with_operation("collectives.gloo.connect");
     shm_ = std::move(*shm);
-    worker_ = std::thread([this] { run_worker(); });
-    p2p_thread_ = std::thread([this] { run_p2p(); });
+    return ok();
+  }
+
+  // The hierarchical path (collectives/gloo/hierarchical.hpp) when the members span hosts,
+  // some host has two or more of them, and none turned it off; hier_ stays null otherwise.
+  expected<void> open_hierarchical(const std::shared_ptr<store>& setup) {
+    if (choices_.empty()) return ok();  // a group of one
+    std::vector<std::string> keys;
+    bool enabled = true;
+    for (const auto& c : choices_) {
+      keys.push_back(c.key);
+      enabled = enabled && c.enabled;
+    }
+    auto layout = gloo_hier::host_layout::from_keys(keys, rank());
+    if (!enabled || !layout.worthwhile()) return ok();
+    gloo_hier::open_options ho;
+    ho.rank = rank();
+    ho.world_ranks = spec().global_ranks;
+    ho.group = describe(*this);
+    ho.min_bytes = choices_.front().min_bytes;
+    ho.timeout = spec().timeout;
+    auto path = gloo_hier::path::open(std::make_shared<prefix_store>(setup, "hier"),
+                                      std::move(layout), ho);
+    if (!path)
+      return make_error(path.error().code(), "setting up shared memory within the hosts of ",
+                        describe(*this), " failed: ", path.error().message())
+          .with_operation("collectives.gloo.connect");
+    hier_ = std::move(*path);
     return ok();
   }
 
@@ -245,9 +283,14 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     if (size() == 1) return host;
     bytes mine;
     byte_writer w(mine);
-    w.str(host_key());
+    const auto real_key = host_key();
+    const auto choice = gloo_hier::choice_from_env(real_key);
+    w.str(real_key);
     w.str(host_name());
     w.str(host);
+    w.str(choice.key);
+    w.u8(choice.enabled ? 1 : 0);
+    w.u64(choice.min_bytes);
     auto all = all_gather(setup, "hosts", rank(), size(), mine, spec().timeout);
     if (!all)
       return make_error(all.error().code(), "connecting the members of ", describe(*this),
@@ -258,10 +301,14 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       auto key = rd.str("host key");
       auto name = rd.str("host name");
       auto address = rd.str("address");
-      if (!key || !name || !address)
+      auto claimed = rd.str("claimed host key");
+      auto enabled = rd.u8("hierarchical");
+      auto min_bytes = rd.u64("hierarchical threshold");
+      if (!key || !name || !address || !claimed || !enabled || !min_bytes)
         return make_error(errc::protocol_error, describe(*this), ": rank ", r,
                           " published a malformed address record");
       members.push_back({strcat("rank ", r), *key, *name, *address});
+      choices_.push_back({*claimed, *enabled != 0, *min_bytes});
     }
     auto reachable = check_reachable(members, describe(*this));
     if (!reachable) return std::move(reachable).error();
@@ -489,6 +536,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     {
       std::lock_guard lk(teardown_mu_);
       if (shm_) shm_->abort();
+      if (hier_) hier_->abort();
       if (context_) fail_pairs(*context_, "the group was aborted: " + why.message());
       break_connections();
     }
@@ -519,12 +567,14 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     if (!idle) {
       std::lock_guard lk(teardown_mu_);
       if (shm_) shm_->abort();
+      if (hier_) hier_->abort();
       break_connections();
     }
     if (worker_.joinable()) worker_.join();
     if (p2p_thread_.joinable()) p2p_thread_.join();
     std::lock_guard lk(teardown_mu_);
     shm_.reset();
+    hier_.reset();
     context_.reset();
     device_.reset();
   }
@@ -597,11 +647,15 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     return {*context_, gloo_direct::slot_of(rc.tag), clock::now() + rc.timeout};
   }
 
-  // Allreduce in place (avg combines as sum), through shared memory when the members
-  // share it. On the thread running the group's operation (busy_).
+  // Allreduce in place (avg combines as sum): hierarchically when the members span hosts
+  // and the tensor is large enough, through shared memory when the members share it, else
+  // over TCP. On the thread running the group's operation (busy_).
   void run_allreduce(const run_ctx& rc, tensor_view t, reduce_op op, const cpu_reduce_fn& fn) {
     if (size() == 1) return;
-    if (shm_)
+    if (hier_ && hier_->wants(t.nbytes()))
+      hier_->allreduce(*context_, gloo_direct::slot_of(rc.tag), t, op, fn,
+                       clock::now() + rc.timeout);
+    else if (shm_)
       shm_->allreduce(rc.seq, t, op, fn, clock::now() + rc.timeout);
     else
       gloo_direct::allreduce(direct_op(rc), t, fn, scratch_);
@@ -611,6 +665,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   // marks the shared memory failed.
   void break_connections() {
     if (shm_) shm_->mark_failed();
+    if (hier_) hier_->mark_failed();
     if (context_) {
       try {
         context_->closeConnections();
@@ -801,7 +856,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       traced.args()
           .add("group", spec().name)
           .add(t.peer >= 0 ? "p2p_seq" : "seq", t.seq)
-          .add("transport", shm_ ? "shared memory" : "tcp")
+          .add("transport", shm_ ? "shared memory" : hier_ ? "hierarchical" : "tcp")
           .add("rank", rank())
           .add("size", size());
       if (t.bytes != SIZE_MAX) traced.args().add("bytes", static_cast<std::uint64_t>(t.bytes));
@@ -958,6 +1013,10 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<gloo_shm::segment> shm_;  // null: the members do not share memory
+  // Shared memory within each host when the members span hosts (null: not used).
+  std::unique_ptr<gloo_hier::path> hier_;
+  // What each member asked for at connect (index: group rank; empty in a group of one).
+  std::vector<gloo_hier::member_choice> choices_;
   gloo_direct::scratch scratch_;  // the thread running the group's operation (busy_) only
 
   mutable std::mutex mu_;

@@ -2,7 +2,9 @@
 //   collectives_test_worker MODE STORE_URL RANK WORLD
 // MODE: ops (every op and dtype), groups (new_group, split, parallel layout), timeout
 // (rank 1 skips an allreduce), kill (loop over a large allreduce until the parent kills
-// the last rank, then rebuild among the survivors).
+// the last rank, then rebuild among the survivors); hier_blocks and hier_interleaved (the
+// hierarchical allreduce suite on simulated hosts of two ranks each, placed as
+// simulated_host() says) and hier_kill (kill on simulated hosts).
 // Exits 0 on success; prints the reason to stderr and exits 1 otherwise.
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 
 #include "collectives/group.hpp"
 #include "collectives/registry.hpp"
+#include "hierarchical_scenarios.hpp"
 #include "op_suite.hpp"
 #include "store/connect.hpp"
 #include "store/prefix_store.hpp"
@@ -204,6 +207,16 @@ int kill_test(std::shared_ptr<store> s, int rank, int size) {
   return 0;
 }
 
+int hierarchical(std::shared_ptr<store> s, int rank, int size, const std::string& placement) {
+  testing::claim_simulated_host(testing::simulated_host(placement, rank));
+  // Rank 0's threshold holds for the group: the others' differ on purpose.
+  ::setenv("TROUPE_GLOO_HIERARCHICAL_MIN", rank == 0 ? "262144" : "1", 1);
+  auto g = world(s, rank, size);
+  if (!g) return fail("init_world: " + g.error().to_string());
+  if (auto e = testing::run_hierarchical_suite(*s, **g, placement); !e.empty()) return fail(e);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -224,5 +237,11 @@ int main(int argc, char** argv) {
   if (mode == "groups") return groups(shared, rank, size);
   if (mode == "timeout") return timeout(shared, rank, size);
   if (mode == "kill") return kill_test(shared, rank, size);
+  if (mode == "hier_blocks") return hierarchical(shared, rank, size, "blocks");
+  if (mode == "hier_interleaved") return hierarchical(shared, rank, size, "interleaved");
+  if (mode == "hier_kill") {
+    testing::claim_simulated_host(testing::simulated_host("blocks", rank));
+    return kill_test(shared, rank, size);
+  }
   return fail("unknown mode " + mode);
 }

@@ -1,0 +1,197 @@
+#include "collectives/gloo/hierarchical.hpp"
+
+#include <gloo/common/error.h>
+#include <gloo/context.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <exception>
+
+#include "collectives/gloo/blocks.hpp"
+#include "collectives/process_group.hpp"
+#include "collectives/settings.hpp"
+#include "core/log.hpp"
+#include "store/prefix_store.hpp"
+#include "store/rendezvous.hpp"
+
+namespace troupe::collectives::gloo_hier {
+
+member_choice choice_from_env(std::string host_key) {
+  member_choice c;
+  c.key = std::move(host_key);
+  if (auto v = settings::gloo_host_key.value()) c.key = "set: " + *v;
+  if (auto v = settings::gloo_hierarchical.value(); v && *v == "0") c.enabled = false;
+  if (auto v = settings::gloo_hierarchical_min.value()) {
+    std::uint64_t n = 0;
+    std::string_view text(*v);
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (ec != std::errc() || end != text.data() + text.size())
+      TROUPE_LOG(log_level::warn, "collectives", settings::gloo_hierarchical_min.variable, "='",
+                 text, "' is not a byte count; using the default ", default_min_bytes);
+    else
+      c.min_bytes = n;
+  }
+  return c;
+}
+
+host_layout host_layout::from_keys(std::span<const std::string> keys, int rank) {
+  host_layout l;
+  std::vector<std::string> seen;  // the key of each host, in order of first appearance
+  for (int r = 0; r < static_cast<int>(keys.size()); ++r) {
+    const auto& key = keys[static_cast<std::size_t>(r)];
+    auto it = std::find(seen.begin(), seen.end(), key);
+    const auto h = static_cast<std::size_t>(it - seen.begin());
+    if (it == seen.end()) {
+      seen.push_back(key);
+      l.hosts.emplace_back();
+    }
+    if (r == rank) {
+      l.host = static_cast<int>(h);
+      l.local_rank = static_cast<int>(l.hosts[h].size());
+    }
+    l.hosts[h].push_back(r);
+  }
+  return l;
+}
+
+int host_layout::slices() const {
+  std::size_t n = hosts.empty() ? 1 : hosts.front().size();
+  for (const auto& h : hosts) n = std::min(n, h.size());
+  return static_cast<int>(n);
+}
+
+bool host_layout::balanced() const {
+  for (const auto& h : hosts)
+    if (h.size() != hosts.front().size()) return false;
+  return true;
+}
+
+bool host_layout::worthwhile() const {
+  if (hosts.size() < 2) return false;
+  for (const auto& h : hosts)
+    if (h.size() >= 2) return true;
+  return false;
+}
+
+std::vector<int> host_layout::slice_members(int k) const {
+  std::vector<int> out;
+  for (const auto& h : hosts) out.push_back(h[static_cast<std::size_t>(k)]);
+  return out;
+}
+
+expected<std::unique_ptr<path>> path::open(const std::shared_ptr<store>& s, host_layout layout,
+                                           const open_options& o) {
+  auto p = std::unique_ptr<path>(new path());
+  p->layout_ = std::move(layout);
+  p->world_ranks_ = o.world_ranks;
+  p->group_ = o.group;
+  p->min_bytes_ = o.min_bytes;
+  const auto& mine = p->layout_.hosts[static_cast<std::size_t>(p->layout_.host)];
+  std::string why_not;
+  if (mine.size() >= 2) {
+    gloo_shm::open_options so;
+    so.rank = p->layout_.local_rank;
+    so.size = static_cast<int>(mine.size());
+    so.world_ranks = p->world_of(mine);
+    so.group =
+        strcat(o.group, ", members on host ", p->layout_.host, " ", format_ranks(so.world_ranks));
+    so.timeout = o.timeout;
+    gloo_shm::apply_env(so);
+    prefix_store host_store(s, strcat("host", p->layout_.host));
+    auto seg = gloo_shm::segment::open(host_store, so);
+    if (!seg) return std::move(seg).error();
+    p->local_ = std::move(*seg);
+    if (!p->local_) why_not = strcat("host ", p->layout_.host, "'s members could not share memory");
+  }
+  // Every host must have its segment, or no member takes this path.
+  const std::byte ready[1] = {std::byte{why_not.empty() ? std::uint8_t{1} : std::uint8_t{0}}};
+  auto all =
+      all_gather(*s, "ready", o.rank, static_cast<int>(o.world_ranks.size()), ready, o.timeout);
+  if (!all) return std::move(all).error();
+  for (const auto& b : *all)
+    if (b.size() != 1 || b[0] != std::byte{1}) {
+      TROUPE_LOG(log_level::info, "collectives", o.group,
+                 " spans hosts but one host's members cannot share memory: every allreduce "
+                 "goes over TCP",
+                 why_not.empty() ? "" : strcat(" (", why_not, ")"));
+      return std::unique_ptr<path>();
+    }
+  return p;
+}
+
+std::vector<int> path::world_of(std::span<const int> group_ranks) const {
+  std::vector<int> out;
+  for (int r : group_ranks) out.push_back(world_ranks_[static_cast<std::size_t>(r)]);
+  return out;
+}
+
+template <class F>
+void path::run_step(const char* step, const std::vector<int>& who, F&& f) {
+  auto context = [&] {
+    return strcat("hierarchical allreduce, ", step, " with ranks ", format_ranks(who), ": ");
+  };
+  try {
+    f();
+  } catch (const troupe::exception& e) {
+    throw troupe::exception(troupe::error(e.code(), context() + e.err().message()));
+  } catch (const gloo::IoException& e) {
+    std::string what = e.what();
+    const bool timed_out = what.find("imed out") != std::string::npos;
+    throw troupe::exception(troupe::error(timed_out ? errc::timeout : errc::connection_lost,
+                                          context() + "gloo: " + what));
+  }
+}
+
+void path::allreduce(gloo::Context& context, std::uint64_t slot, tensor_view t, reduce_op op,
+                     const cpu_reduce_fn& fn, clock::time_point deadline) {
+  using gloo_blocks::block;
+  const auto& l = layout_;
+  const int k = l.local_rank, slices = l.slices(), local = l.local_size();
+  const auto host_members = world_of(l.hosts[static_cast<std::size_t>(l.host)]);
+  const std::vector<int> across = k < slices ? l.slice_members(k) : std::vector<int>{};
+  const auto across_world = world_of(across);
+  auto direct = [&](tensor_view part) {
+    gloo_direct::op_ctx dop{context, slot, deadline, across};
+    run_step("across hosts", across_world, [&] { gloo_direct::allreduce(dop, part, fn, direct_); });
+  };
+
+  // Balanced hosts and an even split: reduce-scatter, allreduce a slice across, allgather.
+  if (l.balanced() && local >= 2 && t.numel % static_cast<std::size_t>(local) == 0) {
+    tensor_view part = t;
+    part.numel = t.numel / static_cast<std::size_t>(local);
+    part.data = slice_.get(part.nbytes());
+    run_step("reduce-scatter within the host", host_members,
+             [&] { local_->reduce_scatter(++local_seq_, t, part, op, fn, deadline); });
+    direct(part);
+    run_step("allgather within the host", host_members,
+             [&] { local_->allgather(++local_seq_, part, t, deadline); });
+    return;
+  }
+
+  // Otherwise: allreduce within the host, slice k across, a broadcast per slice.
+  if (local >= 2)
+    run_step("allreduce within the host", host_members,
+             [&] { local_->allreduce(++local_seq_, t, op, fn, deadline); });
+  if (k < slices) {
+    const auto b = block(t.numel, slices, k);
+    if (b.count > 0) direct(t.slice(b.offset, b.count));
+  }
+  if (local < 2) return;
+  for (int j = 0; j < slices; ++j) {
+    const auto b = block(t.numel, slices, j);
+    if (b.count == 0) continue;
+    run_step("broadcast within the host", host_members,
+             [&] { local_->broadcast(++local_seq_, t.slice(b.offset, b.count), j, deadline); });
+  }
+}
+
+void path::mark_failed() noexcept {
+  if (local_) local_->mark_failed();
+}
+
+void path::abort() noexcept {
+  if (local_) local_->abort();
+}
+
+}  // namespace troupe::collectives::gloo_hier
