@@ -81,14 +81,7 @@ TEST_CASE("killing a rank in a hierarchical allreduce fails the survivors in tim
   so.timeout = 20s;
   auto s = troupe::connect_store(server->url(), so).value();
   // Wait until every rank is inside its allreduce loop, then kill the last one.
-  bool all_in = false;
-  for (int i = 0; i < 400 && !all_in; ++i) {
-    auto n = s->add("looping", 0);
-    REQUIRE(n.has_value());
-    all_in = *n == world;
-    if (!all_in) std::this_thread::sleep_for(50ms);
-  }
-  REQUIRE(all_in);
+  REQUIRE(every_rank_counted(*s, "looping", world));
   std::this_thread::sleep_for(200ms);  // well inside the loop of 16 MiB allreduces
   REQUIRE(::kill(pids.back(), SIGKILL) == 0);
   auto victim = wait_children({pids.back()}, 5s);

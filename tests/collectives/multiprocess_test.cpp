@@ -70,14 +70,7 @@ TEST_CASE("killing a rank in a large allreduce fails the survivors in time and t
   so.timeout = 20s;
   auto s = troupe::connect_store(rs.server->url(), so).value();
   // Wait until every rank is inside its allreduce loop, then kill the last one.
-  bool all_in = false;
-  for (int i = 0; i < 400 && !all_in; ++i) {
-    auto n = s->add("looping", 0);
-    REQUIRE(n.has_value());
-    all_in = *n == world;
-    if (!all_in) std::this_thread::sleep_for(50ms);
-  }
-  REQUIRE(all_in);
+  REQUIRE(every_rank_counted(*s, "looping", world));
   REQUIRE(::kill(rs.pids.back(), SIGKILL) == 0);
   auto victim = wait_children({rs.pids.back()}, 5s);
   CHECK(WIFSIGNALED(victim[rs.pids.back()]));

@@ -6,8 +6,10 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "store/store.hpp"
 #include "support/child_process.hpp"
 
 namespace troupe::collectives::testing {
@@ -25,5 +27,18 @@ inline std::map<pid_t, int> wait_children(const std::vector<pid_t>& pids,
 }
 
 using troupe::test::exited_zero;
+
+// Waits until the store's counter `key`, to which each rank adds 1 when it gets somewhere
+// (e.g. into its operation loop), reaches `ranks`: polls every 50 ms for up to 20 s. True
+// when it did.
+inline bool every_rank_counted(troupe::store& s, const std::string& key, int ranks) {
+  for (int i = 0; i < 400; ++i) {
+    auto n = s.add(key, 0);
+    if (!n) return false;
+    if (*n == ranks) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
 
 }  // namespace troupe::collectives::testing

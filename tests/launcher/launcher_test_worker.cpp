@@ -87,6 +87,44 @@ void record(const std::string& dir) {
   std::filesystem::rename(name + ".tmp", name);
 }
 
+// What a worker of the elastic modes holds: the job's store, its membership scope and its
+// place in the membership.
+struct joined_job {
+  std::shared_ptr<troupe::store> base;
+  std::shared_ptr<troupe::prefix_store> scoped;
+  troupe::expected<std::unique_ptr<troupe::membership::service>> svc =
+      troupe::make_error(troupe::errc::internal, "not joined");
+};
+
+// Connects to TROUPE_STORE_URL and joins the job's membership (TROUPE_STORE_PREFIX/membership)
+// as worker<RANK>, with these heartbeat settings (zero: the service's defaults, from the
+// environment). 0 on success,
+// else the exit code to return (3: the store, 4: the join), with the reason on stderr.
+int join_job_membership(joined_job& job, std::chrono::milliseconds heartbeat_timeout,
+                        std::chrono::milliseconds heartbeat_interval) {
+  troupe::store_options so;
+  so.timeout = std::chrono::seconds(20);
+  so.connect_timeout = std::chrono::seconds(20);
+  auto opened = troupe::connect_store(env("TROUPE_STORE_URL"), so);
+  if (!opened) {
+    std::fprintf(stderr, "store: %s\n", opened.error().to_string().c_str());
+    return 3;
+  }
+  job.base = std::move(*opened);
+  job.scoped =
+      std::make_shared<troupe::prefix_store>(job.base, env("TROUPE_STORE_PREFIX") + "/membership");
+  troupe::membership::service_options o;
+  o.name = "worker" + env("RANK");
+  o.heartbeat_timeout = heartbeat_timeout;
+  o.heartbeat_interval = heartbeat_interval;
+  job.svc = troupe::membership::service::join(job.scoped, o, std::chrono::seconds(20));
+  if (!job.svc) {
+    std::fprintf(stderr, "join: %s\n", job.svc.error().to_string().c_str());
+    return 4;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -145,28 +183,14 @@ int main(int argc, char** argv) {
   }
   if (mode == "elastic") {
     namespace m = troupe::membership;
-    troupe::store_options so;
-    so.timeout = std::chrono::seconds(20);
-    so.connect_timeout = std::chrono::seconds(20);
-    auto opened = troupe::connect_store(env("TROUPE_STORE_URL"), so);
-    if (!opened) {
-      std::fprintf(stderr, "store: %s\n", opened.error().to_string().c_str());
-      return 3;
-    }
-    std::shared_ptr<troupe::store> base = std::move(*opened);
-    auto scoped =
-        std::make_shared<troupe::prefix_store>(base, env("TROUPE_STORE_PREFIX") + "/membership");
-    m::service_options o;
-    o.name = "worker" + env("RANK");
     // Far longer than the test waits: the dead worker leaves the membership only because
     // troupe-run takes it out.
-    o.heartbeat_timeout = std::chrono::seconds(60);
-    o.heartbeat_interval = std::chrono::seconds(1);
-    auto svc = m::service::join(scoped, o, std::chrono::seconds(20));
-    if (!svc) {
-      std::fprintf(stderr, "join: %s\n", svc.error().to_string().c_str());
-      return 4;
-    }
+    joined_job job;
+    if (int failed = join_job_membership(job, std::chrono::seconds(60), std::chrono::seconds(1)))
+      return failed;
+    auto& base = job.base;
+    auto& scoped = job.scoped;
+    auto& svc = job.svc;
     const std::string restart = env("TROUPE_RESTART_COUNT");
     std::ofstream(dir + "/elastic.rank" + env("RANK") + ".restart" + restart)
         << ::getpid() << '\n';
@@ -216,25 +240,12 @@ int main(int argc, char** argv) {
     struct sigaction sa {};
     sa.sa_handler = [](int) { follow_stop_requested = 1; };
     ::sigaction(SIGTERM, &sa, nullptr);
-    namespace m = troupe::membership;
-    troupe::store_options so;
-    so.timeout = std::chrono::seconds(20);
-    so.connect_timeout = std::chrono::seconds(20);
-    auto opened = troupe::connect_store(env("TROUPE_STORE_URL"), so);
-    if (!opened) {
-      std::fprintf(stderr, "store: %s\n", opened.error().to_string().c_str());
-      return 3;
-    }
-    std::shared_ptr<troupe::store> base = std::move(*opened);
-    auto scoped =
-        std::make_shared<troupe::prefix_store>(base, env("TROUPE_STORE_PREFIX") + "/membership");
-    m::service_options o;
-    o.name = "worker" + env("RANK");
-    auto svc = m::service::join(scoped, o, std::chrono::seconds(20));
-    if (!svc) {
-      std::fprintf(stderr, "join: %s\n", svc.error().to_string().c_str());
-      return 4;
-    }
+    // The heartbeat timeout from TROUPE_HEARTBEAT_TIMEOUT (the service's default).
+    joined_job job;
+    if (int failed = join_job_membership(job, std::chrono::milliseconds(0),
+                                         std::chrono::milliseconds(0)))
+      return failed;
+    auto& svc = job.svc;
     const std::string file = dir + "/members.rank" + env("RANK");
     std::uint64_t shown = 0;
     // Polling the epoch and a file is this worker's own business; the tests wait on conditions.

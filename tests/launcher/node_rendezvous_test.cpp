@@ -253,6 +253,17 @@ namespace {
 
 // Calls should_reform on `r` until it says true or `for_how_long` passes, gathering the
 // news; returns whether it said true.
+// a, b and c (one worker each, node-rank hints 0, 1, 2) enter one round together.
+void form_round_of_three(node_rendezvous& a, node_rendezvous& b, node_rendezvous& c) {
+  auto results = std::vector<expected<round_result>>(3, make_error(errc::internal, ""));
+  std::thread ta([&] { results[0] = a.next_round(node(1, 0, "a")); });
+  std::thread tb([&] { results[1] = b.next_round(node(1, 1, "b")); });
+  results[2] = c.next_round(node(1, 2, "c"));
+  ta.join();
+  tb.join();
+  for (auto& r : results) REQUIRE_MESSAGE(r, r.error().to_string());
+}
+
 bool follow_for(node_rendezvous& r, duration for_how_long, std::string& news) {
   const auto until = std::chrono::steady_clock::now() + for_how_long;
   while (std::chrono::steady_clock::now() < until) {
@@ -310,13 +321,7 @@ TEST_CASE("with open rounds a full round takes a late node once another leaves, 
   node_rendezvous a(s, rs);
   node_rendezvous b(s, rs);
   node_rendezvous c(s, rs);
-  auto results = std::vector<expected<round_result>>(3, make_error(errc::internal, ""));
-  std::thread ta([&] { results[0] = a.next_round(node(1, 0, "a")); });
-  std::thread tb([&] { results[1] = b.next_round(node(1, 1, "b")); });
-  results[2] = c.next_round(node(1, 2, "c"));
-  ta.join();
-  tb.join();
-  for (auto& r : results) REQUIRE_MESSAGE(r, r.error().to_string());
+  form_round_of_three(a, b, c);
 
   // The world is at MAX: a fourth node waits as a standby until c leaves.
   node_rendezvous d(s, rs);
@@ -349,13 +354,7 @@ TEST_CASE("with open rounds a silent node is let go, marked gone once for all") 
   node_rendezvous a(s, rs);
   node_rendezvous b(s, rs);
   node_rendezvous c(s, rs);
-  auto results = std::vector<expected<round_result>>(3, make_error(errc::internal, ""));
-  std::thread ta([&] { results[0] = a.next_round(node(1, 0, "a")); });
-  std::thread tb([&] { results[1] = b.next_round(node(1, 1, "b")); });
-  results[2] = c.next_round(node(1, 2, "c"));
-  ta.join();
-  tb.join();
-  for (auto& r : results) REQUIRE_MESSAGE(r, r.error().to_string());
+  form_round_of_three(a, b, c);
   // c stops calling should_reform (as if its node died); a and b keep following.
   CHECK(!*c.should_reform());
   std::string news_a;

@@ -424,6 +424,17 @@ void check_not_restarted(const fs::path& dir, const std::string& id,
   CHECK_FALSE(fs::exists(dir / "logs" / id / "attempt_1"));
 }
 
+// Tells the workers of `launchers` to finish (DIR/stop) and checks that each launcher then
+// exits 0 within 20 s.
+void stop_and_expect_success(const fs::path& dir, std::vector<launcher_process*> launchers) {
+  std::ofstream(dir / "stop") << "done\n";
+  for (auto* p : launchers) {
+    REQUIRE(p->wait(20s));
+    INFO(p->text());
+    CHECK(p->exit_code() == 0);
+  }
+}
+
 std::vector<std::string> replace_node_args(const fs::path& dir, const std::string& endpoint,
                                            const std::string& id, int node_rank,
                                            const std::string& conf) {
@@ -474,12 +485,7 @@ TEST_CASE("with --failure-policy replace a third launcher's workers join the run
                 b->text());
   check_not_restarted(dir, id, pids);
 
-  std::ofstream(dir / "stop") << "done\n";
-  for (auto* p : {a.get(), b.get()}) {
-    REQUIRE(p->wait(20s));
-    INFO(p->text());
-    CHECK(p->exit_code() == 0);
-  }
+  stop_and_expect_success(dir, {a.get(), b.get()});
 }
 
 TEST_CASE("with --failure-policy replace a killed launcher's workers drop out of the membership "
@@ -522,10 +528,5 @@ TEST_CASE("with --failure-policy replace a killed launcher's workers drop out of
                 a->text());
   check_not_restarted(dir, id, pids);
 
-  std::ofstream(dir / "stop") << "done\n";
-  for (auto* p : {a.get(), b.get()}) {
-    REQUIRE(p->wait(20s));
-    INFO(p->text());
-    CHECK(p->exit_code() == 0);
-  }
+  stop_and_expect_success(dir, {a.get(), b.get()});
 }
