@@ -253,6 +253,14 @@ namespace {
 
 // Calls should_reform on `r` until it says true or `for_how_long` passes, gathering the
 // news; returns whether it said true.
+// Open rounds of 2 to 3 nodes with a 30 ms last call and this rendezvous heartbeat timeout.
+rendezvous_settings open_round_settings(duration heartbeat_timeout) {
+  auto rs = settings(2, 3, 30ms);
+  rs.open_rounds = true;
+  rs.heartbeat_timeout = heartbeat_timeout;
+  return rs;
+}
+
 // a, b and c (one worker each, node-rank hints 0, 1, 2) enter one round together.
 void form_round_of_three(node_rendezvous& a, node_rendezvous& b, node_rendezvous& c) {
   auto results = std::vector<expected<round_result>>(3, make_error(errc::internal, ""));
@@ -281,9 +289,7 @@ bool follow_for(node_rendezvous& r, duration for_how_long, std::string& news) {
 TEST_CASE("with open rounds a late node enters the running round with the next ranks and "
           "nobody re-forms") {
   memory_store s;
-  auto rs = settings(2, 3, 30ms);
-  rs.open_rounds = true;
-  rs.heartbeat_timeout = 10s;
+  auto rs = open_round_settings(10s);
   node_rendezvous a(s, rs);
   node_rendezvous b(s, rs);
   expected<round_result> ra = make_error(errc::internal, "");
@@ -315,9 +321,7 @@ TEST_CASE("with open rounds a late node enters the running round with the next r
 TEST_CASE("with open rounds a full round takes a late node once another leaves, and fewer "
           "than MIN nodes re-form the world") {
   memory_store s;
-  auto rs = settings(2, 3, 30ms);
-  rs.open_rounds = true;
-  rs.heartbeat_timeout = 10s;
+  auto rs = open_round_settings(10s);
   node_rendezvous a(s, rs);
   node_rendezvous b(s, rs);
   node_rendezvous c(s, rs);
@@ -348,9 +352,7 @@ TEST_CASE("with open rounds a full round takes a late node once another leaves, 
 
 TEST_CASE("with open rounds a silent node is let go, marked gone once for all") {
   memory_store s;
-  auto rs = settings(2, 3, 30ms);
-  rs.open_rounds = true;
-  rs.heartbeat_timeout = 200ms;
+  auto rs = open_round_settings(200ms);
   node_rendezvous a(s, rs);
   node_rendezvous b(s, rs);
   node_rendezvous c(s, rs);
