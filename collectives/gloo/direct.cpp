@@ -189,9 +189,14 @@ std::uint64_t slot_of(std::uint32_t tag) {
   return (std::uint64_t{0x10} << 56) | (std::uint64_t{tag & 0xffffffu} << 8);
 }
 
+troupe::error error_of(const gloo::IoException& e) {
+  std::string what = e.what();
+  const bool timed_out = what.find("imed out") != std::string::npos;
+  return troupe::error(timed_out ? errc::timeout : errc::connection_lost, "gloo: " + what);
+}
+
 void allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s) {
-  const int n = op.ranks.empty() ? op.context.size : static_cast<int>(op.ranks.size());
-  if (n == 1 || t.numel == 0) return;
+  if (participants_of(op).n == 1 || t.numel == 0) return;
   if (t.nbytes() <= exchange_max_bytes)
     exchange_allreduce(op, t, fn, s);
   else

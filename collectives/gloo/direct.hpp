@@ -22,6 +22,7 @@
 
 namespace gloo {
 class Context;
+struct IoException;
 }
 
 namespace troupe::collectives::gloo_direct {
@@ -54,6 +55,10 @@ struct op_ctx {
 /// The slot of collective number `tag` (24 bits), above every slot Gloo's algorithms use
 /// (prefix < 0x10) and below the point-to-point slots (prefix 0xe0).
 std::uint64_t slot_of(std::uint32_t tag);
+
+/// The error a gloo::IoException (from these algorithms or from Gloo's own) stands for:
+/// errc::timeout when Gloo timed out, else errc::connection_lost, with "gloo: <what>".
+troupe::error error_of(const gloo::IoException& e);
 
 /// Allreduce in place. Small tensors: every rank sends its whole tensor to every other and
 /// folds all contributions locally. Large tensors: reduce-scatter then allgather, each

@@ -613,9 +613,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     } catch (const troupe::exception& e) {
       return e.err();
     } catch (const gloo::IoException& e) {
-      std::string what = e.what();
-      bool timed_out = what.find("imed out") != std::string::npos;
-      return troupe::error(timed_out ? errc::timeout : errc::connection_lost, "gloo: " + what);
+      return gloo_direct::error_of(e);
     } catch (const std::exception& e) {
       return troupe::error(errc::internal, std::string("gloo: ") + e.what());
     } catch (...) {
@@ -845,6 +843,16 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     execute(t);
   }
 
+  // How task `t` moves its data, for its trace span: only the operations that reduce
+  // through run_allreduce (allreduce, and reduce_scatter without shared memory) with enough
+  // bytes take the hierarchical path; the group's other operations then go over TCP.
+  std::string_view transport_of(const task& t) const {
+    if (shm_) return "shared memory";
+    const bool reduces = t.op == "allreduce" || t.op == "reduce_scatter";
+    if (hier_ && t.peer < 0 && reduces && hier_->wants(t.bytes)) return "hierarchical";
+    return "tcp";
+  }
+
   // Runs a task taken from the queue with busy_ set, completes its work and clears busy_.
   void execute(task& t) {
     auto budget = roll_call_budget(t.timeout);
@@ -856,7 +864,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
       traced.args()
           .add("group", spec().name)
           .add(t.peer >= 0 ? "p2p_seq" : "seq", t.seq)
-          .add("transport", shm_ ? "shared memory" : hier_ ? "hierarchical" : "tcp")
+          .add("transport", transport_of(t))
           .add("rank", rank())
           .add("size", size());
       if (t.bytes != SIZE_MAX) traced.args().add("bytes", static_cast<std::uint64_t>(t.bytes));

@@ -136,10 +136,8 @@ void path::run_step(const char* step, const std::vector<int>& who, F&& f) {
   } catch (const troupe::exception& e) {
     throw troupe::exception(troupe::error(e.code(), context() + e.err().message()));
   } catch (const gloo::IoException& e) {
-    std::string what = e.what();
-    const bool timed_out = what.find("imed out") != std::string::npos;
-    throw troupe::exception(troupe::error(timed_out ? errc::timeout : errc::connection_lost,
-                                          context() + "gloo: " + what));
+    auto err = gloo_direct::error_of(e);
+    throw troupe::exception(troupe::error(err.code(), context() + err.message()));
   }
 }
 
