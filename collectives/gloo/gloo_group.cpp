@@ -987,7 +987,11 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
           auto why = *failure_;
           lk.unlock();
           w.done.complete(stopped_by(w.what, why));
-          w.buffer.reset();
+          {
+            // Not while abort() fails the pairs: Gloo may still signal this buffer there.
+            std::lock_guard td(teardown_mu_);
+            w.buffer.reset();
+          }
           lk.lock();
           p2p_busy_ = false;
           lk.unlock();
