@@ -7,7 +7,8 @@
 // worker or user thread, never an I/O thread); nothing synchronizes a whole device or
 // another stream. Pinned host and device buffers come from per-device pools
 // (rpc/detail/block_pool.hpp, at most 256 MiB cached each), not from an allocation per
-// message.
+// message. Received tensors bound for a GPU land in that pinned memory straight from the
+// socket (receive_buffer), so their upload is a single DMA copy.
 #pragma once
 
 #include "core/expected.hpp"
@@ -24,7 +25,18 @@ bool gpu_copies_available() noexcept;
 expected<tensor> stage_to_host(const tensor& t);
 
 /// A copy of host tensor `t` on `target` (a cuda device), in memory owned by the result.
+/// Fastest when `t` lives in memory from receive_buffer (page-locked: one DMA copy).
 expected<tensor> upload_to_device(const tensor& t, device target);
+
+/// Memory for the bytes of a received tensor bound for `dev`: for a CUDA device of this
+/// process and at least receive_buffer_min bytes, a page-locked block from that device's
+/// pool, so the upload that follows is one DMA copy; null otherwise (no CUDA, no such
+/// device, a small tensor, or the pool cannot allocate), and the caller allocates
+/// ordinary memory. Called on I/O threads: it never waits for a device.
+std::shared_ptr<std::byte> receive_buffer(device dev, std::size_t bytes) noexcept;
+
+/// The size from which received GPU-bound tensors land in page-locked memory.
+inline constexpr std::size_t receive_buffer_min = std::size_t{64} << 10;
 
 // GPU -> GPU between workers on one host without the host (what TensorPipe's cuda_ipc
 // channel does): the sender lends its tensor's memory through a CUDA IPC handle plus an

@@ -19,15 +19,17 @@ error cuda_error(cudaError_t e, std::string_view what, device d) {
 }
 
 // What the helper keeps per device: a non-blocking stream for its copies, and pools of
-// pinned host and device buffers (256 MiB cached each), created on first use and kept for
-// the process.
+// pinned host buffers (512 MiB cached: a send's staging block and a receive's landing
+// block can be alive at once) and device buffers (256 MiB cached), created on first use
+// and kept for the process.
 struct device_state {
   cudaStream_t stream = nullptr;
   std::shared_ptr<detail::block_pool> pinned;
   std::shared_ptr<detail::block_pool> memory;
 };
 
-constexpr std::size_t max_cached_per_pool = std::size_t{256} << 20;
+constexpr std::size_t max_cached_pinned = std::size_t{512} << 20;
+constexpr std::size_t max_cached_device = std::size_t{256} << 20;
 
 expected<device_state*> state_for(int index) {
   static std::mutex mu;
@@ -44,7 +46,7 @@ expected<device_state*> state_for(int index) {
         if (auto e = cudaMallocHost(&p, n); e != cudaSuccess) return cuda_error(e, "cudaMallocHost", d);
         return p;
       },
-      [](void* p) { cudaFreeHost(p); }, max_cached_per_pool);
+      [](void* p) { cudaFreeHost(p); }, max_cached_pinned);
   st.memory = detail::block_pool::make(
       [d](std::size_t n) -> expected<void*> {
         if (auto e = cudaSetDevice(d.index()); e != cudaSuccess) return cuda_error(e, "cudaSetDevice", d);
@@ -56,7 +58,7 @@ expected<device_state*> state_for(int index) {
         cudaSetDevice(index);
         cudaFree(p);
       },
-      max_cached_per_pool);
+      max_cached_device);
   return &states->emplace(index, std::move(st)).first->second;
 }
 
@@ -120,6 +122,25 @@ expected<tensor> stage_to_host(const tensor& t) {
                           static_cast<cudaStream_t>(t.stream())));
   void* p = host->get();
   return tensor::wrap(p, t.type(), t.shape(), device::cpu(), {}, std::move(*host));
+}
+
+std::shared_ptr<std::byte> receive_buffer(device dev, std::size_t bytes) noexcept {
+  if (!dev.is_cuda() || bytes < receive_buffer_min) return nullptr;
+  static const int devices = [] {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+  }();
+  if (dev.index() >= devices) return nullptr;  // place_incoming reports it
+  try {
+    auto st = state_for(dev.index());
+    if (!st) return nullptr;
+    auto block = (*st)->pinned->get(bytes);
+    if (!block) return nullptr;
+    auto* p = static_cast<std::byte*>(block->get());
+    return std::shared_ptr<std::byte>(std::move(*block), p);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
 }
 
 expected<tensor> upload_to_device(const tensor& t, device target) {

@@ -20,6 +20,8 @@ expected<ipc_loan> lend_through_ipc(const tensor& t, device target, std::uint64_
   return make_error(errc::unsupported, no_cuda(t, target).message());
 }
 
+std::shared_ptr<std::byte> receive_buffer(device, std::size_t) noexcept { return nullptr; }
+
 expected<tensor> receive_through_ipc(const tensor& record) { return no_cuda(record, record.dev()); }
 
 }  // namespace troupe::rpc

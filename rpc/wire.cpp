@@ -254,7 +254,8 @@ expected<void> frame_decoder::parse_descriptors() {
       return fail(proto(strcat("descriptors claim more than the ", cur_.payload_len, " payload bytes")));
     std::shared_ptr<std::byte> mem;
     try {
-      mem = allocate_aligned(static_cast<std::size_t>(nbytes));
+      if (alloc_ != nullptr && dev_type == 1) mem = alloc_(dev, static_cast<std::size_t>(nbytes));
+      if (!mem) mem = allocate_aligned(static_cast<std::size_t>(nbytes));
     } catch (const std::bad_alloc&) {
       return fail(error(errc::unavailable, strcat("cannot allocate ", nbytes,
                                                   " bytes for a received tensor")));

@@ -131,11 +131,18 @@ class frame_builder {
   std::uint16_t flags_;
 };
 
+/// Where a received tensor's bytes land: memory of at least `bytes` bytes for a tensor
+/// bound for `dev` (its descriptor's device), or null to take allocate_aligned's. The
+/// agent gives page-locked memory for tensors bound for a GPU (device_helper.hpp), so
+/// that their upload is one DMA copy instead of a copy through the driver's own buffers.
+using receive_allocator = std::shared_ptr<std::byte> (*)(device dev, std::size_t bytes);
+
 /// Incremental decoder of a byte stream into frames. After its first error it stays
 /// failed and returns that error again.
 class frame_decoder {
  public:
-  explicit frame_decoder(limits lim = {}) : lim_(lim) {}
+  explicit frame_decoder(limits lim = {}, receive_allocator alloc = nullptr)
+      : lim_(lim), alloc_(alloc) {}
 
   /// Consumes all of `in`, appending each completed frame to `out`.
   expected<void> feed(std::span<const std::byte> in, std::vector<frame>& out);
@@ -156,6 +163,7 @@ class frame_decoder {
   void next_tensor(std::vector<frame>& out);
 
   limits lim_;
+  receive_allocator alloc_ = nullptr;
   state state_ = state::head;
   std::byte head_buf_[header_size]{};
   std::size_t head_have_ = 0;

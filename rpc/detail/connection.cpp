@@ -7,6 +7,7 @@
 
 #include "core/log.hpp"
 #include "rpc/detail/rpc_metrics.hpp"
+#include "rpc/device_helper.hpp"
 #include "rpc/function_table.hpp"
 
 namespace troupe::rpc::detail {
@@ -94,7 +95,7 @@ void connection::set_peer(worker_info w) {
 
 void connection::set_limits(wire::limits lim) {
   // Called on the strand (from the handshake handler), between frames.
-  decoder_ = wire::frame_decoder(lim);
+  decoder_ = wire::frame_decoder(lim, &receive_buffer);
 }
 
 std::optional<error> connection::sticky_error() const {

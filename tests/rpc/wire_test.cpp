@@ -169,3 +169,66 @@ TEST_CASE("random and truncated frames are rejected or left incomplete, never cr
   }
   CHECK(rejected > 5000);
 }
+
+namespace {
+
+// A receive allocator that hands out one recorded block, as the agent's page-locked pool
+// does for tensors bound for a GPU.
+struct recorded_allocations {
+  std::vector<std::pair<device, std::size_t>> asked;
+  std::vector<std::byte*> given;
+  bool refuse = false;
+};
+recorded_allocations recorded;
+
+std::shared_ptr<std::byte> recording_allocator(device dev, std::size_t n) {
+  recorded.asked.emplace_back(dev, n);
+  if (recorded.refuse) return nullptr;
+  auto mem = std::shared_ptr<std::byte>(new std::byte[n], std::default_delete<std::byte[]>());
+  recorded.given.push_back(mem.get());
+  return mem;
+}
+
+bytes gpu_bound_frame() {
+  std::vector<float> big(32 * 1024);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i);
+  frame_builder b(kind::request, 9, 0);
+  REQUIRE(serialize(b.message(), &b.tensors(),
+                    tensor::from<float>(big, dtype::f32).with_device(*device::cuda(0)),
+                    tensor::from<float>(big, dtype::f32)));
+  REQUIRE(b.finish());
+  return flatten(b);
+}
+
+}  // namespace
+
+TEST_CASE("the bytes of a tensor bound for a GPU land in memory from the receive allocator") {
+  recorded = {};
+  bytes f = gpu_bound_frame();
+  frame_decoder d({}, &recording_allocator);
+  std::vector<frame> out;
+  REQUIRE(d.feed(f, out));
+  REQUIRE(out.size() == 1);
+  REQUIRE(out[0].tensors.size() == 2);
+  // Only the GPU-bound tensor was asked for, with its device and size.
+  REQUIRE(recorded.asked.size() == 1);
+  CHECK(recorded.asked[0].first == *device::cuda(0));
+  CHECK(recorded.asked[0].second == 32 * 1024 * sizeof(float));
+  const tensor& gpu_bound = out[0].tensors[0];
+  CHECK(static_cast<const std::byte*>(gpu_bound.data()) == recorded.given[0]);
+  CHECK(gpu_bound.dev() == *device::cuda(0));
+  CHECK(gpu_bound.as_span<float>()[12345] == 12345.0f);
+  CHECK(out[0].tensors[1].as_span<float>()[32767] == 32767.0f);
+}
+
+TEST_CASE("a receive allocator that gives nothing leaves the tensor in ordinary memory") {
+  recorded = {};
+  recorded.refuse = true;
+  bytes f = gpu_bound_frame();
+  frame_decoder d({}, &recording_allocator);
+  std::vector<frame> out;
+  REQUIRE(d.feed(f, out));
+  REQUIRE(out.size() == 1);
+  CHECK(recorded.asked.size() == 1);
+  CHECK(out[0].tensors[0].as_span<float>()[777] == 777.0f);
+}
