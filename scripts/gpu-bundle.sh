@@ -29,7 +29,15 @@ done
 limit_mib=60
 
 if ((do_build)); then
-  [[ -f $build/CMakeCache.txt ]] || cmake --preset release >/dev/null
+  # The demo's build configures the same folder without tests; the bundle needs them.
+  if [[ ! -f $build/CMakeCache.txt ]] || ! grep -q '^TROUPE_BUILD_TESTS:BOOL=ON' "$build/CMakeCache.txt" ||
+    ! grep -q '^TROUPE_BUILD_BENCH:BOOL=ON' "$build/CMakeCache.txt"; then
+    if [[ $build == build/release ]]; then
+      cmake --preset release -DTROUPE_BUILD_TESTS=ON -DTROUPE_BUILD_BENCH=ON >/dev/null
+    else
+      cmake -S . -B "$build" -DTROUPE_BUILD_TESTS=ON -DTROUPE_BUILD_BENCH=ON >/dev/null
+    fi
+  fi
   cmake --build "$build" -j"${TROUPE_BUILD_JOBS:-$(nproc)}" \
     --target core_gpu_tests collectives_gpu_tests rpc_gpu_tests training_gpu_tests nccl_bench rpc_bench rpc_gpu_bench >/dev/null
 fi
