@@ -103,13 +103,10 @@ class nccl_group final : public process_group {
 
   ~nccl_group() override { shutdown(std::chrono::seconds(10)); }
 
-  // Sets up the stream and scratch memory and starts the watchdog around `comm`.
+  // Sets up the scratch memory and starts the watchdog around `comm`.
   expected<void> start(std::unique_ptr<nccl_comm> comm) {
     comm_ = std::move(comm);
     TROUPE_TRY(cuda(cudaSetDevice(device_), "cudaSetDevice"));
-    cudaStream_t s = nullptr;
-    TROUPE_TRY(cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));
-    stream_ = s;
     void* p = nullptr;
     TROUPE_TRY(cuda(cudaMalloc(&p, 16), "cudaMalloc"));
     scratch_ = p;
@@ -139,17 +136,17 @@ class nccl_group final : public process_group {
   work allreduce(tensor_view t, const allreduce_options& o) override {
     TROUPE_TRY_WORK(check(t, "allreduce"));
     TROUPE_TRY_WORK(check_reduce(*this, t, o.op, "allreduce"));
-    return launch("allreduce", o.timeout, o.stream, [&] {
+    return launch("allreduce", o.timeout, o.stream, [&](cudaStream_t s) {
       return ncclAllReduce(t.data, t.data, t.numel, nccl_type(t.type), nccl_op(o.op), comm(),
-                           stream());
+                           s);
     });
   }
 
   work broadcast(tensor_view t, const broadcast_options& o) override {
     TROUPE_TRY_WORK(check(t, "broadcast"));
     TROUPE_TRY_WORK(check_root(*this, o.root, "broadcast"));
-    return launch("broadcast", o.timeout, o.stream, [&] {
-      return ncclBroadcast(t.data, t.data, t.numel, nccl_type(t.type), o.root, comm(), stream());
+    return launch("broadcast", o.timeout, o.stream, [&](cudaStream_t s) {
+      return ncclBroadcast(t.data, t.data, t.numel, nccl_type(t.type), o.root, comm(), s);
     });
   }
 
@@ -158,9 +155,9 @@ class nccl_group final : public process_group {
     TROUPE_TRY_WORK(check_root(*this, o.root, "reduce"));
     TROUPE_TRY_WORK(check_reduce(*this, t, o.op, "reduce"));
     // The receive buffer is only written on the root: the others keep their input.
-    return launch("reduce", o.timeout, o.stream, [&] {
+    return launch("reduce", o.timeout, o.stream, [&](cudaStream_t s) {
       return ncclReduce(t.data, t.data, t.numel, nccl_type(t.type), nccl_op(o.op), o.root, comm(),
-                        stream());
+                        s);
     });
   }
 
@@ -168,8 +165,8 @@ class nccl_group final : public process_group {
     TROUPE_TRY_WORK(check(in, "allgather input"));
     TROUPE_TRY_WORK(check(out, "allgather output"));
     TROUPE_TRY_WORK(check_blocks(*this, in, out, true, "allgather"));
-    return launch("allgather", o.timeout, o.stream, [&] {
-      return ncclAllGather(in.data, out.data, in.numel, nccl_type(in.type), comm(), stream());
+    return launch("allgather", o.timeout, o.stream, [&](cudaStream_t s) {
+      return ncclAllGather(in.data, out.data, in.numel, nccl_type(in.type), comm(), s);
     });
   }
 
@@ -179,17 +176,17 @@ class nccl_group final : public process_group {
     TROUPE_TRY_WORK(check_root(*this, o.root, "gather"));
     if (is_root) TROUPE_TRY_WORK(check(out, "gather output"));
     TROUPE_TRY_WORK(check_blocks(*this, in, out, is_root, "gather"));
-    return launch("gather", o.timeout, o.stream, [&]() -> ncclResult_t {
+    return launch("gather", o.timeout, o.stream, [&](cudaStream_t s) -> ncclResult_t {
       auto ty = nccl_type(in.type);
-      if (!is_root) return ncclSend(in.data, in.numel, ty, o.root, comm(), stream());
+      if (!is_root) return ncclSend(in.data, in.numel, ty, o.root, comm(), s);
       if (cudaMemcpyAsync(out.slice(static_cast<std::size_t>(rank()) * in.numel, in.numel).data,
-                          in.data, in.nbytes(), cudaMemcpyDeviceToDevice, stream()) != cudaSuccess)
+                          in.data, in.nbytes(), cudaMemcpyDeviceToDevice, s) != cudaSuccess)
         return ncclUnhandledCudaError;
       return grouped([&] {
         for (int r = 0; r < size(); ++r) {
           if (r == rank()) continue;
           auto res = ncclRecv(out.slice(static_cast<std::size_t>(r) * in.numel, in.numel).data,
-                              in.numel, ty, r, comm(), stream());
+                              in.numel, ty, r, comm(), s);
           if (res != ncclSuccess) return res;
         }
         return ncclSuccess;
@@ -203,18 +200,18 @@ class nccl_group final : public process_group {
     TROUPE_TRY_WORK(check_root(*this, o.root, "scatter"));
     if (is_root) TROUPE_TRY_WORK(check(in, "scatter input"));
     TROUPE_TRY_WORK(check_blocks(*this, out, in, is_root, "scatter"));
-    return launch("scatter", o.timeout, o.stream, [&]() -> ncclResult_t {
+    return launch("scatter", o.timeout, o.stream, [&](cudaStream_t s) -> ncclResult_t {
       auto ty = nccl_type(out.type);
-      if (!is_root) return ncclRecv(out.data, out.numel, ty, o.root, comm(), stream());
+      if (!is_root) return ncclRecv(out.data, out.numel, ty, o.root, comm(), s);
       if (cudaMemcpyAsync(out.data,
                           in.slice(static_cast<std::size_t>(rank()) * out.numel, out.numel).data,
-                          out.nbytes(), cudaMemcpyDeviceToDevice, stream()) != cudaSuccess)
+                          out.nbytes(), cudaMemcpyDeviceToDevice, s) != cudaSuccess)
         return ncclUnhandledCudaError;
       return grouped([&] {
         for (int r = 0; r < size(); ++r) {
           if (r == rank()) continue;
           auto res = ncclSend(in.slice(static_cast<std::size_t>(r) * out.numel, out.numel).data,
-                              out.numel, ty, r, comm(), stream());
+                              out.numel, ty, r, comm(), s);
           if (res != ncclSuccess) return res;
         }
         return ncclSuccess;
@@ -227,9 +224,9 @@ class nccl_group final : public process_group {
     TROUPE_TRY_WORK(check(out, "reduce_scatter output"));
     TROUPE_TRY_WORK(check_blocks(*this, out, in, true, "reduce_scatter"));
     TROUPE_TRY_WORK(check_reduce(*this, in, o.op, "reduce_scatter"));
-    return launch("reduce_scatter", o.timeout, o.stream, [&] {
+    return launch("reduce_scatter", o.timeout, o.stream, [&](cudaStream_t s) {
       return ncclReduceScatter(in.data, out.data, out.numel, nccl_type(in.type), nccl_op(o.op),
-                               comm(), stream());
+                               comm(), s);
     });
   }
 
@@ -238,19 +235,19 @@ class nccl_group final : public process_group {
     TROUPE_TRY_WORK(check(out, "all_to_all output"));
     auto l = check_all_to_all(*this, in, out, o);
     if (!l) return work::completed(std::move(l).error());
-    return launch("all_to_all", o.timeout, o.stream, [&]() -> ncclResult_t {
+    return launch("all_to_all", o.timeout, o.stream, [&](cudaStream_t s) -> ncclResult_t {
       auto ty = nccl_type(in.type);
       return grouped([&] {
         for (int r = 0; r < size(); ++r) {
           auto ri = static_cast<std::size_t>(r);
           if (l->send_counts[ri] > 0)
             if (auto res = ncclSend(in.slice(l->send_offsets[ri], 0).data, l->send_counts[ri], ty,
-                                    r, comm(), stream());
+                                    r, comm(), s);
                 res != ncclSuccess)
               return res;
           if (l->recv_counts[ri] > 0)
             if (auto res = ncclRecv(out.slice(l->recv_offsets[ri], 0).data, l->recv_counts[ri], ty,
-                                    r, comm(), stream());
+                                    r, comm(), s);
                 res != ncclSuccess)
               return res;
         }
@@ -261,8 +258,8 @@ class nccl_group final : public process_group {
 
   work barrier(const barrier_options& o) override {
     // An allreduce of one scratch element; its completion is the barrier.
-    return launch("barrier", o.timeout, o.stream, [&] {
-      return ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm(), stream());
+    return launch("barrier", o.timeout, o.stream, [&](cudaStream_t s) {
+      return ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm(), s);
     });
   }
 
@@ -271,7 +268,7 @@ class nccl_group final : public process_group {
     TROUPE_TRY_WORK(check_peer(*this, dst, "send"));
     return launch(
         "send", o.timeout, o.stream,
-        [&] { return ncclSend(t.data, t.numel, nccl_type(t.type), dst, comm(), stream()); }, dst);
+        [&](cudaStream_t s) { return ncclSend(t.data, t.numel, nccl_type(t.type), dst, comm(), s); }, dst);
   }
 
   work recv(tensor_view t, int src, const p2p_options& o) override {
@@ -279,7 +276,7 @@ class nccl_group final : public process_group {
     TROUPE_TRY_WORK(check_peer(*this, src, "recv"));
     return launch(
         "recv", o.timeout, o.stream,
-        [&] { return ncclRecv(t.data, t.numel, nccl_type(t.type), src, comm(), stream()); }, src);
+        [&](cudaStream_t s) { return ncclRecv(t.data, t.numel, nccl_type(t.type), src, comm(), s); }, src);
   }
 
   std::optional<troupe::error> failure() const override {
@@ -407,14 +404,12 @@ class nccl_group final : public process_group {
                                       "it finished"));
       api_->destroy_event(p.done_event);
     }
-    // After an abort, kernels may still sit in the stream behind the caller's work;
-    // cudaFree would synchronize the device and wait for them. Leave the 16 bytes and the
-    // stream to the process instead.
+    // After an abort, kernels may still sit in a stream behind the caller's work;
+    // cudaFree would synchronize the device and wait for them. Leave the 16 bytes to the
+    // process instead.
     bool failed = failure().has_value();
     if (scratch_ && !failed) (void)cudaFree(scratch_);
-    if (stream_ && !failed) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
     scratch_ = nullptr;
-    stream_ = nullptr;
   }
 
   expected<std::shared_ptr<process_group>> split_native(const group_spec* child,
@@ -443,7 +438,6 @@ class nccl_group final : public process_group {
   }
 
   ncclComm_t comm() const { return comm_->get(); }
-  cudaStream_t stream() const { return static_cast<cudaStream_t>(stream_); }
 
   expected<void> check(const tensor_view& t, std::string_view what) const {
     TROUPE_TRY(check_tensor(t, what, /*want_cuda=*/true));
@@ -453,8 +447,9 @@ class nccl_group final : public process_group {
     return ok();
   }
 
-  // Queues one NCCL operation (the launch returns the ncclResult_t of its last call),
-  // ordered after the caller's stream, and hands its end event to the watchdog.
+  // Queues one NCCL operation on the caller's stream (`call(stream)` returns the
+  // ncclResult_t of its last call), in the communicator's one order (stream_sequencer), and
+  // hands its end event to the watchdog.
   // Collectives are numbered in call order, the same on every member (the roll-call key);
   // point-to-point transfers (peer >= 0) have a count of their own.
   template <class F>
@@ -484,8 +479,9 @@ class nccl_group final : public process_group {
     auto budget = roll_call_budget(timeout);
     if (auto r = cuda(cudaSetDevice(device_), "cudaSetDevice"); !r)
       return work::completed(std::move(r).error(), what);
-    auto ev = launch_ordered(*api_, caller_stream, stream_,
-                             [&]() -> expected<void> { return comm_->check(call(), op, timeout); });
+    auto ev = order_.launch(caller_stream, [&](void* s) -> expected<void> {
+      return comm_->check(call(static_cast<cudaStream_t>(s)), op, timeout);
+    });
     if (!ev) {
       lk.unlock();
       auto e = fail_group(ev.error().code(), strcat(what, " could not be queued: "), {}, seq, peer,
@@ -638,8 +634,8 @@ class nccl_group final : public process_group {
   std::shared_ptr<store> store_;
   int device_;
   std::unique_ptr<stream_api> api_;
+  stream_sequencer order_{*api_};  // guarded by comm_mu_
   std::unique_ptr<nccl_comm> comm_;
-  void* stream_ = nullptr;
   void* scratch_ = nullptr;
 
   mutable std::mutex comm_mu_;  // serializes NCCL calls on comm_ (launch, split, abort, polling)

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "collectives/nccl/nccl_errors.hpp"
@@ -11,7 +12,7 @@ namespace troupe::collectives {
 
 namespace {
 
-// Events are reused: every operation takes two, and creating and destroying them costs
+// Events are reused: every operation takes one, and creating and destroying them costs
 // more host time than the rest of an enqueue. A returned event is only ever one whose
 // waits were already queued or that was seen complete, so re-recording it is safe. At most
 // max_cached are kept; the rest are destroyed.
@@ -38,12 +39,27 @@ class cuda_stream_api final : public stream_api {
     if (!e) return;
     {
       std::lock_guard lk(mu_);
+      for (auto it = retained_.begin(); it != retained_.end(); ++it) {
+        if (it->first != e) continue;
+        if (--it->second == 0) retained_.erase(it);
+        return;
+      }
       if (free_.size() < max_cached) {
         free_.push_back(e);
         return;
       }
     }
     (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  }
+  void retain(event e) noexcept override {
+    if (!e) return;
+    std::lock_guard lk(mu_);
+    for (auto& [r, extra] : retained_)
+      if (r == e) {
+        ++extra;
+        return;
+      }
+    retained_.emplace_back(e, 1);
   }
   expected<void> record(event e, stream s) override {
     if (auto r = cudaEventRecord(static_cast<cudaEvent_t>(e), static_cast<cudaStream_t>(s));
@@ -68,36 +84,31 @@ class cuda_stream_api final : public stream_api {
   static constexpr std::size_t max_cached = 1024;
   std::mutex mu_;
   std::vector<event> free_;
+  // Events with owners beyond the first, and how many more destroy_event calls each
+  // needs (a sequencer's tail: one or two at a time, so a vector).
+  std::vector<std::pair<event, int>> retained_;
 };
 
 }  // namespace
 
 std::unique_ptr<stream_api> make_cuda_stream_api() { return std::make_unique<cuda_stream_api>(); }
 
-expected<stream_api::event> launch_ordered(stream_api& api, stream_api::stream caller,
-                                           stream_api::stream own,
-                                           const std::function<expected<void>()>& launch) {
-  auto before = api.create_event();
-  if (!before) return std::move(before).error();
-  struct guard {
-    stream_api& api;
-    stream_api::event e;
-    ~guard() { api.destroy_event(e); }
-  } g{api, *before};
-  TROUPE_TRY(api.record(*before, caller));
-  TROUPE_TRY(api.wait(own, *before));
-  TROUPE_TRY(launch());
-  auto after = api.create_event();
-  if (!after) return std::move(after).error();
-  if (auto r = api.record(*after, own); !r) {
-    api.destroy_event(*after);
+expected<stream_api::event> stream_sequencer::launch(
+    stream_api::stream caller, const std::function<expected<void>(stream_api::stream)>& launch) {
+  // Another stream than the last operation's: wait for that operation's end first.
+  if (tail_ != nullptr && caller != last_) TROUPE_TRY(api_.wait(caller, tail_));
+  TROUPE_TRY(launch(caller));
+  auto end = api_.create_event();
+  if (!end) return std::move(end).error();
+  if (auto r = api_.record(*end, caller); !r) {
+    api_.destroy_event(*end);
     return std::move(r).error();
   }
-  if (auto r = api.wait(caller, *after); !r) {
-    api.destroy_event(*after);
-    return std::move(r).error();
-  }
-  return *after;
+  api_.retain(*end);
+  api_.destroy_event(tail_);
+  tail_ = *end;
+  last_ = caller;
+  return *end;
 }
 
 }  // namespace troupe::collectives

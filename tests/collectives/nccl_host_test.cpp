@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <map>
 #include <thread>
 
 #include "collectives/comm_plan.hpp"
@@ -86,63 +87,126 @@ TEST_CASE("a missing or malformed communicator id fails with the key named") {
 
 namespace {
 
-// Records the calls; events are numbered from 1.
+// Records the calls; events are numbered from 1. Streams are named by the int they
+// point to (null: the legacy default stream, "s0"). An event is live from create_event
+// until as many destroy_event calls as it has owners.
 class fake_streams final : public stream_api {
  public:
   std::vector<std::string> log;
   std::intptr_t next = 0;
-  int live = 0;
+  std::map<event, int> owners;
   bool fail_wait = false;
+  bool fail_record = false;
   expected<event> create_event() override {
-    ++live;
-    return reinterpret_cast<event>(++next);
+    auto e = reinterpret_cast<event>(++next);
+    owners[e] = 1;
+    return e;
   }
   void destroy_event(event e) noexcept override {
-    --live;
-    log.push_back(strcat("destroy e", reinterpret_cast<std::intptr_t>(e)));
+    if (e == nullptr) return;
+    if (--owners[e] == 0) {
+      owners.erase(e);
+      log.push_back(strcat("give back e", id(e)));
+    }
   }
+  void retain(event e) noexcept override { ++owners[e]; }
   expected<void> record(event e, stream s) override {
-    log.push_back(strcat("record e", reinterpret_cast<std::intptr_t>(e), " on ", name(s)));
+    if (fail_record) return make_error(errc::internal, "record failed");
+    log.push_back(strcat("record e", id(e), " on ", name(s)));
     return ok();
   }
   expected<void> wait(stream s, event e) override {
     if (fail_wait) return make_error(errc::internal, "wait failed");
-    log.push_back(strcat(name(s), " waits e", reinterpret_cast<std::intptr_t>(e)));
+    log.push_back(strcat(name(s), " waits e", id(e)));
     return ok();
   }
   expected<bool> query(event) override { return true; }
-  static std::string name(stream s) { return s == nullptr ? "caller" : "own"; }
+  std::size_t live() const { return owners.size(); }
+  static std::intptr_t id(event e) { return reinterpret_cast<std::intptr_t>(e); }
+  static std::string name(stream s) {
+    return s == nullptr ? "s0" : strcat("s", *static_cast<int*>(s));
+  }
 };
+
+std::function<expected<void>(stream_api::stream)> logged_launch(fake_streams& api) {
+  return [&api](stream_api::stream s) -> expected<void> {
+    api.log.push_back("launch on " + fake_streams::name(s));
+    return ok();
+  };
+}
 
 }  // namespace
 
-TEST_CASE("an operation starts after the caller's stream and the caller's stream waits for it") {
+TEST_CASE("operations on one stream run on it in order with one event each and no waits") {
   fake_streams api;
-  int own_marker = 0;
-  auto ev = launch_ordered(api, nullptr, &own_marker, [&]() -> expected<void> {
-    api.log.push_back("launch");
-    return ok();
-  });
-  REQUIRE(ev.has_value());
-  CHECK(api.log == std::vector<std::string>{"record e1 on caller", "own waits e1", "launch",
-                                            "record e2 on own", "caller waits e2", "destroy e1"});
-  CHECK(reinterpret_cast<std::intptr_t>(*ev) == 2);
-  CHECK(api.live == 1);  // the end event belongs to the caller now
+  int one = 1;
+  stream_sequencer order(api);
+  auto a = order.launch(&one, logged_launch(api));
+  auto b = order.launch(&one, logged_launch(api));
+  REQUIRE(a.has_value());
+  REQUIRE(b.has_value());
+  CHECK(api.log == std::vector<std::string>{"launch on s1", "record e1 on s1", "launch on s1",
+                                            "record e2 on s1"});
+  // Each end event belongs to the caller; the sequencer keeps the last one as well.
+  api.destroy_event(*a);
+  api.destroy_event(*b);
+  CHECK(api.live() == 1);
 }
 
-TEST_CASE("a failed launch or stream call leaks no event and reports the error") {
+TEST_CASE("an operation on another stream waits for the end of the one before it") {
   fake_streams api;
-  int own_marker = 0;
-  auto bad = launch_ordered(api, nullptr, &own_marker, []() -> expected<void> {
+  int one = 1, two = 2;
+  stream_sequencer order(api);
+  auto a = order.launch(&one, logged_launch(api));
+  REQUIRE(a.has_value());
+  api.destroy_event(*a);  // the watchdog saw it finish: the sequencer still holds it
+  CHECK(api.live() == 1);
+  auto b = order.launch(&two, logged_launch(api));
+  REQUIRE(b.has_value());
+  auto c = order.launch(nullptr, logged_launch(api));
+  REQUIRE(c.has_value());
+  CHECK(api.log == std::vector<std::string>{"launch on s1", "record e1 on s1", "s2 waits e1",
+                                            "launch on s2", "record e2 on s2", "give back e1",
+                                            "s0 waits e2", "launch on s0", "record e3 on s0"});
+  api.destroy_event(*b);
+  api.destroy_event(*c);
+  {
+    stream_sequencer other(api);  // a sequencer gives back its last event when it goes
+    auto d = other.launch(&one, logged_launch(api));
+    REQUIRE(d.has_value());
+    api.destroy_event(*d);
+  }
+  CHECK(api.live() == 1);  // e3, held by `order`
+}
+
+TEST_CASE("a failed launch or stream call leaks no event, reports the error and keeps the order") {
+  fake_streams api;
+  int one = 1, two = 2;
+  stream_sequencer order(api);
+  auto bad = order.launch(&one, [](stream_api::stream) -> expected<void> {
     return make_error(errc::connection_lost, "x");
   });
   REQUIRE_FALSE(bad);
   CHECK(bad.error().code() == errc::connection_lost);
-  CHECK(api.live == 0);
+  CHECK(api.live() == 0);
+  auto a = order.launch(&one, logged_launch(api));
+  REQUIRE(a.has_value());
+  api.destroy_event(*a);
   api.fail_wait = true;
-  auto w = launch_ordered(api, nullptr, &own_marker, []() -> expected<void> { return ok(); });
+  auto w = order.launch(&two, logged_launch(api));
   REQUIRE_FALSE(w);
-  CHECK(api.live == 0);
+  CHECK(api.live() == 1);  // e1, still the end of the last operation
+  api.fail_wait = false;
+  api.fail_record = true;
+  auto r = order.launch(&one, logged_launch(api));
+  REQUIRE_FALSE(r);
+  CHECK(api.live() == 1);
+  api.fail_record = false;
+  api.log.clear();
+  auto next = order.launch(&two, logged_launch(api));
+  REQUIRE(next.has_value());
+  CHECK(api.log.front() == "s2 waits e1");
+  api.destroy_event(*next);
 }
 
 namespace {
