@@ -308,7 +308,7 @@ void check_finish(trial_job& j) {
 
 }  // namespace
 
-TEST_CASE("twenty trials each SIGKILL a trainer at a random point of a live resize, and every time the job finishes with identical weights") {
+TEST_CASE("randomized trials (twenty, or six under the sanitizers) each SIGKILL a trainer at a random point of a live resize, and every time the job finishes with identical weights") {
   const auto seed = static_cast<std::uint64_t>(
       env_number("TROUPE_TEST_SEED", static_cast<long>(std::random_device{}() >> 1)));
   const long trials = env_number("TROUPE_TEST_TRIALS", 20);
