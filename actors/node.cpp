@@ -204,10 +204,17 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
         caf::anon_send(events, left_atom::value, w.name, w.id);
         break;
       case rpc::membership_change::failed:
-        worker_gone(w.name, error(errc::connection_lost, "worker '" + w.name + "' failed: " +
-                                                              e.reason.message()).with_worker(w.name));
+        // Taken out by the job's membership: its reason (membership_changed, naming the
+        // epoch) is the one every part of the job sees.
+        worker_gone(w.name, e.reason.code() == errc::membership_changed
+                                ? error(e.reason).with_worker(w.name)
+                                : error(errc::connection_lost, "worker '" + w.name + "' failed: " +
+                                                                   e.reason.message())
+                                      .with_worker(w.name));
         caf::anon_send(events, failed_atom::value, w.name, w.id);
         break;
+      case rpc::membership_change::unreachable:
+        break;  // still a member until the job's membership decides (then `failed`)
     }
   }
 

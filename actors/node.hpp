@@ -16,7 +16,10 @@
 //   actor in the order this sender sent them; a request's reply (or its error) comes back
 //   to the requester. Tells (plain sends) arrive without a sender.
 // - The proxy exits when the remote actor exits, when its worker leaves, and when its
-//   worker dies: monitor it (self->monitor(handle)) for a down message. A request to a
+//   worker dies: monitor it (self->monitor(handle)) for a down message. In an elastic world
+//   (troupe::init with TROUPE_ELASTIC=1) a worker is gone when the job's membership takes
+//   it out, and the down reason is that membership_changed error, naming the epoch, the same
+//   one the world's process group fails its pending work with. A request to a
 //   proxy that has exited fails with CAF's request_receiver_down; a request pending when
 //   the remote side goes away fails with peer_left or connection_lost.
 // - Errors from troupe reach CAF code as caf::error of category "troupe"

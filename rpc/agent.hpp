@@ -107,6 +107,16 @@ class agent {
   /// See the contract above. `timeout` zero: options.shutdown_timeout.
   expected<void> shutdown(duration timeout = duration::zero());
 
+  /// Under an outside membership (rpc_backend_options::membership_tag): takes the worker
+  /// `name` out of this worker's view of the group, if its record carries `tag` (empty:
+  /// whatever it carries). Calls waiting on it fail with `why` (the membership's
+  /// membership_changed error naming the epoch), its remote-reference shares are dropped,
+  /// and listeners hear `failed` with `why`. Returns whether it was taken out (false: not a
+  /// member, another tag, this worker itself, or a static group). Does not block.
+  bool expel(std::string_view name, std::string_view tag, const error& why) {
+    return core_->expel(std::string(name), tag, why);
+  }
+
   /// Calls `l` after every membership change this worker sees (rpc/membership_event.hpp);
   /// returns an id for remove_membership_listener.
   std::uint64_t add_membership_listener(membership_listener l) {

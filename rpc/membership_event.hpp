@@ -15,8 +15,14 @@ enum class membership_change : std::uint8_t {
   /// A worker left the group in an orderly way (leave() or shutdown()).
   left,
   /// A worker's connection broke without it leaving: it died or became unreachable.
-  /// In a dynamic group it is also removed from the membership.
+  /// In a dynamic group it is also removed from the membership. Under an outside
+  /// membership (rpc_backend_options::membership_tag): the worker was expel()led, and the
+  /// reason is that membership's (membership_changed, naming the epoch).
   failed,
+  /// Under an outside membership only: a member's connection broke. It stays a member
+  /// (calls to it fail with connection_lost) until the membership takes it out, which
+  /// comes as `failed`.
+  unreachable,
 };
 
 struct membership_event {

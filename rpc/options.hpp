@@ -70,6 +70,14 @@ struct rpc_backend_options {
   tls::config tls;
   /// Key prefix in the store, so several groups can share one store.
   std::string group = "troupe/rpc";
+  /// Who decides a dynamic group's membership. Empty (the default): the agent itself, as
+  /// workers join, leave and lose their connections. Set: the job's membership decides
+  /// (troupe::init's elastic world sets it to this worker's incarnation there; see
+  /// docs/membership.md): a member whose connection breaks stays a member, and listeners
+  /// hear `unreachable`, until agent::expel() takes it out. The string is this worker's
+  /// tag, kept with its record, which expel() matches so that a replacement under the same
+  /// name is never taken out for its predecessor.
+  std::string membership_tag;
   /// Bound on init (store exchange, connections, barrier, warm-up): TROUPE_DEFAULT_TIMEOUT's
   /// (5 minutes unless set).
   duration init_timeout = default_timeout();

@@ -21,7 +21,8 @@ inline constexpr std::uint32_t magic = 0x43505254;  // "TRPC" as little-endian b
 /// 2: the job token is proven with HMAC-SHA256 over both sides' nonces, never sent.
 /// 3: GPU tensors between workers on one host may travel as CUDA IPC records (device
 ///    type 2, released by kind::ipc_release).
-inline constexpr std::uint8_t version = 3;
+/// 4: member records carry the membership tag (rpc_backend_options::membership_tag).
+inline constexpr std::uint8_t version = 4;
 inline constexpr std::size_t header_size = 40;
 inline constexpr std::size_t max_tensor_rank = 16;
 

@@ -1,7 +1,10 @@
 #include "world/world.hpp"
 
+#include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "collectives/group.hpp"
 #include "collectives/process_group.hpp"
@@ -19,6 +22,58 @@
 
 namespace troupe {
 
+namespace {
+
+// Reports members whose RPC connection broke to the job's membership, from a thread of its
+// own: declare_dead waits on the store, which an agent's listener must not. The listener
+// holds it weakly, so a late event after shutdown finds nothing.
+class death_reporter {
+ public:
+  death_reporter(std::shared_ptr<membership::service> members, duration timeout)
+      : members_(std::move(members)), timeout_(timeout), thread_([this] { run(); }) {}
+  ~death_reporter() {
+    {
+      std::lock_guard lk(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void report(std::string name, std::string why) {
+    {
+      std::lock_guard lk(mu_);
+      queue_.emplace_back(std::move(name), std::move(why));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lk(mu_);
+    for (;;) {
+      cv_.wait(lk, [&] { return quit_ || !queue_.empty(); });
+      if (quit_) return;
+      auto [who, why] = std::move(queue_.front());
+      queue_.pop_front();
+      lk.unlock();
+      if (auto r = members_->declare_dead(who, strcat("its RPC connection broke: ", why), timeout_); !r)
+        TROUPE_LOG(log_level::warn, "world", "could not report worker '", who,
+                   "' to the job's membership: ", r.error().message());
+      lk.lock();
+    }
+  }
+
+  std::shared_ptr<membership::service> members_;
+  duration timeout_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::string, std::string>> queue_;  // name, what broke
+  bool quit_ = false;
+  std::thread thread_;  // last: starts after the rest is built
+};
+
+}  // namespace
+
 struct world::impl {
   cluster_env env;
   int rank = 0;
@@ -31,6 +86,12 @@ struct world::impl {
   // An elastic world: the membership, and the group that follows it.
   std::shared_ptr<troupe::membership::service> members;
   std::unique_ptr<collectives::elastic_group> elastic;
+  // An elastic world's RPC agent follows the epochs (docs/membership.md): the members an
+  // epoch takes out are expelled from it, and a member whose RPC connection breaks is
+  // reported to the membership.
+  std::uint64_t epoch_subscription = 0;
+  std::uint64_t rpc_listener = 0;
+  std::shared_ptr<death_reporter> reporter;
 
   std::mutex mu;
   bool done = false;
@@ -45,7 +106,10 @@ struct world::impl {
     auto keep = [&](expected<void> r) {
       if (!r && !first_error) first_error = std::move(r).error();
     };
+    if (members && epoch_subscription != 0) members->unsubscribe(epoch_subscription);
+    if (agent && rpc_listener != 0) agent->remove_membership_listener(rpc_listener);
     if (agent) keep(agent->shutdown(t));
+    reporter.reset();
     if (elastic) elastic->shutdown(t);
     if (group) group->shutdown(t);
     if (members) keep(members->shutdown(t));
@@ -98,13 +162,70 @@ expected<void> world::shutdown(duration timeout) {
 
 namespace {
 
-// init's elastic path: joins the membership and builds the world group of its epoch.
-expected<void> init_elastic(world::impl& i, const init_options& o) {
-  if (o.rpc)
-    return make_error(errc::invalid_argument, "an elastic world (TROUPE_ELASTIC=1 or "
-                      "init_options::elastic) cannot start the RPC agent yet: its static group "
-                      "does not follow the membership; leave init_options::rpc off, or run "
-                      "without --failure-policy replace");
+// An elastic world's RPC agent: a dynamic group whose membership is the job's. It joins
+// after the group of its epoch is built (so every member has seen the epochs before its
+// own), expels whoever an epoch takes out with that epoch's membership_changed error, and
+// reports a broken connection to the membership, which then decides.
+expected<void> start_elastic_rpc(world::impl& i, init_options& o, const std::string& name,
+                                 const membership::epoch& built) {
+  auto ro = std::move(o.rpc_options);
+  ro.store = i.job.scoped;
+  ro.init_method.clear();
+  ro.init_timeout = i.timeout;
+  if (ro.listen_host.empty()) ro.listen_host = i.address;
+  ro.membership_tag = i.members->self().incarnation;
+  auto made = rpc::init_rpc(name, -1, std::nullopt, std::move(ro));
+  if (!made) return std::move(made).error();
+  i.agent = std::shared_ptr<rpc::agent>(std::move(*made));
+  std::weak_ptr<rpc::agent> weak = i.agent;
+  i.epoch_subscription = i.members->on_epoch(
+      [weak](const membership::epoch& before, const membership::epoch& after) {
+        auto a = weak.lock();
+        if (!a) return;
+        for (const auto& m : before.members)
+          if (!after.contains(m.name, m.incarnation))
+            a->expel(m.name, m.incarnation, membership::membership_changed_error(before, after));
+      });
+  // Whoever the epoch already took out while this agent was joining is not a member.
+  {
+    const auto now = i.members->current();
+    for (const auto& w : i.agent->workers())
+      if (w.name != name && !now.contains(w.name))
+        i.agent->expel(w.name, {}, make_error(errc::membership_changed, "worker '", w.name,
+                                              "' is not in epoch ", now.number, " (",
+                                              now.names(), ")"));
+  }
+  // init returns when every member of the epoch its group was built for (and still in the
+  // job) is in the RPC group too, so that init's group and agent hold the same workers. They
+  // start their agents right after that same build. (Not the current epoch's: a member of
+  // a later one waits for this process to take part in building its group.)
+  for (auto d = deadline::after(i.timeout);;) {
+    const auto now = i.members->current();
+    std::string missing;
+    for (const auto& m : built.members)
+      if (now.contains(m.name, m.incarnation) && !i.agent->worker(m.name))
+        missing += (missing.empty() ? "" : ", ") + m.name;
+    if (missing.empty()) break;
+    if (d.expired())
+      return make_error(errc::timeout, "the RPC agent of ", name, " did not see ", missing,
+                        " of epoch ", built.number, " (", built.names(),
+                        ") join the RPC group within ", format_duration(i.timeout),
+                        "; their init may have failed (see their logs)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  i.reporter = std::make_shared<death_reporter>(
+      i.members, std::min<duration>(i.timeout, std::chrono::seconds(10)));
+  std::weak_ptr<death_reporter> to = i.reporter;
+  i.rpc_listener = i.agent->add_membership_listener([to](const rpc::membership_event& e) {
+    if (e.change != rpc::membership_change::unreachable) return;
+    if (auto r = to.lock()) r->report(e.worker.name, e.reason.message());
+  });
+  return ok();
+}
+
+// init's elastic path: joins the membership and builds the world group of its epoch, and
+// on request the RPC agent that follows it.
+expected<void> init_elastic(world::impl& i, init_options& o) {
   if (i.job.hosted || !i.job.scoped || i.job.url.starts_with("memory://"))
     return make_error(errc::invalid_argument, "an elastic world needs a store that outlives "
                       "every worker, such as troupe-run's; this process would hold the job's "
@@ -132,6 +253,7 @@ expected<void> init_elastic(world::impl& i, const init_options& o) {
   i.size = i.group->size();
   TROUPE_LOG(log_level::info, "world", mo.name, " joined an elastic world: epoch ",
              view->epoch.number, ", rank ", i.rank, " of ", i.size);
+  if (o.rpc) TROUPE_TRY(start_elastic_rpc(i, o, mo.name, view->epoch));
   return ok();
 }
 

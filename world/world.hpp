@@ -55,9 +55,10 @@ struct init_options {
   std::string backend;
   /// Name of the world group (also its key prefix in the store).
   std::string group_name = "world";
-  /// Start the RPC agent too: a static group of every rank, this worker named
-  /// "<rpc_name_prefix><rank>". rpc_options' store, init_method and init_timeout are set
-  /// by init (the job's store, the timeout above); everything else is used as given.
+  /// Start the RPC agent too: a static group of every rank (in an elastic world, a dynamic
+  /// group that follows the epochs), this worker named "<rpc_name_prefix><rank>".
+  /// rpc_options' store, init_method and init_timeout (and membership_tag when elastic) are
+  /// set by init (the job's store, the timeout above); everything else is used as given.
   bool rpc = false;
   std::string rpc_name_prefix = "worker";
   rpc::rpc_backend_options rpc_options;
@@ -69,7 +70,11 @@ struct init_options {
   /// (collectives::elastic_group, named group_name), so that ranks may die, be replaced
   /// and join while the others run on. Unset: on when TROUPE_ELASTIC=1 (troupe-run
   /// --failure-policy replace). Needs a store that outlives every worker (a launcher's,
-  /// never one this process hosts) and, for now, no RPC agent.
+  /// never one this process hosts). With `rpc` the agent is a dynamic group whose
+  /// membership is the job's: it joins once the group of init's epoch is built, a worker
+  /// an epoch takes out is expelled from it with that epoch's membership_changed error (so
+  /// actor monitors fire with it too), and a broken RPC connection is reported to the
+  /// membership, which decides (docs/membership.md, "Who follows the epochs").
   std::optional<bool> elastic;
 };
 
@@ -95,7 +100,8 @@ class world {
   /// The job's membership and the world group that follows it; null unless elastic.
   const std::shared_ptr<troupe::membership::service>& membership() const noexcept;
   collectives::elastic_group* elastic() const noexcept;
-  /// The RPC agent; null unless init_options::rpc was set.
+  /// The RPC agent; null unless init_options::rpc was set. In an elastic world, a dynamic
+  /// group that follows the epochs (see init_options::elastic).
   const std::shared_ptr<rpc::agent>& rpc() const noexcept;
   /// Whether this process hosts the job's store (rank 0 when no launcher does).
   bool hosts_store() const noexcept;

@@ -45,6 +45,8 @@ struct member {
   /// address in a group across hosts is refused by name instead of refused by the kernel.
   std::string host_key;
   std::string host_name;
+  /// rpc_backend_options::membership_tag of the worker (empty when the agent decides).
+  std::string tag;
 };
 bytes encode_member(const member& m);
 expected<member> decode_member(std::span<const std::byte> data);
@@ -125,6 +127,8 @@ class agent_core final : public connection_owner,
 
   /// Dynamic groups: leaves everywhere, then stops. Static groups: unsupported.
   expected<void> leave(duration timeout);
+  /// See agent::expel.
+  bool expel(const std::string& name, std::string_view tag, const error& why);
   /// Graceful stop (see agent::shutdown). Idempotent.
   expected<void> shutdown(duration timeout);
 

@@ -79,6 +79,18 @@ void agent_core::on_closed(const std::shared_ptr<connection>& c, const error& wh
   if (stopping_.load() || leaving_.load() || peer.empty() || !c->outbound() ||
       why.code() != errc::connection_lost)
     return;
+  if (dynamic() && !opts_.membership_tag.empty()) {
+    // The job's membership decides: the worker stays a member until expel() takes it out.
+    std::shared_lock lk(members_mu_);
+    auto it = members_.find(peer);
+    if (it == members_.end() || peer == name_) return;
+    auto info = it->second.info;
+    lk.unlock();
+    TROUPE_LOG(log_level::warn, "rpc", "worker '", peer, "' is unreachable (", why.message(),
+               "); it stays a member until the job's membership takes it out");
+    notify_membership({membership_change::unreachable, info, why});
+    return;
+  }
   // Whatever the dead worker held of our remote references is released.
   drop_rref_shares_of(peer);
   if (!dynamic()) {

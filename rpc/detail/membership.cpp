@@ -37,14 +37,15 @@ expected<void> check_addresses(const std::vector<const member*>& members, const 
 
 bytes encode_member(const member& m) {
   bytes out;
-  (void)serialize(out, nullptr, m.info, m.host, m.port, encode(m.devices), m.host_key, m.host_name);
+  (void)serialize(out, nullptr, m.info, m.host, m.port, encode(m.devices), m.host_key, m.host_name,
+                  m.tag);
   return out;
 }
 
 expected<member> decode_member(std::span<const std::byte> data) {
   member m;
   bytes dev;
-  TROUPE_TRY(deserialize(data, nullptr, m.info, m.host, m.port, dev, m.host_key, m.host_name));
+  TROUPE_TRY(deserialize(data, nullptr, m.info, m.host, m.port, dev, m.host_key, m.host_name, m.tag));
   auto d = decode_worker_device_info(dev);
   if (!d) return std::move(d).error();
   m.devices = std::move(*d);
@@ -57,7 +58,8 @@ member agent_core::my_record() const {
                 port_,
                 worker_device_info{name_, device_count_, opts_.device_maps, opts_.devices},
                 host_key(),
-                host_name()};
+                host_name(),
+                opts_.membership_tag};
 }
 
 expected<void> agent_core::ensure_token(deadline d) {
@@ -279,6 +281,8 @@ void agent_core::handle_membership(const std::shared_ptr<connection>& c, wire::f
     all = members_;
   }
   std::shared_ptr<connection> stale;
+  // A leaver the job's membership already took out (expel) was announced then.
+  const bool known = all.count(m->info.name) > 0;
   if (op == op_join) {
     all[m->info.name] = *m;
   } else {
@@ -299,12 +303,41 @@ void agent_core::handle_membership(const std::shared_ptr<connection>& c, wire::f
   if (auto r = apply_members(std::move(all)); !r) return reply_error(c, id, r.error().with_worker(name_));
   TROUPE_LOG(log_level::info, "rpc", "worker '", m->info.name, "' ", op == op_join ? "joined" : "left");
   if (op == op_leave && m->info.name != name_) drop_rref_shares_of(m->info.name);
-  if (m->info.name != name_)
+  if (m->info.name != name_ && (op == op_join || known))
     notify_membership({op == op_join ? membership_change::joined : membership_change::left, m->info, {}});
   wire::frame_builder ack(wire::kind::response, id);
   if (ack.finish()) (void)c->send(std::move(ack));
   // Connect to a newcomer now, so that its death is noticed even before the first call.
   if (op == op_join && m->info.name != name_) (void)connection_to(*m, deadline::after(std::chrono::seconds(5)));
+}
+
+bool agent_core::expel(const std::string& name, std::string_view tag, const error& why) {
+  if (!dynamic() || name == name_) return false;
+  worker_info info;
+  {
+    std::unique_lock lk(members_mu_);
+    auto it = members_.find(name);
+    if (it == members_.end() || (!tag.empty() && it->second.tag != tag)) return false;
+    info = it->second.info;
+    members_.erase(it);
+    std::vector<worker_device_info> infos;
+    for (auto& [n, m] : members_) infos.push_back(m.devices);
+    if (auto s = resolve_device_setup(name_, infos, group_kind::dynamic_group)) setup_ = std::move(*s);
+  }
+  std::shared_ptr<connection> gone;
+  {
+    std::lock_guard<std::mutex> lk(conns_mu_);
+    if (auto it = outbound_.find(name); it != outbound_.end()) {
+      gone = it->second;
+      outbound_.erase(it);
+    }
+  }
+  // Calls still waiting on it fail with the membership's reason.
+  if (gone) gone->close(why);
+  drop_rref_shares_of(name);
+  TROUPE_LOG(log_level::info, "rpc", "worker '", name, "' is out of the group: ", why.message());
+  notify_membership({membership_change::failed, info, why});
+  return true;
 }
 
 expected<void> agent_core::leave(duration timeout) {
