@@ -214,3 +214,52 @@ TEST_CASE("one-way calls run on the callee in the order sent and send nothing ba
   CHECK(bad.error().code() == errc::not_found);
   shutdown_all(g);
 }
+
+TEST_CASE("under an outside membership a broken worker stays until expelled by its tag, and its calls fail with the reason") {
+  auto store = std::make_shared<memory_store>();
+  std::vector<std::unique_ptr<agent>> g;
+  for (int r = 0; r < 3; ++r) {
+    auto o = base_options(store);
+    o.functions = standard_functions();
+    o.membership_tag = "incarnation-" + std::to_string(r);
+    auto a = init_rpc("w" + std::to_string(r), r, std::nullopt, o);
+    REQUIRE_MESSAGE(a, (a ? "" : a.error().to_string()));
+    g.push_back(std::move(*a));
+  }
+  std::mutex mu;
+  std::vector<membership_event> heard;
+  g[0]->add_membership_listener([&](const membership_event& e) {
+    std::lock_guard lk(mu);
+    heard.push_back(e);
+  });
+  const error why(errc::membership_changed, "membership changed from epoch 3 to epoch 4; left: w1");
+  // Another incarnation's tag, this worker itself, and a stranger change nothing.
+  CHECK_FALSE(g[0]->expel("w1", "incarnation-9", why));
+  CHECK_FALSE(g[0]->expel("w0", "", why));
+  CHECK_FALSE(g[0]->expel("nobody", "", why));
+  CHECK(g[0]->worker("w1").has_value());
+  // A call waiting on w1 fails with the membership's reason once w1 is expelled.
+  auto pending = g[0]->rpc_async<int>("w1", "sleep_ms", 3000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(g[0]->expel("w1", "incarnation-1", why));
+  auto r = pending.get(std::chrono::seconds(2));
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code() == errc::membership_changed);
+  CHECK(r.error().message().find("epoch 4") != std::string::npos);
+  CHECK_FALSE(g[0]->worker("w1").has_value());
+  CHECK(g[0]->rpc_sync<int>("w2", "add", 1, 2).value_or(0) == 3);
+  {
+    std::lock_guard lk(mu);
+    REQUIRE(heard.size() == 1);
+    CHECK(heard[0].change == membership_change::failed);
+    CHECK(heard[0].worker.name == "w1");
+    CHECK(heard[0].reason.code() == errc::membership_changed);
+  }
+  // A second expel of the same worker changes nothing; its own leave is not heard again.
+  CHECK_FALSE(g[0]->expel("w1", "", why));
+  CHECK(g[1]->leave());
+  CHECK(g[2]->leave());
+  CHECK(g[0]->leave());
+  std::lock_guard lk(mu);
+  CHECK(heard.size() == 2);  // w1's failure, then w2's leave
+}
