@@ -25,13 +25,14 @@ start_node() {  # start_node HOST
 }
 # Every wait below is bounded, so that the script ends (and prints the logs) within the
 # test's 180 s even when the launchers hang until their own 90 s.
-# Waits (at most 30 s) until the last membership that host0's worker rank 0 printed is
-# exactly the given names; 0 when it is.
+# Waits (at most 30 s) until the last membership that worker rank 0 printed is exactly the
+# given names; 0 when it is. Rank 0 runs on host0 or host1, whichever node the rendezvous
+# ranked first (the order the launchers arrived in).
 wait_for_members() {
   local i
   for ((i = 0; i < 300; ++i)); do
-    [[ "$(grep -o "^\[0\]: members: [0-9]* .*" "$mh_logs_dir/host0.log" 2>/dev/null |
-          tail -n 1 | cut -d' ' -f4)" == "$1" ]] && return 0
+    [[ "$(cat "$mh_logs_dir/host0.log" "$mh_logs_dir/host1.log" 2>/dev/null |
+          grep -o "^\[0\]: members: [0-9]* .*" | tail -n 1 | cut -d' ' -f4)" == "$1" ]] && return 0
     sleep 0.1
   done
   return 1
