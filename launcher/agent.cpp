@@ -403,6 +403,17 @@ int run_agent(const run_config& c) {
     return 128 + sig;
   };
 
+  // Replace mode: the nodes and workers of the running round as they arrive and leave,
+  // for /status and the metrics; true when they changed.
+  const auto follow_running = [&] {
+    if (!rdzv || !c.replace_failed) return false;
+    const auto v = rdzv->running();
+    if (v.nodes == status.nodes && v.workers == status.world_size) return false;
+    status.nodes = v.nodes;
+    status.world_size = v.workers;
+    return true;
+  };
+
   // A stop request while the group is being stopped anyway: no need to wait politely.
   const auto interrupted = [] { return stop_signal_received() != 0; };
   bool store_lost = false;
@@ -470,6 +481,7 @@ int run_agent(const run_config& c) {
     status.restarts = restarts;
     status.world_size = rr.world_size;
     status.nodes = static_cast<int>(rr.nodes.size());
+    follow_running();
     status.workers.clear();
     const std::string master_addr = c.master_addr.empty() ? rr.nodes.front().addr : c.master_addr;
     const int master_port = c.master_port > 0 ? c.master_port : rr.nodes.front().free_port;
@@ -760,6 +772,7 @@ int run_agent(const run_config& c) {
         if (rdzv) {
           auto change = rdzv->should_reform();
           say_news();
+          if (follow_running()) publish(std::string(status.state));
           if (!change) {
             if (!store_lost) say("lost the rendezvous store: " + change.error().message());
             store_lost = true;

@@ -62,8 +62,10 @@ std::string render_metrics(const job_status& st) {
           st.running()),
       own("troupe_run_workers", "this node's workers in the current attempt", kind::gauge,
           static_cast<double>(st.workers.size())),
-      own("troupe_run_membership_nodes", "nodes in the current round", kind::gauge, st.nodes),
-      own("troupe_run_world_size", "workers in the job's current round", kind::gauge,
+      own("troupe_run_membership_nodes", "nodes in the current round (replace mode: running now)",
+          kind::gauge, st.nodes),
+      own("troupe_run_world_size", "workers in the job's current round (replace mode: running now)",
+          kind::gauge,
           st.world_size),
   };
   for (const auto& w : st.workers) {

@@ -257,7 +257,9 @@ round_result node_rendezvous::settle(long r, long count, std::vector<node_info> 
   peers_.clear();
   for (std::size_t g = 0; g < out.nodes.size(); ++g)
     if (static_cast<int>(g) != group_rank_ || slot_ >= count)
-      peers_.push_back({static_cast<int>(g), out.nodes[g].id, std::string(), clock::now(), false});
+      peers_.push_back({static_cast<int>(g), out.nodes[g].id, std::string(), clock::now(), false,
+                        out.nodes[g].nproc});
+  own_nproc_ = me_.nproc;
   next_beat_ = clock::time_point{};
   reform_requested_ = false;
   left_ = false;

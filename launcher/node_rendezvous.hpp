@@ -144,6 +144,16 @@ class node_rendezvous {
   /// The round this node last joined, or -1.
   long last_round() const noexcept { return last_round_; }
 
+  /// Open rounds: the nodes of this node's running round that have not left, itself
+  /// included, and the workers they run, as should_reform() last followed them (nodes
+  /// arrive and leave while the round runs). Closed rounds: the round as it closed. After
+  /// leave(): none.
+  struct running_view {
+    int nodes = 0;
+    int workers = 0;
+  };
+  running_view running() const;
+
  private:
   std::string key(long round, std::string_view name) const;
   expected<long> read_current_round();
@@ -179,8 +189,10 @@ class node_rendezvous {
     std::string seen_beat;
     clock::time_point seen_at{};
     bool gone = false;
+    int nproc = 0;
   };
   int group_rank_ = 0;
+  int own_nproc_ = 0;
   std::int64_t beats_ = 0;
   clock::time_point next_beat_{};
   std::vector<peer> peers_;

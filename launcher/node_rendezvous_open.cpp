@@ -117,7 +117,7 @@ expected<bool> node_rendezvous::follow_open_round() {
     if (!text) return std::move(text).error();
     auto rec = decode_late_record(*text);
     if (!rec) return std::move(rec).error();
-    peers_.push_back({static_cast<int>(s), rec->node.id, std::string(), now, false});
+    peers_.push_back({static_cast<int>(s), rec->node.id, std::string(), now, false, rec->node.nproc});
     if (followed_)
       news_.push_back(strcat("node ", rec->node.id, " arrived in the running round ", last_round_,
                              " as group rank ", s, " with ranks ", rec->rank_base, "-",
@@ -173,5 +173,16 @@ expected<void> node_rendezvous::leave(std::string_view reason) {
 }
 
 std::vector<std::string> node_rendezvous::take_news() { return std::exchange(news_, {}); }
+
+node_rendezvous::running_view node_rendezvous::running() const {
+  if (left_) return {};  // out of the round: nothing of it runs here any more
+  running_view v{1, own_nproc_};
+  for (const auto& p : peers_)
+    if (!p.gone && p.group_rank != group_rank_) {
+      ++v.nodes;
+      v.workers += p.nproc;
+    }
+  return v;
+}
 
 }  // namespace troupe::launcher

@@ -310,12 +310,23 @@ TEST_CASE("with open rounds a late node enters the running round with the next r
   CHECK(rc->world_size == 7);
   CHECK(rc->nodes.front().addr == "a");  // MASTER_ADDR stays the running job's
 
+  CHECK(a.running().nodes == 2);  // before it follows the round
   std::string news;
   CHECK(!follow_for(a, 1500ms, news));
   CHECK(news.find("arrived in the running round 0 as group rank 2 with ranks 4-6") !=
         std::string::npos);
   CHECK(!*b.should_reform());
   CHECK(!*c.should_reform());
+  // What /status shows: the running round's nodes and workers, the late one included.
+  CHECK(a.running().nodes == 3);
+  CHECK(a.running().workers == 7);
+  CHECK(c.running().nodes == 3);
+  CHECK(c.running().workers == 7);
+  REQUIRE(c.leave("stopped by a test"));
+  CHECK(c.running().nodes == 0);
+  CHECK(!follow_for(a, 1500ms, news));
+  CHECK(a.running().nodes == 2);
+  CHECK(a.running().workers == 4);
 }
 
 TEST_CASE("with open rounds a full round takes a late node once another leaves, and fewer "
