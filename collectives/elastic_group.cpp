@@ -16,6 +16,7 @@
 #include "collectives/registry.hpp"
 #include "core/codec.hpp"
 #include "core/log.hpp"
+#include "store/key_ledger.hpp"
 
 namespace troupe::collectives {
 
@@ -64,6 +65,10 @@ struct elastic_group::state {
   std::shared_ptr<process_group> built;   // what current() hands out (an epoch_group)
   std::shared_ptr<process_group> backend; // the backend group inside `built`
   std::vector<held_work> holding;
+  // The keys each epoch's build wrote through this process (commit, carry agreement, the
+  // backend's connection records), erased once a later epoch's group is built: by then
+  // every member of that epoch is past the older builds (docs/membership.md).
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<key_ledger>>> ledgers;
   bool stopping = false;
   std::thread hold_thread;
 
@@ -320,8 +325,12 @@ carry_offer make_offer(elastic_group::state& st, const membership::epoch& e,
 // false (a newer epoch: go to it). Waits in slices of 50 ms, up to the build timeout.
 // Before arriving, a member publishes its offer to carry its communicator over
 // (publish_carry), so that every offer is counted once the decision is made.
-expected<bool> commit_build(elastic_group::state& st, const membership::epoch& e, int rank,
-                            const carry_offer& offer, const deadline& dl);
+expected<bool> commit_build(elastic_group::state& st, store& s, const membership::epoch& e,
+                            int rank, const carry_offer& offer, const deadline& dl);
+
+// Erases the keys of the builds of epochs before `n`, best effort (a key left behind is
+// only litter); logs what it could not.
+void erase_older_builds(elastic_group::state& st, std::uint64_t n);
 
 }  // namespace
 
@@ -353,7 +362,12 @@ expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
     // connect until the build timeout). See commit_build().
     const std::string group_name = strcat(st.opts.name, "/epoch-", e.number);
     const auto offer = make_offer(st, e, group_name);
-    auto committed = commit_build(st, e, me->rank, offer, dl);
+    auto ledger = std::make_shared<key_ledger>(st.root);
+    {
+      std::lock_guard lk(st.mu);
+      st.ledgers.emplace_back(e.number, ledger);
+    }
+    auto committed = commit_build(st, *ledger, e, me->rank, offer, dl);
     if (!committed) return std::move(committed).error();
     if (!*committed) continue;  // a newer epoch came first: build that one
     group_spec spec;
@@ -378,14 +392,14 @@ expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
         return s->changed(*ep, s->newest);
       return std::nullopt;
     };
-    spec.root_store = std::make_shared<interruptible_store>(st.root, interrupt);
+    spec.root_store = std::make_shared<interruptible_store>(ledger, interrupt);
     spec.interrupt = interrupt;
     spec.timeout = std::min(st.opts.build_timeout, dl.remaining());
     const auto started = clock::now();
     expected<std::shared_ptr<process_group>> g = std::shared_ptr<process_group>();
     carry_agreement agreed;
     if (offer.plan) {
-      auto a = agree_carry(*st.root, commit_prefix(st, e), e, offer,
+      auto a = agree_carry(*ledger, commit_prefix(st, e), e, offer,
                            std::max(std::min(dl.remaining(), st.opts.build_timeout), duration(1)));
       if (!a) return std::move(a).error();
       agreed = *a;
@@ -437,6 +451,7 @@ expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
         continue;
       }
       if (old) old->shutdown(std::chrono::seconds(2));  // aborted when the epoch moved
+      erase_older_builds(st, n);
       TROUPE_LOG(log_level::info, "collectives", "built ", describe(*wrapped), " for epoch ", n,
                  " (", e.names(), ") in ", format_duration(std::chrono::duration_cast<duration>(clock::now() - started)));
       return view{e, wrapped};
@@ -494,8 +509,8 @@ carry_offer make_offer(elastic_group::state& st, const membership::epoch& e,
   return make_carry_offer(std::move(prev), std::move(from), e, group_name);
 }
 
-expected<bool> commit_build(elastic_group::state& st, const membership::epoch& e, int rank,
-                            const carry_offer& offer, const deadline& dl) {
+expected<bool> commit_build(elastic_group::state& st, store& s, const membership::epoch& e,
+                            int rank, const carry_offer& offer, const deadline& dl) {
   const std::string base = commit_prefix(st, e);
   const std::string state_key = base + "state";
   const auto until = deadline::after(std::min(dl.remaining(), st.opts.build_timeout));
@@ -503,16 +518,16 @@ expected<bool> commit_build(elastic_group::state& st, const membership::epoch& e
   const auto decided = [](const bytes& b) {
     return troupe::to_string(std::span<const std::byte>(b)) == "built";
   };
-  TROUPE_TRY(publish_carry(*st.root, base, offer, left()));
-  auto arrived = st.root->add(base + "arrived", 1, left());
+  TROUPE_TRY(publish_carry(s, base, offer, left()));
+  auto arrived = s.add(base + "arrived", 1, left());
   if (!arrived) return std::move(arrived).error();
   if (*arrived == static_cast<std::int64_t>(e.size())) {
-    auto won = st.root->compare_set(state_key, std::nullopt, to_bytes(std::string("built")), left());
+    auto won = s.compare_set(state_key, std::nullopt, to_bytes(std::string("built")), left());
     if (!won) return std::move(won).error();
     return decided(*won);
   }
   for (;;) {
-    auto got = st.root->get(state_key, std::min(left(), duration(50)));
+    auto got = s.get(state_key, std::min(left(), duration(50)));
     if (got) return decided(*got);
     if (got.error().code() != errc::timeout) return std::move(got).error();
     bool newer = false;
@@ -524,7 +539,7 @@ expected<bool> commit_build(elastic_group::state& st, const membership::epoch& e
     }
     if (newer) {
       auto won =
-          st.root->compare_set(state_key, std::nullopt, to_bytes(std::string("cancelled")), left());
+          s.compare_set(state_key, std::nullopt, to_bytes(std::string("cancelled")), left());
       if (!won) return std::move(won).error();
       return decided(*won);
     }
@@ -534,6 +549,25 @@ expected<bool> commit_build(elastic_group::state& st, const membership::epoch& e
                         " members (counting this one) arrived within the build timeout; are "
                         "the others alive and following the same membership?");
   }
+}
+
+void erase_older_builds(elastic_group::state& st, std::uint64_t n) {
+  std::vector<std::shared_ptr<key_ledger>> old;
+  {
+    std::lock_guard lk(st.mu);
+    for (auto it = st.ledgers.begin(); it != st.ledgers.end();) {
+      if (it->first < n) {
+        old.push_back(std::move(it->second));
+        it = st.ledgers.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& l : old)
+    if (auto r = l->erase_written(std::chrono::seconds(1)); !r)
+      TROUPE_LOG(log_level::debug, "collectives", "could not erase the keys of an older build of '",
+                 st.opts.name, "': ", r.error().message());
 }
 
 }  // namespace

@@ -135,3 +135,43 @@ TEST_CASE("a member that has left cannot rebuild: it is not in the newest epoch"
   (void)b->shutdown(5s);
   CHECK(a->shutdown(5s));
 }
+
+TEST_CASE("an elastic group erases what its older epochs' builds wrote once a newer one is built") {
+  auto s = std::make_shared<memory_store>();
+  auto keys_under = [&](const std::string& prefix) {
+    return prefix_store(s, prefix).num_keys(5s).value_or(-1);
+  };
+  auto a = join_membership(s, "a");
+  auto ga = elastic_group::make(a, s);
+  REQUIRE(ga.has_value());
+  auto first = (*ga)->rebuild(20s);  // epoch 1: a alone
+  REQUIRE_MESSAGE(first.has_value(), first.error().to_string());
+  CHECK(first->epoch.number == 1);
+  CHECK(keys_under("elastic/epoch-1") > 0);
+  // b joins (epoch 2): building its group erases what a wrote for epoch 1's.
+  auto b = join_membership(s, "b");
+  auto gb = elastic_group::make(b, s);
+  REQUIRE(gb.has_value());
+  REQUIRE((*ga)->wait_for_change(1, 10s).has_value());
+  std::optional<expected<elastic_group::view>> vb;
+  std::thread tb([&] { vb = (*gb)->rebuild(20s); });
+  auto second = (*ga)->rebuild(20s);
+  tb.join();
+  REQUIRE_MESSAGE(second.has_value(), second.error().to_string());
+  REQUIRE_MESSAGE(vb->has_value(), vb->error().to_string());
+  CHECK(second->epoch.number == 2);
+  CHECK(keys_under("elastic/epoch-1") == 0);
+  const auto of_epoch_2 = keys_under("elastic/epoch-2");
+  CHECK(of_epoch_2 > 0);
+  // b leaves (epoch 3): a's keys of epoch 2 go; b's stay, as b builds nothing later.
+  (*gb)->shutdown(5s);
+  REQUIRE(b->shutdown(5s));
+  auto third = (*ga)->rebuild(20s);
+  REQUIRE_MESSAGE(third.has_value(), third.error().to_string());
+  CHECK(third->epoch.number == 3);
+  const auto left_behind = keys_under("elastic/epoch-2");
+  CHECK(left_behind >= 0);
+  CHECK(left_behind < of_epoch_2);
+  (*ga)->shutdown(5s);
+  CHECK(a->shutdown(5s));
+}

@@ -1,9 +1,10 @@
-// prefix_store namespacing and counting; connect_store URLs.
+// prefix_store namespacing and counting; connect_store URLs; the key ledger.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
 
 #include "store/connect.hpp"
+#include "store/key_ledger.hpp"
 #include "store/memory_store.hpp"
 #include "store/prefix_store.hpp"
 #include "store/tcp_store_server.hpp"
@@ -161,4 +162,25 @@ TEST_CASE("connect_store refuses tcp urls without a usable host and port") {
   REQUIRE(v6.has_value());
   CHECK(v6->first == "::1");
   CHECK(v6->second == 29500);
+}
+
+TEST_CASE("a key ledger erases the keys written through it, and only those") {
+  using troupe::key_ledger;
+  using troupe::memory_store;
+  auto base = std::make_shared<memory_store>();
+  REQUIRE(base->set("theirs", std::string_view("x")));
+  key_ledger ledger(base);
+  REQUIRE(ledger.set("a", std::string_view("1")));
+  REQUIRE(ledger.add("b", 2));
+  REQUIRE(ledger.compare_set("c", std::nullopt, troupe::to_bytes(std::string("3")), 1s));
+  REQUIRE(ledger.get("theirs", 1s));  // reads are not recorded
+  CHECK(ledger.written() == std::vector<std::string>{"a", "b", "c"});
+  REQUIRE(ledger.erase("a", 1s));
+  CHECK(ledger.written() == std::vector<std::string>{"b", "c"});
+  auto erased = ledger.erase_written(1s);
+  REQUIRE(erased);
+  CHECK(*erased == 2);
+  CHECK(ledger.written().empty());
+  CHECK(*base->num_keys(1s) == 1);  // "theirs" stays
+  CHECK(base->get("theirs", 1s).has_value());
 }
