@@ -9,6 +9,7 @@
 #include "core/expected.hpp"
 #include "core/future.hpp"
 #include "core/log.hpp"
+#include "core/tensor.hpp"
 #include "core/time.hpp"
 #include "devicemap/device_map.hpp"
 #include "store/connect.hpp"

@@ -20,13 +20,17 @@
 #include <type_traits>
 
 #include "rpc/inspect.hpp"
-#include "rpc/tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace troupe::rpc {
 
 template <class T>
 struct is_annotation<T, std::enable_if_t<std::is_base_of_v<caf::meta::annotation, T>>>
     : std::true_type {};
+
+}  // namespace troupe::rpc
+
+namespace troupe {
 
 /// CAF's side of a tensor inside a message type. troupe's own inspectors move tensors
 /// beside the message bytes and never call this; CAF calls it to print a message
@@ -51,4 +55,4 @@ typename Inspector::result_type inspect(Inspector& f, tensor& t) {
   }
 }
 
-}  // namespace troupe::rpc
+}  // namespace troupe

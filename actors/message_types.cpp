@@ -83,7 +83,7 @@ expected<void> message_types::add_entry(const std::type_info& t, entry e) {
 }
 
 expected<void> message_types::encode(const caf::message& m, bytes& out,
-                                     std::vector<rpc::tensor>* tensors) const {
+                                     std::vector<tensor>* tensors) const {
   if (m.size() > 0xffff)
     return make_error(errc::invalid_argument, "a message of ", m.size(),
                       " elements; remote messages carry at most 65535");
@@ -116,7 +116,7 @@ expected<void> message_types::encode(const caf::message& m, bytes& out,
 }
 
 expected<caf::message> message_types::decode(std::span<const std::byte> in,
-                                             std::vector<rpc::tensor>* tensors) const {
+                                             std::vector<tensor>* tensors) const {
   rpc::binary_deserializer f(in, tensors);
   std::uint16_t count = 0;
   if (auto r = f.read_raw(&count, sizeof count, "element count")) return r.err();

@@ -4,7 +4,7 @@
 // one `inspect` overload and one registration under a name that every worker uses.
 //
 // Built in: atoms, bool, the fixed-width integers, float, double, std::string, and vectors
-// of strings. Tensors (troupe::rpc::tensor) inside a registered type travel outside the
+// of strings. Tensors (troupe::tensor) inside a registered type travel outside the
 // message bytes, as RPC tensors do.
 //
 // Byte form of a message: u16 element count, then per element a u8 code (builtin) or 0
@@ -62,12 +62,12 @@ class message_types {
 
   /// Writes the elements of `m` to `out`; tensors inside them go to `tensors`. Fails with
   /// unsupported naming the first element type that is not registered.
-  expected<void> encode(const caf::message& m, bytes& out, std::vector<rpc::tensor>* tensors) const;
+  expected<void> encode(const caf::message& m, bytes& out, std::vector<tensor>* tensors) const;
 
   /// Rebuilds a message from `in`. Fails with protocol_error for malformed bytes and with
   /// unsupported naming a type this worker has not registered.
   expected<caf::message> decode(std::span<const std::byte> in,
-                                std::vector<rpc::tensor>* tensors) const;
+                                std::vector<tensor>* tensors) const;
 
   /// Whether `name` is registered (built-in names start with '@').
   bool contains(const std::string& name) const { return by_name_.count(name) != 0; }

@@ -280,7 +280,7 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
   template <class Entering>
   expected<void> deliver(const rpc::call_info& info, const std::string& target,
                          std::uint64_t ask_id, const bytes& payload,
-                         std::vector<rpc::tensor>& tensors, Entering&& entering) {
+                         std::vector<tensor>& tensors, Entering&& entering) {
     auto a = find_published(target);
     if (!a) return std::move(a).error();
     auto msg = types->decode(payload, &tensors);

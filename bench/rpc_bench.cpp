@@ -256,7 +256,7 @@ void rpc_drive(const config& c, agent& ag, const std::string& peer) {
          strcat("\"calls_per_s\": ", static_cast<double>(done) / fsec(clock::now() - t0).count()));
   }
   for (auto sz : c.sizes) {
-    auto t = tensor::zeros(dtype::u8, {static_cast<std::int64_t>(sz)});
+    auto t = tensor::zeros(dtype::uint8, {static_cast<std::int64_t>(sz)});
     std::vector<double> gbs;
     int reps = sz >= (16u << 20) ? 8 : 30;
     for (int i = 0; i < reps + 2; ++i) {

@@ -124,7 +124,7 @@ int drive(const config& c, const char* self) {
       rc = 1;
       break;
     }
-    auto t = tensor::wrap(p, dtype::u8, {static_cast<std::int64_t>(n)}, *device::cuda(0));
+    auto t = tensor::wrap(p, dtype::uint8, {static_cast<std::int64_t>(n)}, *device::cuda(0));
     std::vector<double> secs;
     for (int i = 0; i < c.warmup + c.iters; ++i) {
       auto start = clock_type::now();
@@ -154,7 +154,7 @@ int drive(const config& c, const char* self) {
                 n, 2e3 * copies);
     std::fflush(stdout);
   }
-  (void)(*a)->rpc_sync<tensor>("w1", "echo", tensor::zeros(dtype::u8, {1}));
+  (void)(*a)->rpc_sync<tensor>("w1", "echo", tensor::zeros(dtype::uint8, {1}));
   auto cli = connect_store(url);
   if (cli) (void)(*cli)->set("stop", "1");
   if (auto r = (*a)->shutdown(); !r) {

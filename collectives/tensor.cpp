@@ -5,50 +5,6 @@
 
 namespace troupe::collectives {
 
-std::size_t element_size(dtype t) noexcept {
-  switch (t) {
-    case dtype::float32:
-      return 4;
-    case dtype::float64:
-      return 8;
-    case dtype::float16:
-      return 2;
-    case dtype::bfloat16:
-      return 2;
-    case dtype::int32:
-      return 4;
-    case dtype::int64:
-      return 8;
-    case dtype::uint8:
-      return 1;
-  }
-  return 0;
-}
-
-std::string_view to_string(dtype t) noexcept {
-  switch (t) {
-    case dtype::float32:
-      return "float32";
-    case dtype::float64:
-      return "float64";
-    case dtype::float16:
-      return "float16";
-    case dtype::bfloat16:
-      return "bfloat16";
-    case dtype::int32:
-      return "int32";
-    case dtype::int64:
-      return "int64";
-    case dtype::uint8:
-      return "uint8";
-  }
-  return "unknown";
-}
-
-bool is_floating(dtype t) noexcept {
-  return t == dtype::float32 || t == dtype::float64 || t == dtype::float16 || t == dtype::bfloat16;
-}
-
 std::string_view to_string(reduce_op op) noexcept {
   switch (op) {
     case reduce_op::sum:

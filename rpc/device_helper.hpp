@@ -12,7 +12,7 @@
 #pragma once
 
 #include "core/expected.hpp"
-#include "rpc/tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace troupe::rpc {
 

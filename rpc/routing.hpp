@@ -11,7 +11,7 @@
 
 #include "core/expected.hpp"
 #include "devicemap/device_map.hpp"
-#include "rpc/tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace troupe::rpc {
 

@@ -26,7 +26,7 @@
 #include "core/expected.hpp"
 #include "core/worker_info.hpp"
 #include "rpc/inspect.hpp"
-#include "rpc/tensor.hpp"
+#include "core/tensor.hpp"
 
 static_assert(std::endian::native == std::endian::little,
               "troupe's RPC encoding assumes a little-endian host");

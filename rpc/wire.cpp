@@ -264,7 +264,7 @@ expected<void> frame_decoder::parse_descriptors() {
                           std::shared_ptr<void>(mem, mem.get()));
     if (!t) return fail(proto(t.error().message()));
     if (dev_type == 2) {
-      if (dtype_v != dtype::u8)
+      if (dtype_v != dtype::uint8)
         return fail(proto(strcat("descriptor ", i, ": a CUDA IPC record must be u8 bytes")));
       *t = t->as_ipc_record();
     }

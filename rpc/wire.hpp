@@ -13,7 +13,7 @@
 
 #include "core/codec.hpp"
 #include "core/expected.hpp"
-#include "rpc/tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace troupe::rpc::wire {
 

@@ -16,7 +16,7 @@ expected<std::vector<bucket_plan>> plan_buckets(const std::vector<parameter>& pa
     bucket_plan plan;
     std::size_t cap = 0;
   };
-  std::map<std::pair<collectives::dtype, device>, open_bucket> open;
+  std::map<std::pair<dtype, device>, open_bucket> open;
   std::vector<bucket_plan> done;
   // Each bucket is ordered by its first parameter: earliest in reverse registration.
   for (std::size_t k = params.size(); k-- > 0;) {

@@ -17,7 +17,7 @@ namespace troupe::training {
 struct bucket_plan {
   /// Parameter indices, in the order they join the bucket (reverse registration order).
   std::vector<std::size_t> params;
-  collectives::dtype type = collectives::dtype::float32;
+  dtype type = dtype::float32;
   device where;
   /// Elements and bytes in the bucket.
   std::size_t numel = 0;

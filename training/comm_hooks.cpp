@@ -7,9 +7,7 @@
 
 namespace troupe::training {
 
-using collectives::dtype;
 using collectives::reduce_op;
-using collectives::tensor_view;
 
 namespace {
 

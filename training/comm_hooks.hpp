@@ -20,7 +20,7 @@ struct comm_bucket {
   /// The bucket's number (launch order, the same on every rank).
   std::size_t index = 0;
   /// The bucket's gradients, flat; holds this rank's contribution on entry.
-  collectives::tensor_view buffer;
+  tensor_view buffer;
   /// Divide the sum by this: the world size, or the ranks still training under Join
   /// with divide_by_initial_world_size = false.
   double divisor = 1;

@@ -8,7 +8,6 @@
 namespace troupe::training {
 
 using collectives::join;
-using collectives::tensor_view;
 
 expected<std::unique_ptr<ddp>> ddp::make(std::shared_ptr<collectives::process_group> group,
                                          std::vector<parameter> params, ddp_options options) {
@@ -39,7 +38,7 @@ expected<std::unique_ptr<ddp>> ddp::make(std::shared_ptr<collectives::process_gr
     if (!flat) return std::move(flat).error();
     d->buckets_.push_back({std::move(*flat), 0, {}});
   }
-  std::map<std::pair<collectives::dtype, device>, std::vector<tensor_view>> by_kind;
+  std::map<std::pair<dtype, device>, std::vector<tensor_view>> by_kind;
   for (auto& p : d->params_) by_kind[{p.value.type, p.value.where}].push_back(p.value);
   for (auto& [kind, views] : by_kind) {
     auto flat = flat_views::make(std::move(views));

@@ -123,7 +123,7 @@ class ddp final : public collectives::joinable {
   template <class T>
   expected<T> broadcast_object(const T& obj, int src = 0);
   /// Reduces `t` in place on every rank: reduce_op::sum or reduce_op::avg (the mean).
-  expected<void> reduce(collectives::tensor_view t,
+  expected<void> reduce(tensor_view t,
                         collectives::reduce_op op = collectives::reduce_op::avg);
 
   // -- introspection ------------------------------------------------------------------

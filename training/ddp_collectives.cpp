@@ -7,10 +7,8 @@
 
 namespace troupe::training {
 
-using collectives::dtype;
 using collectives::reduce_op;
 using collectives::scratch_buffer;
-using collectives::tensor_view;
 
 namespace {
 

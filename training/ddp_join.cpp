@@ -11,10 +11,8 @@
 
 namespace troupe::training {
 
-using collectives::dtype;
 using collectives::reduce_op;
 using collectives::scratch_buffer;
-using collectives::tensor_view;
 
 class ddp::joined_hook final : public collectives::join_hook {
  public:

@@ -10,8 +10,6 @@ namespace troupe::training {
 namespace {
 
 using collectives::reduce_op;
-using collectives::dtype;
-using collectives::tensor_view;
 
 constexpr auto none = std::numeric_limits<std::int64_t>::max();
 // Waits on the loop's own work allow this much beyond the work's timeout, so that the

@@ -70,7 +70,7 @@ class elastic_loop {
   /// may be empty). Refuses bad parameters or options naming what is wrong.
   static expected<std::unique_ptr<elastic_loop>> make(collectives::elastic_group& group,
                                                       std::vector<parameter> params,
-                                                      std::vector<collectives::tensor_view>
+                                                      std::vector<tensor_view>
                                                           optimizer_state,
                                                       elastic_loop_options options);
 
@@ -95,7 +95,7 @@ class elastic_loop {
 
   collectives::elastic_group* group_ = nullptr;
   std::vector<parameter> params_;
-  std::vector<collectives::tensor_view> state_;  // the parameters' values, then the optimizer's
+  std::vector<tensor_view> state_;  // the parameters' values, then the optimizer's
   std::vector<std::vector<std::byte>> copy_;     // state_ before the last applied step
   elastic_loop_options options_;
   std::shared_ptr<collectives::process_group> current_;

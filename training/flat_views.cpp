@@ -6,8 +6,6 @@
 
 namespace troupe::training {
 
-using collectives::dtype;
-using collectives::tensor_view;
 
 expected<flat_views> flat_views::make(std::vector<tensor_view> parts) {
   flat_views f;
@@ -40,7 +38,7 @@ expected<flat_views> flat_views::make(std::vector<tensor_view> parts) {
     return make_error(errc::unsupported, "gradients on ", first.where.to_string(),
                       " that are not one contiguous allocation cannot be bucketed; place "
                       "them back to back in one buffer");
-  f.copy_.resize(total * collectives::element_size(first.type));
+  f.copy_.resize(total * element_size(first.type));
   f.view_ = {f.copy_.data(), first.type, total, first.where};
   return f;
 }

@@ -15,7 +15,7 @@ class flat_views {
  public:
   /// `parts` must share dtype and device. CUDA tensors that are not contiguous are
   /// errc::unsupported (give them one contiguous allocation).
-  static expected<flat_views> make(std::vector<collectives::tensor_view> parts);
+  static expected<flat_views> make(std::vector<tensor_view> parts);
 
   flat_views() = default;
   flat_views(flat_views&&) noexcept = default;
@@ -23,24 +23,24 @@ class flat_views {
   flat_views(const flat_views&) = delete;
   flat_views& operator=(const flat_views&) = delete;
   /// The flat buffer: the tensors' own memory when contiguous, else the host copy.
-  collectives::tensor_view view() const noexcept { return view_; }
+  tensor_view view() const noexcept { return view_; }
   bool in_place() const noexcept { return in_place_; }
   std::size_t numel() const noexcept { return view_.numel; }
-  const std::vector<collectives::tensor_view>& parts() const noexcept { return parts_; }
+  const std::vector<tensor_view>& parts() const noexcept { return parts_; }
   /// Copies the parts into the buffer (nothing when in place).
   void pack();
   /// Copies the buffer back into the parts (nothing when in place).
   void unpack();
 
  private:
-  std::vector<collectives::tensor_view> parts_;
+  std::vector<tensor_view> parts_;
   std::vector<std::byte> copy_;
-  collectives::tensor_view view_;
+  tensor_view view_;
   bool in_place_ = false;
 };
 
 /// Fills `t` (a CPU tensor of a floating dtype) with zeros / multiplies it by `factor`.
-void fill_zero(const collectives::tensor_view& t);
-expected<void> scale(const collectives::tensor_view& t, double factor);
+void fill_zero(const tensor_view& t);
+expected<void> scale(const tensor_view& t, double factor);
 
 }  // namespace troupe::training

@@ -17,7 +17,7 @@ expected<void> check_parameters(const std::vector<parameter>& params) {
     if (p.value.type != p.grad.type)
       return make_error(errc::invalid_argument, who, ": value is ", to_string(p.value.type),
                         " but grad is ", to_string(p.grad.type), "; they must match");
-    if (!collectives::is_floating(p.value.type))
+    if (!is_floating(p.value.type))
       return make_error(errc::invalid_argument, who, " is ", to_string(p.value.type),
                         "; only floating-point parameters are trained");
     if (p.value.numel != p.grad.numel)

@@ -13,9 +13,9 @@ struct parameter {
   /// For messages, e.g. "layer1.weight".
   std::string name;
   /// The weights; the strategy reads and writes them (initial broadcast, averaging).
-  collectives::tensor_view value;
+  tensor_view value;
   /// The gradient; same dtype, element count and device as `value`.
-  collectives::tensor_view grad;
+  tensor_view grad;
 };
 
 /// Checks one parameter list: each entry has a name, value and grad agree in dtype,

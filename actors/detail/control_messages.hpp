@@ -13,7 +13,7 @@
 
 #include "core/codec.hpp"
 #include "core/error.hpp"
-#include "rpc/tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace troupe::actors::detail {
 
@@ -23,7 +23,7 @@ struct deliver_message {
   /// The sender's id for the reply it awaits; 0: a plain send, nobody awaits a reply.
   std::uint64_t ask_id = 0;
   bytes payload;  // message_types' byte form of the CAF message
-  std::vector<rpc::tensor> tensors;
+  std::vector<tensor> tensors;
 };
 
 template <class Inspector>
@@ -36,7 +36,7 @@ struct answer_message {
   std::uint64_t ask_id = 0;
   bool ok = false;
   bytes payload;  // when ok
-  std::vector<rpc::tensor> tensors;
+  std::vector<tensor> tensors;
   error failure;  // when !ok
 };
 

@@ -2,7 +2,7 @@
 
 namespace troupe::actors::detail {
 
-std::uint64_t message_bytes(const bytes& payload, const std::vector<rpc::tensor>& tensors) noexcept {
+std::uint64_t message_bytes(const bytes& payload, const std::vector<tensor>& tensors) noexcept {
   std::uint64_t n = payload.size();
   for (const auto& t : tensors) n += t.nbytes();
   return n;

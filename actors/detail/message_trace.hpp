@@ -15,12 +15,12 @@
 
 #include "core/codec.hpp"
 #include "core/trace.hpp"
-#include "rpc/tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace troupe::actors::detail {
 
 /// The bytes a message carries: its encoded form and its tensors.
-std::uint64_t message_bytes(const bytes& payload, const std::vector<rpc::tensor>& tensors) noexcept;
+std::uint64_t message_bytes(const bytes& payload, const std::vector<tensor>& tensors) noexcept;
 
 /// One message's span, started when tracing is on at construction. Not thread-safe; may be
 /// moved to the thread that ends it.

@@ -89,8 +89,8 @@ class mlp {
     const char* names[] = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"};
     std::vector<training::parameter> ps;
     for (std::size_t k = 0; k < 4; ++k)
-      ps.push_back({names[k], collectives::tensor_view::of(std::span(w).subspan(offsets_[k], sizes_[k])),
-                    collectives::tensor_view::of(std::span(g).subspan(offsets_[k], sizes_[k]))});
+      ps.push_back({names[k], tensor_view::of(std::span(w).subspan(offsets_[k], sizes_[k])),
+                    tensor_view::of(std::span(g).subspan(offsets_[k], sizes_[k]))});
     return ps;
   }
 

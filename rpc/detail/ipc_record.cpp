@@ -39,7 +39,7 @@ expected<tensor> encode_ipc_record(const ipc_record& r, device target) {
   if (r.shape.size() > max_rank)
     return make_error(errc::invalid_argument, "a tensor of rank ", r.shape.size(),
                       " cannot be lent through CUDA IPC (at most ", max_rank, ")");
-  auto t = tensor::zeros(dtype::u8, {static_cast<std::int64_t>(ipc_record_size)});
+  auto t = tensor::zeros(dtype::uint8, {static_cast<std::int64_t>(ipc_record_size)});
   auto* p = static_cast<std::byte*>(t.data());
   put<std::uint32_t>(p, record_magic);
   put<std::uint32_t>(p + 4, record_version);
@@ -61,7 +61,7 @@ expected<ipc_record> decode_ipc_record(const tensor& t) {
   auto bad = [](auto&&... what) {
     return make_error(errc::protocol_error, "malformed CUDA IPC record: ", what...);
   };
-  if (t.type() != dtype::u8 || t.nbytes() != ipc_record_size || t.data() == nullptr)
+  if (t.type() != dtype::uint8 || t.nbytes() != ipc_record_size || t.data() == nullptr)
     return bad(t.nbytes(), " bytes of ", to_string(t.type()), " instead of ", ipc_record_size, " bytes");
   const auto* p = static_cast<const std::byte*>(t.data());
   if (get<std::uint32_t>(p) != record_magic) return bad("wrong magic");

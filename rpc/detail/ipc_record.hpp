@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/expected.hpp"
-#include "rpc/tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace troupe::rpc::detail {
 
@@ -25,7 +25,7 @@ struct ipc_record {
   std::uint64_t offset = 0;
   std::uint64_t base = 0;
   std::uint64_t event = 0;
-  dtype type = dtype::u8;
+  dtype type = dtype::uint8;
   std::vector<std::int64_t> shape;
   std::array<std::byte, 64> mem_handle{};
   std::array<std::byte, 64> event_handle{};

@@ -138,7 +138,7 @@ int main() {
         break;
       }
       std::vector<float> t(16, 1.0f);
-      auto r = v->group->allreduce({t.data(), collectives::dtype::float32, t.size()}).wait(60s);
+      auto r = v->group->allreduce({t.data(), dtype::float32, t.size()}).wait(60s);
       if (!r) {
         group_failure = r.error().to_string();
         (void)eg->wait_for_change(v->epoch.number, 2s);

@@ -25,7 +25,7 @@ typename Inspector::result_type inspect(Inspector& f, point& p) {
 
 struct gradient {
   std::uint64_t step = 0;
-  troupe::rpc::tensor values;
+  troupe::tensor values;
 };
 
 template <class Inspector>
@@ -74,9 +74,9 @@ TEST_CASE("a tensor inside a message travels beside the bytes, not inside them")
   message_types types;
   REQUIRE(types.add<gradient>("gradient"));
   std::vector<float> v(1024, 0.5f);
-  auto t = troupe::rpc::tensor::from<float>(v, troupe::rpc::dtype::f32);
+  auto t = troupe::tensor::from<float>(v, troupe::dtype::float32);
   troupe::bytes out;
-  std::vector<troupe::rpc::tensor> side;
+  std::vector<troupe::tensor> side;
   REQUIRE(types.encode(caf::make_message(gradient{9, t}), out, &side));
   CHECK(side.size() == 1);
   CHECK(out.size() < 64);  // the 4 KiB of values are not in the message bytes

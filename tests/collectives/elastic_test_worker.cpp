@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
       if (std::chrono::steady_clock::now() >= until) break;
       for (std::size_t j = 0; j < elements; ++j)
         data[j] = (g.rank() + 1) * static_cast<std::int64_t>(j + 1) + k;
-      c::tensor_view t{data.data(), c::dtype::int64, elements, troupe::device::cpu()};
+      troupe::tensor_view t{data.data(), troupe::dtype::int64, elements, troupe::device::cpu()};
       auto r = g.allreduce(t, {c::reduce_op::sum, op_timeout}).wait(op_timeout + 10s);
       if (!r) {
         ++failures;

@@ -16,6 +16,9 @@ TEST_CASE("every dtype has its element size and name") {
   CHECK(element_size(dtype::int32) == 4);
   CHECK(element_size(dtype::int64) == 8);
   CHECK(element_size(dtype::uint8) == 1);
+  CHECK(element_size(dtype::int8) == 1);
+  CHECK(element_size(dtype::int16) == 2);
+  CHECK(element_size(dtype::boolean) == 1);
   CHECK(to_string(dtype::bfloat16) == "bfloat16");
   CHECK(to_string(reduce_op::product) == "product");
   CHECK(is_floating(dtype::float16));

@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::string name;
     std::vector<std::int64_t> v;
     troupe::error e;
-    tensor t;
+    troupe::tensor t;
     (void)deserialize(f.message, &f.tensors, name, v, e, t);
   }
   return 0;

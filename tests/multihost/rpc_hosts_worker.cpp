@@ -84,7 +84,7 @@ int call_everything(agent& a, const std::string& to, const std::string& other) {
   std::vector<float> v(4096);
   for (std::size_t i = 0; i < v.size(); ++i)
     v[i] = static_cast<float>(i) * 0.5f + static_cast<float>(me.id);
-  auto t = tensor::from<float>(v, dtype::f32);
+  auto t = tensor::from<float>(v, dtype::float32);
   auto back = a.rpc_sync<tensor>(to, "echo", t);
   if (!back || !same_values(*back, t)) return fail(me.name, "tensor echo on " + to);
   auto nested = a.rpc_sync<int>(to, "call_other", other, 7, me.id);

@@ -110,7 +110,7 @@ TEST_CASE("a remote reference is fetched with to_here and freed when its last ho
       CHECK(*moved.to_here() == 42);
     }
     CHECK(b.owned_remote_refs() == 1);  // `copy` still holds it
-    auto t = tensor::from<float>(std::vector<float>{1, 2, 3}, dtype::f32);
+    auto t = tensor::from<float>(std::vector<float>{1, 2, 3}, dtype::float32);
     auto tref = a.remote<tensor>("w1", "echo", t);
     auto back = tref.to_here();
     REQUIRE(back);
@@ -134,14 +134,14 @@ TEST_CASE("tensors cross the wire outside the arguments, strided views packed on
   auto g = make_group(2);
   std::vector<float> data(1 << 18);
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i);
-  auto t = tensor::from<float>(data, dtype::f32);
+  auto t = tensor::from<float>(data, dtype::float32);
   auto back = g[0]->rpc_sync<tensor>("w1", "echo", t);
   REQUIRE(back);
   CHECK(same_values(*back, t));
   CHECK(back->dev() == device::cpu());
   // A transposed 2x3 view of a 3x2 buffer.
   std::vector<std::int32_t> m{1, 2, 3, 4, 5, 6};
-  auto view = tensor::wrap(m.data(), dtype::i32, {2, 3}, device::cpu(), {1, 2});
+  auto view = tensor::wrap(m.data(), dtype::int32, {2, 3}, device::cpu(), {1, 2});
   REQUIRE(view);
   CHECK_FALSE(view->is_contiguous());
   auto packed = g[1]->rpc_sync<tensor>("w0", "echo", *view);

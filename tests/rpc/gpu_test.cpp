@@ -60,13 +60,13 @@ expected<tensor> gpu_pattern(std::size_t count, std::uint32_t seed) {
   if (!mem) return make_error(errc::unavailable, "cudaMalloc of ", count * 4, " bytes failed");
   if (auto e = troupe_test::fill_after_spin(mem.get(), count, seed, producer_stream(), spin_ms); !e.empty())
     return make_error(errc::unavailable, "launching the fill kernel failed: ", e);
-  auto t = tensor::wrap(mem.get(), dtype::i32, {static_cast<std::int64_t>(count)}, *device::cuda(0), {}, mem);
+  auto t = tensor::wrap(mem.get(), dtype::int32, {static_cast<std::int64_t>(count)}, *device::cuda(0), {}, mem);
   if (!t) return t;
   return t->with_stream(producer_stream());
 }
 
 tensor cpu_pattern(std::size_t count, std::uint32_t seed) {
-  auto t = tensor::zeros(dtype::i32, {static_cast<std::int64_t>(count)});
+  auto t = tensor::zeros(dtype::int32, {static_cast<std::int64_t>(count)});
   auto* w = static_cast<std::uint32_t*>(t.data());
   for (std::size_t i = 0; i < count; ++i) w[i] = seed + static_cast<std::uint32_t>(i);
   return t;
@@ -285,7 +285,7 @@ TEST_CASE("a GPU tensor from a stream-ordered pool, which CUDA IPC cannot share,
   REQUIRE(cudaMallocAsync(&p, count * 4, producer_stream()) == cudaSuccess);
   REQUIRE(cudaMemsetAsync(p, 0, count * 4, producer_stream()) == cudaSuccess);
   REQUIRE(troupe_test::fill_after_spin(p, count, 900, producer_stream(), spin_ms).empty());
-  auto t = tensor::wrap(p, dtype::i32, {static_cast<std::int64_t>(count)}, *device::cuda(0));
+  auto t = tensor::wrap(p, dtype::int32, {static_cast<std::int64_t>(count)}, *device::cuda(0));
   REQUIRE(t);
   auto seen = w.self->rpc_sync<std::string>("w1", "describe", t->with_stream(producer_stream()), std::int64_t{900});
   REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));

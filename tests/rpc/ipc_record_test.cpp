@@ -25,7 +25,7 @@ ipc_record sample() {
   r.offset = 4096;
   r.base = 0x7f0000000000;
   r.event = 0x1234;
-  r.type = dtype::f32;
+  r.type = dtype::float32;
   r.shape = {3, 5, 7};
   for (int i = 0; i < 64; ++i) {
     r.mem_handle[static_cast<std::size_t>(i)] = std::byte(i);
@@ -50,7 +50,7 @@ TEST_CASE("an IPC record round-trips every field and is marked as a record for i
   CHECK(r->offset == 4096);
   CHECK(r->base == 0x7f0000000000);
   CHECK(r->event == 0x1234);
-  CHECK(r->type == dtype::f32);
+  CHECK(r->type == dtype::float32);
   CHECK(r->shape == std::vector<std::int64_t>{3, 5, 7});
   CHECK(r->nbytes() == 3 * 5 * 7 * 4);
   CHECK(r->mem_handle == sample().mem_handle);
@@ -62,12 +62,12 @@ TEST_CASE("a malformed IPC record is refused with what is wrong") {
   auto good = encode_ipc_record(sample(), *device::cuda(0));
   REQUIRE(good);
   auto corrupt = [&](std::size_t at, std::uint8_t v) {
-    auto t = tensor::zeros(dtype::u8, {static_cast<std::int64_t>(ipc_record_size)});
+    auto t = tensor::zeros(dtype::uint8, {static_cast<std::int64_t>(ipc_record_size)});
     std::memcpy(t.data(), good->data(), ipc_record_size);
     static_cast<std::uint8_t*>(t.data())[at] = v;
     return decode_ipc_record(t);
   };
-  auto wrong_size = decode_ipc_record(tensor::zeros(dtype::u8, {10}));
+  auto wrong_size = decode_ipc_record(tensor::zeros(dtype::uint8, {10}));
   REQUIRE_FALSE(wrong_size);
   CHECK(wrong_size.error().code() == errc::protocol_error);
   CHECK(wrong_size.error().message().find("10 bytes") != std::string::npos);
@@ -86,7 +86,7 @@ TEST_CASE("a malformed IPC record is refused with what is wrong") {
   auto negative = corrupt(56 + 7, 0x80);  // the top byte of the first dimension
   REQUIRE_FALSE(negative);
   CHECK(negative.error().message().find("negative dimension") != std::string::npos);
-  CHECK(ipc_record_loan_id(tensor::zeros(dtype::u8, {10})) == 0);
+  CHECK(ipc_record_loan_id(tensor::zeros(dtype::uint8, {10})) == 0);
 }
 
 TEST_CASE("the loan book keeps a loan until it is released, and only once") {
@@ -121,7 +121,7 @@ TEST_CASE("a receiver releases every lent tensor it was handed, even when it can
   first.loan_id = 11;
   auto second = sample();
   second.loan_id = 12;
-  std::vector<tensor> ts{tensor::zeros(dtype::u8, {4}), *encode_ipc_record(first, *device::cuda(0)),
+  std::vector<tensor> ts{tensor::zeros(dtype::uint8, {4}), *encode_ipc_record(first, *device::cuda(0)),
                          *encode_ipc_record(second, *device::cuda(3))};
   std::vector<std::uint64_t> released;
   // This worker has one device: cuda:3 is refused, cuda:0 cannot be opened here (no GPU,
@@ -140,7 +140,7 @@ TEST_CASE("without a lender a CPU tensor is never lent and GPU routing is unchan
   } lender;
   device_map m;
   REQUIRE(m.set(device::cpu(), *device::cuda(0)));
-  std::vector<tensor> ts{tensor::zeros(dtype::f32, {8})};
+  std::vector<tensor> ts{tensor::zeros(dtype::float32, {8})};
   REQUIRE(prepare_outgoing(ts, "w0", "w1", &m, route_kind::request, &lender));
   CHECK(lender.filed == 0);
   CHECK_FALSE(ts[0].is_ipc_record());

@@ -98,7 +98,7 @@ TEST_CASE("a GPU tensor to a worker with no map is refused with how to set one")
 
 TEST_CASE("contiguous CPU tensors are sent in place, without a copy") {
   std::vector<double> data(64, 1.5);
-  auto t = tensor::wrap(data.data(), dtype::f64, {8, 8});
+  auto t = tensor::wrap(data.data(), dtype::float64, {8, 8});
   REQUIRE(t);
   std::vector<tensor> ts{*t};
   REQUIRE(prepare_outgoing(ts, "w0", "w1", nullptr, route_kind::request));
@@ -115,7 +115,7 @@ TEST_CASE("contiguous CPU tensors are sent in place, without a copy") {
 }
 
 TEST_CASE("a tensor for a GPU the receiver does not have is refused naming it") {
-  auto t = tensor::zeros(dtype::f32, {4}).with_device(cuda(1));
+  auto t = tensor::zeros(dtype::float32, {4}).with_device(cuda(1));
   std::vector<tensor> ts{t};
   auto r = place_incoming(ts, "w1", 1);
   REQUIRE_FALSE(r);
@@ -136,7 +136,7 @@ TEST_CASE("CPU-to-GPU maps are sent, and a receiver without that GPU answers wit
     if (r == 0) o.device_maps["w1"] = to_gpu;
     if (r == 1) o.device_count = 1;  // claims a GPU so the maps validate
   });
-  auto t = tensor::from<float>(std::vector<float>{1, 2}, dtype::f32);
+  auto t = tensor::from<float>(std::vector<float>{1, 2}, dtype::float32);
   auto r = g[0]->rpc_sync<tensor>("w1", "echo", t);
   if (gpu_copies_available()) {
     REQUIRE(r);

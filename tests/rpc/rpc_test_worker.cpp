@@ -92,7 +92,7 @@ int static_all(agent& a) {
     if (!who || *who != me.name) return fail("whoami on " + w.name);
     std::vector<float> v(1000 + 10 * static_cast<std::size_t>(me.id));
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i * (me.id + 1));
-    auto t = tensor::from<float>(v, dtype::f32);
+    auto t = tensor::from<float>(v, dtype::float32);
     auto back = a.rpc_sync<tensor>(w.name, "echo", t);
     if (!back || !same_values(*back, t)) return fail("echo on " + w.name);
     auto next = all[static_cast<std::size_t>((w.id + 1) % static_cast<int>(all.size()))].name;

@@ -100,7 +100,7 @@ TEST_CASE("a user type with an inspect overload is sendable and its annotations 
 TEST_CASE("tensors go to the side list and come back by index") {
   std::vector<tensor> side;
   bytes buf;
-  auto t = tensor::from<float>(std::vector<float>{1, 2, 3}, dtype::f32);
+  auto t = tensor::from<float>(std::vector<float>{1, 2, 3}, dtype::float32);
   REQUIRE(serialize(buf, &side, std::string("x"), t));
   CHECK(side.size() == 1);
   CHECK(buf.size() == 4 + 1 + 4);

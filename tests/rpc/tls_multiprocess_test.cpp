@@ -94,7 +94,7 @@ TEST_CASE("two worker processes over TCP with TLS make sync, async and one-way c
   CHECK(sum == 5050);
   std::vector<float> v(std::size_t{4} << 20);  // 16 MiB
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 65521);
-  auto big = tensor::from<float>(v, dtype::f32);
+  auto big = tensor::from<float>(v, dtype::float32);
   for (int round = 0; round < 3; ++round) {
     auto back = d.rpc_sync<tensor>("w1", "echo", big);
     REQUIRE_MESSAGE(back, (back ? "" : back.error().to_string()));

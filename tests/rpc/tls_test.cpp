@@ -112,7 +112,7 @@ TEST_CASE("agents with the job's certificates make sync, async and one-way calls
   CHECK(told.load() == 1275);
   std::vector<float> v(std::size_t{4} << 20);  // 16 MiB
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 10007) * 0.5f;
-  auto big = tensor::from<float>(v, dtype::f32);
+  auto big = tensor::from<float>(v, dtype::float32);
   for (int round = 0; round < 2; ++round) {
     auto back = g[round]->rpc_sync<tensor>(round == 0 ? "w1" : "w0", "echo", big);
     REQUIRE_MESSAGE(back, (back ? "" : back.error().to_string()));

@@ -23,9 +23,9 @@ bytes flatten(const frame_builder& b) {
 bytes sample_frame(std::uint64_t id) {
   frame_builder b(kind::request, id, 3);
   REQUIRE(serialize(b.message(), &b.tensors(), std::string("add"), 7,
-                    tensor::from<std::int32_t>(std::vector<std::int32_t>{1, 2, 3, 4}, dtype::i32),
-                    tensor::zeros(dtype::f64, {2, 0}),
-                    tensor::from<float>(std::vector<float>{0.5f}, dtype::f32)));
+                    tensor::from<std::int32_t>(std::vector<std::int32_t>{1, 2, 3, 4}, dtype::int32),
+                    tensor::zeros(dtype::float64, {2, 0}),
+                    tensor::from<float>(std::vector<float>{0.5f}, dtype::float32)));
   REQUIRE(b.finish());
   return flatten(b);
 }
@@ -194,8 +194,8 @@ bytes gpu_bound_frame() {
   for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i);
   frame_builder b(kind::request, 9, 0);
   REQUIRE(serialize(b.message(), &b.tensors(),
-                    tensor::from<float>(big, dtype::f32).with_device(*device::cuda(0)),
-                    tensor::from<float>(big, dtype::f32)));
+                    tensor::from<float>(big, dtype::float32).with_device(*device::cuda(0)),
+                    tensor::from<float>(big, dtype::float32)));
   REQUIRE(b.finish());
   return flatten(b);
 }

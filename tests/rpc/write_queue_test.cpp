@@ -97,7 +97,7 @@ TEST_CASE("a sender that finds the send queue full waits until the call's timeou
     o.max_queued_bytes = 256 * 1024;
   });
   std::vector<float> data(1 << 18);  // 1 MiB
-  auto t = tensor::from<float>(data, dtype::f32);
+  auto t = tensor::from<float>(data, dtype::float32);
   REQUIRE(g[0]->notify("w1", "stall", 2000).get(5s));
   call_options o;
   o.timeout = 200ms;
@@ -138,7 +138,7 @@ TEST_CASE("the send-queue gauge shows the bytes waiting behind a stalled receive
   auto g = make_group(2, std::make_shared<memory_store>(), [&](int, rpc_backend_options& o) { o.functions = fns; });
   CHECK(queued.value() == 0);
   std::vector<float> data(1 << 18);  // 1 MiB each, 16 MiB in all: more than the kernel buffers
-  auto t = tensor::from<float>(data, dtype::f32);
+  auto t = tensor::from<float>(data, dtype::float32);
   REQUIRE(g[0]->notify("w1", "stall", 1500).get(5s));
   constexpr int n = 16;
   for (int i = 0; i < n; ++i) REQUIRE(g[0]->notify("w1", "sink", t).get(5s));
@@ -164,7 +164,7 @@ TEST_CASE("one-way calls still queued behind a slow receiver at shutdown are del
   REQUIRE(fns->add("sink", [sunk](tensor) { ++*sunk; }, function_options{true}));
   auto g = make_group(2, std::make_shared<memory_store>(), [&](int, rpc_backend_options& o) { o.functions = fns; });
   std::vector<float> data(1 << 16);  // 256 KiB each, 32 MiB in all: more than the kernel buffers
-  auto t = tensor::from<float>(data, dtype::f32);
+  auto t = tensor::from<float>(data, dtype::float32);
   REQUIRE(g[0]->notify("w1", "stall", 500).get(5s));
   constexpr int n = 128;
   for (int i = 0; i < n; ++i) REQUIRE(g[0]->notify("w1", "sink", t).get(5s));

@@ -19,8 +19,6 @@
 using namespace std::chrono_literals;
 using namespace troupe;
 using namespace troupe::training;
-using collectives::dtype;
-using collectives::tensor_view;
 using collectives::testing::nccl_world_of_one;
 
 namespace {

@@ -13,10 +13,8 @@
 namespace troupe::training::testing {
 
 using namespace std::chrono_literals;
-using collectives::dtype;
 using collectives::join;
 using collectives::process_group;
-using collectives::tensor_view;
 
 /// Parameters in separate buffers (not contiguous), sizes 3, 5, 2, 7, with grads set by
 /// the caller.

@@ -43,14 +43,14 @@ TEST_CASE("elastic_loop refuses no parameters, a gradient of another size, and z
   auto none = elastic_loop::make(**g, {}, {}, {});
   REQUIRE_FALSE(none.has_value());
   CHECK(none.error().message().find("no parameters") != std::string::npos);
-  parameter bad{"fc.weight", collectives::tensor_view::of(std::span<float>(w)),
-                collectives::tensor_view::of(std::span<float>(gr))};
+  parameter bad{"fc.weight", tensor_view::of(std::span<float>(w)),
+                tensor_view::of(std::span<float>(gr))};
   auto sizes = elastic_loop::make(**g, {bad}, {}, {});
   REQUIRE_FALSE(sizes.has_value());
   CHECK(sizes.error().message().find("fc.weight") != std::string::npos);
   float g4[4] = {};
-  parameter good{"fc.weight", collectives::tensor_view::of(std::span<float>(w)),
-                 collectives::tensor_view::of(std::span<float>(g4))};
+  parameter good{"fc.weight", tensor_view::of(std::span<float>(w)),
+                 tensor_view::of(std::span<float>(g4))};
   elastic_loop_options zero;
   zero.steps = 0;
   auto steps = elastic_loop::make(**g, {good}, {}, zero);
@@ -87,8 +87,8 @@ TEST_CASE("two members as threads train from rank 0's state and end with the sam
   for (int i = 0; i < 2; ++i)
     ts.emplace_back([&, i] {
       auto& me = m[i];
-      parameter p{"w", collectives::tensor_view::of(std::span(me.w)),
-                  collectives::tensor_view::of(std::span(me.g))};
+      parameter p{"w", tensor_view::of(std::span(me.w)),
+                  tensor_view::of(std::span(me.g))};
       elastic_loop_options o;
       o.steps = 20;
       o.timeout = 20s;

@@ -133,9 +133,9 @@ int main(int argc, char** argv) {
     put("first/" + name, std::to_string(next.step) + " " + std::to_string(next.world));
     if (next.step == 0) put("loss0/" + name, std::to_string(full_loss()));
   };
-  std::vector<collectives::tensor_view> optimizer_state{
-      collectives::tensor_view::of(std::span(velocity))};
-  if (!ballast.empty()) optimizer_state.push_back(collectives::tensor_view::of(std::span(ballast)));
+  std::vector<tensor_view> optimizer_state{
+      tensor_view::of(std::span(velocity))};
+  if (!ballast.empty()) optimizer_state.push_back(tensor_view::of(std::span(ballast)));
   auto loop = training::elastic_loop::make(**eg, model.parameters(), optimizer_state, lo);
   if (!loop) {
     std::cerr << name << ": " << loop.error() << "\n";

@@ -65,12 +65,12 @@ TEST_CASE("buckets follow reverse registration order, split by dtype and by the 
   std::vector<float> f(100), fg(100);
   std::vector<double> d(10), dg(10);
   auto view = [](std::vector<float>& v, std::size_t o, std::size_t n) {
-    return collectives::tensor_view::of(std::span(v).subspan(o, n));
+    return tensor_view::of(std::span(v).subspan(o, n));
   };
   std::vector<parameter> ps{
       {"a", view(f, 0, 10), view(fg, 0, 10)},      // 40 bytes
       {"b", view(f, 10, 20), view(fg, 10, 20)},    // 80 bytes
-      {"c", collectives::tensor_view::of(std::span(d)), collectives::tensor_view::of(std::span(dg))},
+      {"c", tensor_view::of(std::span(d)), tensor_view::of(std::span(dg))},
       {"d", view(f, 30, 5), view(fg, 30, 5)},      // 20 bytes
       {"e", view(f, 35, 40), view(fg, 35, 40)},    // 160 bytes, above the cap
   };
@@ -81,7 +81,7 @@ TEST_CASE("buckets follow reverse registration order, split by dtype and by the 
   CHECK(plan[0].params == std::vector<std::size_t>{4});
   CHECK(plan[1].params == std::vector<std::size_t>{3, 1});
   CHECK(plan[2].params == std::vector<std::size_t>{2});
-  CHECK(plan[2].type == collectives::dtype::float64);
+  CHECK(plan[2].type == dtype::float64);
   CHECK(plan[3].params == std::vector<std::size_t>{0});
   CHECK(plan[1].nbytes == 100);
   CHECK(!plan_buckets(ps, 0, 100));

@@ -58,7 +58,7 @@ int main() {
     }
     auto& g = *v->group;
     std::vector<float> t(16, 1.0f);
-    auto r = g.allreduce({t.data(), collectives::dtype::float32, t.size()}).wait(60s);
+    auto r = g.allreduce({t.data(), dtype::float32, t.size()}).wait(60s);
     if (!r) {
       if (r.error().code() == errc::membership_changed) continue;  // the next epoch's group
       return check_failed(me, "allreduce: " + r.error().to_string());

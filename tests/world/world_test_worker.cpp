@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
 
   for (int i = 0; i < repeat; ++i) {
     std::vector<float> v(8, static_cast<float>(rank + 1));
-    if (auto r = w->group().allreduce({v.data(), collectives::dtype::float32, v.size()}).wait(o.timeout); !r)
+    if (auto r = w->group().allreduce({v.data(), dtype::float32, v.size()}).wait(o.timeout); !r)
       return check_failed(rank, "allreduce: " + r.error().to_string());
     for (float x : v)
       if (x != static_cast<float>(n * (n + 1) / 2)) return check_failed(rank, "allreduce sum");

@@ -1,4 +1,4 @@
-#include "rpc/tensor.hpp"
+#include "core/tensor.hpp"
 
 #include <cstdlib>
 #include <cstring>
@@ -8,29 +8,29 @@
 
 #include "core/strcat.hpp"
 
-namespace troupe::rpc {
+namespace troupe {
 
 std::size_t element_size(dtype t) noexcept {
   switch (t) {
-    case dtype::u8: case dtype::i8: case dtype::boolean: return 1;
-    case dtype::i16: case dtype::f16: case dtype::bf16: return 2;
-    case dtype::i32: case dtype::f32: return 4;
-    case dtype::i64: case dtype::f64: return 8;
+    case dtype::uint8: case dtype::int8: case dtype::boolean: return 1;
+    case dtype::int16: case dtype::float16: case dtype::bfloat16: return 2;
+    case dtype::int32: case dtype::float32: return 4;
+    case dtype::int64: case dtype::float64: return 8;
   }
   return 0;
 }
 
 std::string_view to_string(dtype t) noexcept {
   switch (t) {
-    case dtype::u8: return "u8";
-    case dtype::i8: return "i8";
-    case dtype::i16: return "i16";
-    case dtype::i32: return "i32";
-    case dtype::i64: return "i64";
-    case dtype::f16: return "f16";
-    case dtype::bf16: return "bf16";
-    case dtype::f32: return "f32";
-    case dtype::f64: return "f64";
+    case dtype::uint8: return "uint8";
+    case dtype::int8: return "int8";
+    case dtype::int16: return "int16";
+    case dtype::int32: return "int32";
+    case dtype::int64: return "int64";
+    case dtype::float16: return "float16";
+    case dtype::bfloat16: return "bfloat16";
+    case dtype::float32: return "float32";
+    case dtype::float64: return "float64";
     case dtype::boolean: return "bool";
   }
   return "invalid";
@@ -38,6 +38,11 @@ std::string_view to_string(dtype t) noexcept {
 
 bool is_valid_dtype(std::uint8_t raw) noexcept {
   return raw <= static_cast<std::uint8_t>(dtype::boolean);
+}
+
+bool is_floating(dtype t) noexcept {
+  return t == dtype::float32 || t == dtype::float64 || t == dtype::float16 ||
+         t == dtype::bfloat16;
 }
 
 namespace {
@@ -134,6 +139,22 @@ expected<tensor> tensor::wrap(void* data, dtype type, std::vector<std::int64_t> 
   return t;
 }
 
+tensor tensor::wrap(const tensor_view& v) {
+  tensor t;
+  t.data_ = v.data;
+  t.type_ = v.type;
+  t.device_ = v.where;
+  t.shape_ = {static_cast<std::int64_t>(v.numel)};
+  return t;
+}
+
+expected<tensor_view> tensor::view() const {
+  if (!is_contiguous())
+    return make_error(errc::invalid_argument, "tensor::view: ", *this,
+                      " is not contiguous; call contiguous() for a packed copy first");
+  return tensor_view{data_, type_, static_cast<std::size_t>(numel()), device_};
+}
+
 tensor tensor::zeros(dtype type, std::vector<std::int64_t> shape) {
   std::int64_t n = 1;
   for (auto d : shape) n *= d < 0 ? 0 : d;
@@ -215,4 +236,4 @@ std::ostream& operator<<(std::ostream& os, const tensor& t) {
   return os << "], " << t.dev() << ")";
 }
 
-}  // namespace troupe::rpc
+}  // namespace troupe
