@@ -30,6 +30,10 @@ struct elem<dtype::int64> : plain_elem<std::int64_t> {};
 template <>
 struct elem<dtype::uint8> : plain_elem<std::uint8_t> {};
 template <>
+struct elem<dtype::int8> : plain_elem<std::int8_t> {};
+template <>
+struct elem<dtype::int16> : plain_elem<std::int16_t> {};
+template <>
 struct elem<dtype::float16> {
   using raw = std::uint16_t;
   using calc = float;
@@ -133,6 +137,8 @@ void divide(void* data, std::size_t n, std::size_t by) {
 }  // namespace
 
 bool cpu_supports(dtype type, reduce_op op) noexcept {
+  // No reduction of booleans: a sum of flags is not a flag. Moving them is fine.
+  if (type == dtype::boolean || element_size(type) == 0) return false;
   return op != reduce_op::avg || is_floating(type);
 }
 
@@ -140,8 +146,11 @@ expected<cpu_reduce_fn> cpu_reduce(dtype type, reduce_op op) {
   if (!cpu_supports(type, op))
     return make_error(errc::unsupported, "reduce op ", to_string(op), " is not supported on ",
                       to_string(type),
-                      " tensors (an integer average would truncate); use sum "
-                      "and divide, or a floating dtype");
+                      type == dtype::boolean
+                          ? " tensors (a reduction of flags is not defined here); reduce them "
+                            "as uint8 and compare with zero"
+                          : " tensors (an integer average would truncate); use sum "
+                            "and divide, or a floating dtype");
   switch (type) {
     case dtype::float32:
       return for_op<dtype::float32>(op);
@@ -157,6 +166,12 @@ expected<cpu_reduce_fn> cpu_reduce(dtype type, reduce_op op) {
       return for_op<dtype::int64>(op);
     case dtype::uint8:
       return for_op<dtype::uint8>(op);
+    case dtype::int8:
+      return for_op<dtype::int8>(op);
+    case dtype::int16:
+      return for_op<dtype::int16>(op);
+    case dtype::boolean:
+      break;
   }
   return make_error(errc::invalid_argument, "unknown dtype ", static_cast<int>(type));
 }

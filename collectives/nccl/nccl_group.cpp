@@ -73,6 +73,15 @@ ncclDataType_t nccl_type(dtype t) {
       return ncclInt64;
     case dtype::uint8:
       return ncclUint8;
+    case dtype::int8:
+      return ncclInt8;
+    // NCCL has no 16-bit integer or boolean type. supports() refuses to reduce them, so
+    // only operations that move bits unchanged see these: any type of the same size
+    // carries them exactly.
+    case dtype::int16:
+      return ncclFloat16;
+    case dtype::boolean:
+      return ncclUint8;
   }
   return ncclFloat32;
 }
@@ -130,6 +139,7 @@ class nccl_group final : public process_group {
 
   std::string_view backend_name() const noexcept override { return "nccl"; }
   bool supports(dtype type, reduce_op op) const noexcept override {
+    if (type == dtype::int16 || type == dtype::boolean || element_size(type) == 0) return false;
     return op != reduce_op::avg || is_floating(type);
   }
 

@@ -14,8 +14,10 @@
 namespace troupe::collectives::testing {
 
 inline const std::vector<dtype>& all_dtypes() {
-  static const std::vector<dtype> v{dtype::float32, dtype::float64, dtype::float16, dtype::bfloat16,
-                                    dtype::int32,   dtype::int64,   dtype::uint8};
+  static const std::vector<dtype> v{dtype::float32, dtype::float64, dtype::float16,
+                                    dtype::bfloat16, dtype::int32,  dtype::int64,
+                                    dtype::uint8,   dtype::int8,    dtype::int16,
+                                    dtype::boolean};
   return v;
 }
 
@@ -49,6 +51,17 @@ class buffer {
       case dtype::uint8:
         put(p, static_cast<std::uint8_t>(v));
         break;
+      case dtype::int8:
+        put(p, static_cast<std::int8_t>(v));
+        break;
+      case dtype::int16:
+        put(p, static_cast<std::int16_t>(v));
+        break;
+      case dtype::boolean:
+        // Raw bytes, not just 0 and 1: booleans are only moved, never reduced, and
+        // distinct bytes show that every one arrived unchanged.
+        put(p, static_cast<std::uint8_t>(v));
+        break;
     }
   }
   double get(std::size_t i) const {
@@ -67,7 +80,12 @@ class buffer {
       case dtype::int64:
         return static_cast<double>(take<std::int64_t>(p));
       case dtype::uint8:
+      case dtype::boolean:
         return take<std::uint8_t>(p);
+      case dtype::int8:
+        return take<std::int8_t>(p);
+      case dtype::int16:
+        return take<std::int16_t>(p);
     }
     return 0;
   }
@@ -108,6 +126,13 @@ inline std::string run_op_suite(process_group& g, duration timeout) {
   auto wait = [&](work w, const std::string& what) -> std::string {
     auto r = w.wait(timeout + std::chrono::seconds(5));
     return r ? std::string() : strcat(what, ": ", r.error().to_string());
+  };
+  // A dtype/op pair the group does not support must fail with unsupported, not run.
+  auto refused = [&](work w, const std::string& what, dtype t) -> std::string {
+    auto r = w.wait(timeout);
+    if (r || r.error().code() != errc::unsupported)
+      return strcat(what, " on ", to_string(t), " should be unsupported");
+    return {};
   };
   auto mismatch = [&](const std::string& what, dtype t, std::size_t i, double got, double want) {
     return strcat(what, " on ", to_string(t), " at rank ", me, " element ", i, ": got ", got,
@@ -159,9 +184,12 @@ inline std::string run_op_suite(process_group& g, duration timeout) {
     {
       buffer b(t, k);
       for (std::size_t i = 0; i < k; ++i) b.set(i, ident(me, i));
-      if (auto e = wait(g.reduce(b.view(), {0, reduce_op::max, timeout}), "reduce"); !e.empty())
+      auto w = g.reduce(b.view(), {0, reduce_op::max, timeout});
+      if (!g.supports(t, reduce_op::max)) {
+        if (auto e = refused(std::move(w), "reduce max", t); !e.empty()) return e;
+      } else if (auto e = wait(std::move(w), "reduce"); !e.empty()) {
         return e;
-      for (std::size_t i = 0; i < k; ++i) {
+      } else for (std::size_t i = 0; i < k; ++i) {
         double want = ident(me, i);
         if (me == 0)
           for (int r = 0; r < n; ++r) want = std::max(want, ident(r, i));
@@ -199,11 +227,12 @@ inline std::string run_op_suite(process_group& g, duration timeout) {
     {
       buffer in(t, k * static_cast<std::size_t>(n)), out(t, k);
       for (std::size_t i = 0; i < in.size(); ++i) in.set(i, operand(me, i));
-      if (auto e = wait(g.reduce_scatter(in.view(), out.view(), {reduce_op::sum, timeout}),
-                        "reduce_scatter");
-          !e.empty())
+      auto w = g.reduce_scatter(in.view(), out.view(), {reduce_op::sum, timeout});
+      if (!g.supports(t, reduce_op::sum)) {
+        if (auto e = refused(std::move(w), "reduce_scatter sum", t); !e.empty()) return e;
+      } else if (auto e = wait(std::move(w), "reduce_scatter"); !e.empty()) {
         return e;
-      for (std::size_t i = 0; i < k; ++i) {
+      } else for (std::size_t i = 0; i < k; ++i) {
         double want = 0;
         for (int r = 0; r < n; ++r) want += operand(r, static_cast<std::size_t>(me) * k + i);
         if (out.get(i) != want) return mismatch("reduce_scatter", t, i, out.get(i), want);
