@@ -39,7 +39,10 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--troupe", required=True)
     ap.add_argument("--anchor", required=True)
+    ap.add_argument("--labels", default="troupe,anchor",
+                    help="column names of the two programs, e.g. now,before for an A/B run")
     a = ap.parse_args()
+    label_t, label_a = a.labels.split(",")
     samples = defaultdict(list)  # (impl, key, figure) -> values
     for i in range(a.runs):
         for impl, cmd in (("troupe", a.troupe), ("anchor", a.anchor)):
@@ -51,9 +54,9 @@ def main():
 
     print(f"# {time.strftime('%Y-%m-%d')} on {platform.node()} ({platform.processor() or platform.machine()}),"
           f" median of {a.runs} runs")
-    print(f"# troupe: {a.troupe}")
-    print(f"# anchor: {a.anchor}")
-    print("| measurement | figure | troupe | anchor | troupe/anchor |")
+    print(f"# {label_t}: {a.troupe}")
+    print(f"# {label_a}: {a.anchor}")
+    print(f"| measurement | figure | {label_t} | {label_a} | {label_t}/{label_a} |")
     print("|---|---|---|---|---|")
     for (impl, key, fig) in sorted(k for k in samples if k[0] == "troupe"):
         t = statistics.median(samples[(impl, key, fig)])
