@@ -1,7 +1,11 @@
-// Why this file is long (~760 lines): it holds the group's connect sequence, its two threads
-// and the dispatch of every collective to Gloo or to shared memory, which share the group's
-// state and its sticky error. Splitting it into a transport interface and one file per
-// algorithm is planned (docs/architecture.md).
+// Why this file is long (~1000 lines): it holds the group's connect sequence, its two
+// threads, the inline path for small waited-for operations, the failure path (roll call,
+// connections broken, waiters told) and the dispatch of every collective to Gloo, the
+// direct algorithms or shared memory, which all share the task queue and the sticky
+// error. What needs none of that state is in its own file: the algorithms (direct,
+// hierarchical, shared_memory), the connections (full_mesh, local_sockets) and what the
+// group asks of the OS (os_tuning). A transport interface chosen once per group is the
+// next split (docs/architecture.md).
 // The gloo process group. Threading: one worker thread per group runs the collectives in
 // call order with Gloo's algorithms; a second thread waits for point-to-point transfers,
 // which the worker only posts, so that a send and a recv posted back to back cannot
@@ -23,9 +27,6 @@
 #include <gloo/transport/tcp/pair.h>
 #include <gloo/transport/unbound_buffer.h>
 
-#include <dirent.h>
-#include <sched.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,7 +34,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -43,6 +43,7 @@
 #include "collectives/gloo/full_mesh.hpp"
 #include "collectives/gloo/hierarchical.hpp"
 #include "collectives/gloo/local_sockets.hpp"
+#include "collectives/gloo/os_tuning.hpp"
 #include "collectives/gloo/shared_memory.hpp"
 #include "collectives/gloo/store_adapter.hpp"
 #include "collectives/interruptible_store.hpp"
@@ -96,71 +97,6 @@ constexpr std::size_t small_op_bytes = 64 << 10;
 constexpr auto inline_grace = std::chrono::microseconds(500);
 constexpr auto park_after = std::chrono::milliseconds(20);
 
-// Gloo's TCP transport writes with writev, so a peer that died makes the write raise
-// SIGPIPE, whose default action kills the whole process; the survivors must get EPIPE and
-// fail the operation instead. Once per process, a SIGPIPE left at its default action is
-// set to ignored (a handler the program installed is kept).
-void ignore_sigpipe_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction current {};
-    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
-      struct sigaction ignore {};
-      ignore.sa_handler = SIG_IGN;
-      ::sigemptyset(&ignore.sa_mask);
-      (void)::sigaction(SIGPIPE, &ignore, nullptr);
-    }
-  });
-}
-
-// The ids of this process's threads, sorted.
-std::vector<pid_t> thread_ids() {
-  std::vector<pid_t> out;
-  if (DIR* d = ::opendir("/proc/self/task")) {
-    while (auto* e = ::readdir(d))
-      if (e->d_name[0] != '.') out.push_back(static_cast<pid_t>(std::atoi(e->d_name)));
-    ::closedir(d);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// Gloo's TCP device runs one event-loop thread that polls its sockets level-triggered and
-// only try-locks a connection, spinning in epoll_wait while another thread holds the lock.
-// When that thread (our worker, inside a send or receive) is preempted by the loop
-// thread's own wake-up, the loop spins on the CPU the lock holder waits for, often until
-// the next scheduler tick (4 ms at HZ=250). SCHED_BATCH (same weight, no privilege
-// needed) keeps a waking loop thread from preempting the running thread; it runs as soon
-// as that thread blocks, which in these exchanges is at once. The threads started while
-// Gloo created the device (`before` -> `after`) are moved; a thread that another part of
-// the program started in that instant would be moved too, which only costs it wake-up
-// preemption. TROUPE_GLOO_LOOP_BATCH=0 leaves the policy alone.
-void batch_loop_threads(const std::vector<pid_t>& before, const std::vector<pid_t>& after) {
-  if (auto v = settings::gloo_loop_batch.value(); v && *v == "0") return;
-  std::vector<pid_t> started;
-  std::set_difference(after.begin(), after.end(), before.begin(), before.end(),
-                      std::back_inserter(started));
-  for (pid_t tid : started) {
-    sched_param p{};
-    if (::sched_setscheduler(tid, SCHED_BATCH, &p) != 0)
-      TROUPE_LOG(log_level::debug, "collectives", "could not move gloo's event-loop thread ", tid,
-                 " to SCHED_BATCH");
-  }
-}
-
-// Same-host connections of the group get a small send buffer (collectives/gloo/
-// local_sockets.hpp says why). Each pair's address is its connection's local address.
-void size_local_send_buffers(gloo::Context& ctx) {
-  const std::size_t bytes = gloo_sockets::local_sndbuf_from_env();
-  if (bytes == 0) return;
-  std::vector<sockaddr_storage> locals;
-  for (int r = 0; r < ctx.size; ++r)
-    if (r != ctx.rank && ctx.getPair(r))
-      locals.push_back(static_cast<const gloo::transport::tcp::Address&>(ctx.getPair(r)->address())
-                           .getSockaddr());
-  gloo_sockets::size_local_send_buffers(gloo_sockets::connections_from(locals), bytes);
-}
-
 // Fails every operation waiting on the TCP pairs of `ctx` at once with `why`, as a peer's
 // closed connection would. Closing the pairs (closeConnections) does not: a receive posted
 // before the close keeps waiting for its timeout. Gloo fails them through a pair's
@@ -179,7 +115,7 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   ~gloo_group() override { shutdown(std::chrono::seconds(30)); }
 
   expected<void> connect() {
-    ignore_sigpipe_once();
+    gloo_os::ignore_sigpipe_once();
     // The setup's store waits end when the spec's interrupt says so (as does the mesh's
     // pair connect, through gloo_mesh); later ones (roll calls) are bounded by timeouts.
     std::shared_ptr<store> setup = store_;
@@ -192,15 +128,15 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     try {
       gloo::transport::tcp::attr attr;
       attr.hostname = *host;
-      auto before = thread_ids();
+      auto before = gloo_os::thread_ids();
       device_ = gloo::transport::tcp::CreateDevice(attr);
-      batch_loop_threads(before, thread_ids());
+      gloo_os::batch_loop_threads(before, gloo_os::thread_ids());
       auto ctx = std::make_shared<gloo_mesh::context>(rank(), size());
       ctx->setTimeout(spec().timeout);
       auto connect_store = std::make_shared<prefix_store>(setup, "connect");
       gloo_store_adapter adapter(connect_store, spec().timeout);
       ctx->connect(adapter, device_, spec().interrupt);
-      size_local_send_buffers(*ctx);
+      gloo_os::size_local_send_buffers(*ctx);
       context_ = std::move(ctx);
     } catch (...) {
       auto e = current_error();
