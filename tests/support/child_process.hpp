@@ -41,6 +41,9 @@ struct spawn_options {
   std::string output{};
   /// Without `output`: the child's stdout is this descriptor (e.g. a pipe's write end).
   int stdout_fd = -1;
+  /// The child's stdin is this descriptor (e.g. a pipe's read end); -1: inherited. Open the
+  /// pipe with O_CLOEXEC, so that the child does not also hold its other end.
+  int stdin_fd = -1;
   /// The child gets SIGKILL when the thread that started it ends (start children from a
   /// thread that outlives them, normally the test's own).
   bool die_with_parent = true;
@@ -104,6 +107,7 @@ inline pid_t spawn_process(const std::vector<std::string>& argv, const spawn_opt
     } else if (o.stdout_fd >= 0) {
       ::dup2(o.stdout_fd, STDOUT_FILENO);
     }
+    if (o.stdin_fd >= 0) ::dup2(o.stdin_fd, STDIN_FILENO);
     if (argv[0].find('/') == std::string::npos)
       ::execvpe(args[0], args.data(), envp.data());
     else
