@@ -23,7 +23,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,8 +32,7 @@
 #include "actors/system.hpp"
 #include "rpc/backend_registry.hpp"
 #include "store/tcp_store_server.hpp"
-
-extern char** environ;
+#include "support/child_process.hpp"
 
 namespace {
 
@@ -107,7 +105,7 @@ int main(int argc, char** argv) {
   options o = troupe::bench::parse_options(argc, argv, "actors_bench", false);
   const bool is_server = !o.serve.empty();
   std::unique_ptr<tcp_store_server> store;
-  pid_t server_pid = -1;
+  troupe::test::child_process server;
   std::string url = o.serve;
   if (!is_server) {
     auto s = tcp_store_server::start({});
@@ -116,11 +114,8 @@ int main(int argc, char** argv) {
     url = store->url();
     std::vector<std::string> args{"/proc/self/exe", "--serve", url};
     if (o.tcp_only) args.push_back("--tcp-only");
-    std::vector<char*> cargs;
-    for (auto& a : args) cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    if (posix_spawn(&server_pid, cargs[0], nullptr, nullptr, cargs.data(), environ) != 0)
-      die("could not start the server process");
+    server = troupe::test::child_process::start(args);
+    if (!server.started()) die("could not start the server process: " + server.start_error());
   }
 
   caf::actor_system_config cfg;
@@ -169,10 +164,8 @@ int main(int argc, char** argv) {
     rc = rc ? rc : 1;
   }
   (*n)->shutdown();
-  if (server_pid > 0) {
-    int st = 0;
-    ::waitpid(server_pid, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = rc ? rc : 1;
-  }
+  // The server ends with the group; an hour bounds one that hangs.
+  if (server.started() && (!server.wait(std::chrono::hours(1)) || server.exit_code() != 0))
+    rc = rc ? rc : 1;
   return rc;
 }
