@@ -67,15 +67,15 @@ double raw_tcp_p50(int rounds) {
       ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len) != 0)
     return -1;
   int one = 1;
-  pid_t child = ::fork();
-  if (child == 0) {
+  // The echo calls only async-signal-safe functions: the CAF and RPC threads run here.
+  auto child = troupe::test::child_process::start_forked([ls, one] {
     int c = ::accept(ls, nullptr, nullptr);
     ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     char buf[64];
     while (io_all(c, buf, sizeof buf, false) && io_all(c, buf, sizeof buf, true)) {
     }
-    _exit(0);
-  }
+    return 0;
+  });
   ::close(ls);
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
   if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
@@ -89,8 +89,7 @@ double raw_tcp_p50(int rounds) {
       us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   ::close(s);
-  int st = 0;
-  ::waitpid(child, &st, 0);
+  child.wait(std::chrono::minutes(1));  // the echo ends with the connection
   return us.empty() ? -1 : percentile(us, 0.5);
 }
 

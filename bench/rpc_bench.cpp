@@ -113,17 +113,16 @@ void raw_tcp(const config& c) {
   ::listen(ls, 1);
   socklen_t len = sizeof a;
   ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
-  pid_t child = ::fork();
-  if (child == 0) {
+  // Forked before any other thread runs; the echo ends when the driver closes its socket.
+  auto child = troupe::test::child_process::start_forked([ls] {
     raw_tcp_serve(ls);
-    _exit(0);
-  }
+    return 0;
+  });
   ::close(ls);
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
   ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
   raw_tcp_drive(c, s);
-  int st = 0;
-  ::waitpid(child, &st, 0);
+  child.wait(std::chrono::minutes(1));
 }
 
 // The driving side on a connected socket: the ping-pong, then the echo of each size;
