@@ -25,9 +25,7 @@
 #include <vector>
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 namespace {

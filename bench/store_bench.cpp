@@ -13,7 +13,6 @@
 // Clients are this binary re-executed with --role; they meet through the store itself.
 // With TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA set, the server and the clients
 // speak TLS over TCP (with --tcp-only: the local socket stays plain); bench/tls_bench.sh.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
