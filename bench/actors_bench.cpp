@@ -23,9 +23,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "actor_bench_common.hpp"
@@ -33,8 +31,7 @@
 #include "actors/system.hpp"
 #include "rpc/backend_registry.hpp"
 #include "store/tcp_store_server.hpp"
-
-extern char** environ;
+#include "support/child_process.hpp"
 
 namespace {
 
@@ -69,15 +66,15 @@ double raw_tcp_p50(int rounds) {
       ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len) != 0)
     return -1;
   int one = 1;
-  pid_t child = ::fork();
-  if (child == 0) {
+  // The echo calls only async-signal-safe functions: the CAF and RPC threads run here.
+  auto child = troupe::test::child_process::start_forked([ls, one] {
     int c = ::accept(ls, nullptr, nullptr);
     ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     char buf[64];
     while (io_all(c, buf, sizeof buf, false) && io_all(c, buf, sizeof buf, true)) {
     }
-    _exit(0);
-  }
+    return 0;
+  });
   ::close(ls);
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
   if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
@@ -91,8 +88,7 @@ double raw_tcp_p50(int rounds) {
       us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   ::close(s);
-  int st = 0;
-  ::waitpid(child, &st, 0);
+  child.wait(std::chrono::minutes(1));  // the echo ends with the connection
   return us.empty() ? -1 : percentile(us, 0.5);
 }
 
@@ -107,7 +103,7 @@ int main(int argc, char** argv) {
   options o = troupe::bench::parse_options(argc, argv, "actors_bench", false);
   const bool is_server = !o.serve.empty();
   std::unique_ptr<tcp_store_server> store;
-  pid_t server_pid = -1;
+  troupe::test::child_process server;
   std::string url = o.serve;
   if (!is_server) {
     auto s = tcp_store_server::start({});
@@ -116,11 +112,8 @@ int main(int argc, char** argv) {
     url = store->url();
     std::vector<std::string> args{"/proc/self/exe", "--serve", url};
     if (o.tcp_only) args.push_back("--tcp-only");
-    std::vector<char*> cargs;
-    for (auto& a : args) cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    if (posix_spawn(&server_pid, cargs[0], nullptr, nullptr, cargs.data(), environ) != 0)
-      die("could not start the server process");
+    server = troupe::test::child_process::start(args);
+    if (!server.started()) die("could not start the server process: " + server.start_error());
   }
 
   caf::actor_system_config cfg;
@@ -169,10 +162,8 @@ int main(int argc, char** argv) {
     rc = rc ? rc : 1;
   }
   (*n)->shutdown();
-  if (server_pid > 0) {
-    int st = 0;
-    ::waitpid(server_pid, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = rc ? rc : 1;
-  }
+  // The server ends with the group; an hour bounds one that hangs.
+  if (server.started() && (!server.wait(std::chrono::hours(1)) || server.exit_code() != 0))
+    rc = rc ? rc : 1;
   return rc;
 }

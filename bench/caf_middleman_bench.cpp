@@ -13,6 +13,7 @@
 #include <caf/io/all.hpp>
 
 #include "actor_bench_common.hpp"
+#include "support/child_process.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -23,9 +24,8 @@
 #include <string>
 #include <vector>
 
-#include <signal.h>
+#include <fcntl.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 namespace {
@@ -70,24 +70,18 @@ int main(int argc, char** argv) {
   if (!o.serve.empty()) return serve(o);
 
   // Start the server: ourselves with --serve, stdin and stdout through pipes.
+  // The pipes are close-on-exec: the server holds only the ends it was given.
   int to_child[2], from_child[2];
-  if (::pipe(to_child) != 0 || ::pipe(from_child) != 0) {
+  if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0) {
     std::perror("pipe");
     return 1;
   }
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(to_child[0], 0);
-    ::dup2(from_child[1], 1);
-    ::close(to_child[1]);
-    ::close(from_child[0]);
-    std::string self = "/proc/self/exe";
-    std::vector<std::string> args = {argv[0], "--serve", "stdout", "--scheduler", o.scheduler};
-    std::vector<char*> cargs;
-    for (auto& s : args) cargs.push_back(s.data());
-    cargs.push_back(nullptr);
-    ::execv(self.c_str(), cargs.data());
-    _exit(127);
+  auto server = troupe::test::child_process::start(
+      {"/proc/self/exe", "--serve", "stdout", "--scheduler", o.scheduler},
+      {.stdout_fd = from_child[1], .stdin_fd = to_child[0]});
+  if (!server.started()) {
+    std::fprintf(stderr, "could not start the server process: %s\n", server.start_error().c_str());
+    return 1;
   }
   ::close(to_child[0]);
   ::close(from_child[1]);
@@ -107,8 +101,7 @@ int main(int argc, char** argv) {
     auto remote = sys.middleman().remote_actor("127.0.0.1", port);
     if (!remote) {
       std::fprintf(stderr, "remote_actor failed: %s\n", sys.render(remote.error()).c_str());
-      ::kill(pid, SIGKILL);
-      return 1;
+      return 1;  // the handle kills the server
     }
     auto figures = troupe::bench::measure(sys, *remote, o.rounds, o.messages, o.payload);
     if (!figures) rc = 1;
@@ -127,7 +120,6 @@ int main(int argc, char** argv) {
     }
   }
   ::close(to_child[1]);  // the server exits on end of input
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  server.wait(std::chrono::minutes(1));
   return rc;
 }

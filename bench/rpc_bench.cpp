@@ -14,7 +14,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +29,7 @@
 #include "rpc/backend_registry.hpp"
 #include "store/connect.hpp"
 #include "store/tcp_store_server.hpp"
+#include "support/child_process.hpp"
 #include "world/world.hpp"
 
 using namespace troupe;
@@ -112,17 +112,16 @@ void raw_tcp(const config& c) {
   ::listen(ls, 1);
   socklen_t len = sizeof a;
   ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
-  pid_t child = ::fork();
-  if (child == 0) {
+  // Forked before any other thread runs; the echo ends when the driver closes its socket.
+  auto child = troupe::test::child_process::start_forked([ls] {
     raw_tcp_serve(ls);
-    _exit(0);
-  }
+    return 0;
+  });
   ::close(ls);
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
   ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
   raw_tcp_drive(c, s);
-  int st = 0;
-  ::waitpid(child, &st, 0);
+  child.wait(std::chrono::minutes(1));
 }
 
 // The driving side on a connected socket: the ping-pong, then the echo of each size;
@@ -181,23 +180,25 @@ rpc_backend_options options_for(const std::string& url, const config& c) {
   return o;
 }
 
-pid_t spawn(const config& c, const std::vector<std::string>& args) {
-  pid_t p = ::fork();
-  if (p == 0) {
-    std::vector<std::string> all{c.self};
-    all.insert(all.end(), args.begin(), args.end());
-    all.push_back("--busy-poll-us");
-    all.push_back(std::to_string(c.busy_poll_us));
-    if (c.run_inline) all.push_back("--inline");
-    if (c.tcp_only) all.push_back("--tcp-only");
-    std::vector<char*> argv;
-    for (auto& s : all) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    ::execv(c.self.c_str(), argv.data());
-    _exit(127);
+// Starts this program with `args` and the transport options of `c`; a child that cannot
+// start is reported and ends the benchmark.
+troupe::test::child_process spawn(const config& c, const std::vector<std::string>& args) {
+  std::vector<std::string> all{c.self};
+  all.insert(all.end(), args.begin(), args.end());
+  all.push_back("--busy-poll-us");
+  all.push_back(std::to_string(c.busy_poll_us));
+  if (c.run_inline) all.push_back("--inline");
+  if (c.tcp_only) all.push_back("--tcp-only");
+  auto p = troupe::test::child_process::start(all);
+  if (!p.started()) {
+    std::fprintf(stderr, "could not start %s: %s\n", c.self.c_str(), p.start_error().c_str());
+    std::exit(2);
   }
   return p;
 }
+
+// A served worker waits at most 300 s for its stop key, then 20 s to shut down.
+constexpr auto served_worker_limit = std::chrono::minutes(10);
 
 // Child: join (static: rank/world; dynamic: world "-"), report init time, serve until "stop".
 int serve(const config& c, const std::string& url, const std::string& name, int rank, const std::string& world) {
@@ -270,7 +271,7 @@ void rpc_drive(const config& c, agent& ag, const std::string& peer) {
 }
 
 void rpc_calls(const config& c, const std::string& url) {
-  pid_t child = spawn(c, {"--serve", url, "w1", "1", "2"});
+  auto child = spawn(c, {"--serve", url, "w1", "1", "2"});
   auto a = init_rpc("w0", 0, 2, options_for(url, c));
   if (!a) {
     std::fprintf(stderr, "init: %s\n", a.error().to_string().c_str());
@@ -281,8 +282,7 @@ void rpc_calls(const config& c, const std::string& url) {
   auto s = connect_store(url);
   (void)(*s)->set("stop", std::string_view("1"));
   (void)ag.shutdown(std::chrono::seconds(20));
-  int st = 0;
-  ::waitpid(child, &st, 0);
+  child.wait(served_worker_limit);
 }
 
 double max_init_ms(store& s, const std::vector<std::string>& names) {
@@ -299,7 +299,7 @@ void membership_figures(const config& c) {
   {
     auto server = tcp_store_server::start({});
     auto url = (*server)->url();
-    std::vector<pid_t> kids;
+    std::vector<troupe::test::child_process> kids;
     std::vector<std::string> names;
     for (int r = 0; r < 4; ++r) {
       names.push_back("s" + std::to_string(r));
@@ -308,14 +308,14 @@ void membership_figures(const config& c) {
     auto s = connect_store(url);
     auto ms = max_init_ms(**s, names);
     (void)(*s)->set("stop", std::string_view("1"));
-    for (auto k : kids) ::waitpid(k, nullptr, 0);
+    for (auto& k : kids) k.wait(served_worker_limit);
     emit("troupe", "init", "\"workers\": 4", strcat("\"init_ms\": ", ms));
   }
   // Dynamic: four members, then a fifth joins (timed) and leaves (timed).
   {
     auto server = tcp_store_server::start({});
     auto url = (*server)->url();
-    std::vector<pid_t> kids;
+    std::vector<troupe::test::child_process> kids;
     std::vector<std::string> names;
     auto s = connect_store(url);
     for (int r = 0; r < 4; ++r) {
@@ -336,7 +336,7 @@ void membership_figures(const config& c) {
     if (!l) std::fprintf(stderr, "leave: %s\n", l.error().to_string().c_str());
     emit("troupe", "join", "\"workers\": 5", strcat("\"join_ms\": ", join_ms, ", \"leave_ms\": ", leave_ms));
     (void)(*s)->set("stop_dynamic", std::string_view("1"));
-    for (auto k : kids) ::waitpid(k, nullptr, 0);
+    for (auto& k : kids) k.wait(served_worker_limit);
   }
 }
 

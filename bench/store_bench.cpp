@@ -13,8 +13,6 @@
 // Clients are this binary re-executed with --role; they meet through the store itself.
 // With TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA set, the server and the clients
 // speak TLS over TCP (with --tcp-only: the local socket stays plain); bench/tls_bench.sh.
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,8 +27,7 @@
 #include "store/connect.hpp"
 #include "store/tcp_store.hpp"
 #include "store/tcp_store_server.hpp"
-
-extern char** environ;
+#include "support/child_process.hpp"
 
 namespace {
 
@@ -154,29 +151,25 @@ void run_wake_setter(const args& a) {
   }
 }
 
-pid_t spawn(const std::vector<std::string>& argv) {
-  std::vector<char*> cargv;
-  for (auto& s : argv) cargv.push_back(const_cast<char*>(s.c_str()));
-  cargv.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargv.data(), environ) != 0)
-    die("cannot start a client process");
-  return pid;
+using troupe::test::child_process;
+
+child_process spawn(const std::vector<std::string>& argv) {
+  auto p = child_process::start(argv);
+  if (!p.started()) die("cannot start a client process: " + p.start_error());
+  return p;
 }
 
-void reap(const std::vector<pid_t>& pids) {
-  for (pid_t p : pids) {
-    int status = 0;
-    waitpid(p, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("a client process failed");
-  }
+// Waits for every client (an hour bounds one that hangs); dies unless each exited with 0.
+void reap(std::vector<child_process>& clients) {
+  for (auto& p : clients)
+    if (!p.wait(std::chrono::hours(1)) || p.exit_code() != 0) die("a client process failed");
 }
 
-std::vector<pid_t> start_clients(const args& a, const std::string& role, int first, int count,
-                                 int n) {
-  std::vector<pid_t> pids;
+std::vector<child_process> start_clients(const args& a, const std::string& role, int first,
+                                         int count, int n) {
+  std::vector<child_process> pids;
   for (int i = first; i < first + count; ++i)
-    pids.push_back(spawn({"store_bench", "--role", role, "--port", std::to_string(a.port),
+    pids.push_back(spawn({"/proc/self/exe", "--role", role, "--port", std::to_string(a.port),
                           "--index", std::to_string(i), "--n", std::to_string(n), "--seconds",
                           std::to_string(a.seconds), "--rounds", std::to_string(a.rounds)}));
   return pids;

@@ -164,6 +164,10 @@ class agent_core final : public connection_owner,
   expected<void> ensure_token(deadline d);
   member my_record() const;
   expected<void> apply_members(std::map<std::string, member> all);
+  // Erases member `it` (a worker of a dynamic group that was expelled or vanished) and
+  // recomputes the device setup from the members left; a setup they cannot resolve keeps
+  // the previous one. The caller holds members_mu_ exclusively; never blocks otherwise.
+  void forget_member(std::map<std::string, member>::iterator it);
   void handle_membership(const std::shared_ptr<connection>& c, wire::frame&& f);
   expected<void> announce(const member& who, std::uint8_t op, const std::vector<member>& to, deadline d);
 

@@ -103,10 +103,7 @@ void agent_core::on_closed(const std::shared_ptr<connection>& c, const error& wh
   std::unique_lock lk(members_mu_);
   auto it = members_.find(peer);
   if (it == members_.end() || peer == name_) return;
-  members_.erase(it);
-  std::vector<worker_device_info> infos;
-  for (auto& [n, m] : members_) infos.push_back(m.devices);
-  if (auto s = resolve_device_setup(name_, infos, group_kind::dynamic_group)) setup_ = std::move(*s);
+  forget_member(it);
   lk.unlock();
   TROUPE_LOG(log_level::warn, "rpc", "worker '", peer, "' vanished (", why.message(),
              "); removed it from the group");

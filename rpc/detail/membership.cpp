@@ -91,6 +91,13 @@ expected<void> agent_core::apply_members(std::map<std::string, member> all) {
   return ok();
 }
 
+void agent_core::forget_member(std::map<std::string, member>::iterator it) {
+  members_.erase(it);
+  std::vector<worker_device_info> infos;
+  for (auto& [n, m] : members_) infos.push_back(m.devices);
+  if (auto s = resolve_device_setup(name_, infos, group_kind::dynamic_group)) setup_ = std::move(*s);
+}
+
 expected<void> agent_core::warm_up(deadline d) {
   std::vector<future<wire::frame>> pings;
   for (const auto& w : workers()) {
@@ -319,10 +326,7 @@ bool agent_core::expel(const std::string& name, std::string_view tag, const erro
     auto it = members_.find(name);
     if (it == members_.end() || (!tag.empty() && it->second.tag != tag)) return false;
     info = it->second.info;
-    members_.erase(it);
-    std::vector<worker_device_info> infos;
-    for (auto& [n, m] : members_) infos.push_back(m.devices);
-    if (auto s = resolve_device_setup(name_, infos, group_kind::dynamic_group)) setup_ = std::move(*s);
+    forget_member(it);
   }
   std::shared_ptr<connection> gone;
   {

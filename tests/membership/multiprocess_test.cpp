@@ -2,25 +2,19 @@
 // SIGKILL, two at once, one joining during a death, one stopped with SIGSTOP, and the last
 // survivor alone (docs/membership.md).
 #include <doctest/doctest.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "membership/epoch.hpp"
 #include "store/connect.hpp"
 #include "store/prefix_store.hpp"
 #include "store/tcp_store_server.hpp"
-
-extern char** environ;
+#include "support/child_process.hpp"
 
 namespace {
 
@@ -31,45 +25,18 @@ namespace m = troupe::membership;
 constexpr auto timeout_ms = 1000;
 constexpr auto interval_ms = 100;
 
-// A member process; on every exit path it is continued, killed and reaped.
+// A member process, killed and reaped on every exit path (even while stopped: SIGKILL ends
+// a stopped process too).
 struct child {
   std::string name;
-  pid_t pid = -1;
+  troupe::test::child_process proc;
+  pid_t pid = -1;  // proc's, for the signals a test sends
   fs::path log;
-  int status = -1;
-  bool reaped = false;
 
-  ~child() { kill_now(); }
-  void kill_now() {
-    if (pid <= 0 || reaped) return;
-    ::kill(pid, SIGCONT);
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-    reaped = true;
-  }
   // Waits up to `timeout` for it to exit by itself; kills it after that. True if it exited.
-  bool wait(std::chrono::milliseconds timeout) {
-    const auto until = std::chrono::steady_clock::now() + timeout;
-    while (!reaped) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        reaped = true;
-        return true;
-      }
-      if (std::chrono::steady_clock::now() >= until) {
-        kill_now();
-        return false;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    return true;
-  }
-  int exit_code() const { return reaped && WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-  std::string log_text() const {
-    std::ifstream in(log);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
+  bool wait(std::chrono::milliseconds timeout) { return proc.wait(timeout); }
+  int exit_code() const { return proc.exit_code(); }
+  std::string log_text() const { return proc.output_text(); }
 };
 
 struct job {
@@ -108,21 +75,9 @@ struct job {
     c->log = dir / (name + ".log");
     std::vector<std::string> args{TROUPE_MEMBERSHIP_TEST_WORKER, server->url(), scope, name,
                                   std::to_string(t_ms), std::to_string(i_ms)};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env_copy = env;
-    std::vector<char*> envp;
-    for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
-    for (auto& e : env_copy) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 2, c->log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    int rc = ::posix_spawn(&c->pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    REQUIRE_MESSAGE(rc == 0, "cannot start ", args[0]);
+    c->proc = troupe::test::child_process::start(args, {.env = env, .output = c->log.string()});
+    REQUIRE_MESSAGE(c->proc.started(), "cannot start ", args[0], ": ", c->proc.start_error());
+    c->pid = c->proc.pid();
     auto& ref = *c;
     members[name] = std::move(c);
     return ref;

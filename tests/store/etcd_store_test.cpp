@@ -2,7 +2,6 @@
 // and failures of etcd itself. The store contract shared by every backend runs in
 // etcd_contract_test.cpp.
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +15,9 @@
 
 #include "store/connect.hpp"
 #include "store/etcd_store.hpp"
+#include "support/child_process.hpp"
 #include "support/etcd_server.hpp"
+#include "support/peer_main.hpp"
 #include "support/skip.hpp"
 
 using namespace std::chrono_literals;
@@ -65,6 +66,19 @@ bool vanishes(etcd_store& root, const std::string& key, troupe::duration limit) 
   }
   return false;
 }
+
+// The peer process of "the keys of a killed process expire with its lease": holds a 2 s
+// lease and its key "child" under the prefix until it is killed (at most 5 minutes). Its
+// argument is "<endpoint> <prefix>".
+int hold_leased_key(const std::string& arg) {
+  const auto space = arg.find(' ');
+  auto s = etcd_store::connect(options_for(arg.substr(0, space), arg.substr(space + 1), 2s));
+  if (!s || !(*s)->set("child", "alive")) return 1;
+  std::this_thread::sleep_for(std::chrono::minutes(5));
+  return 2;
+}
+
+TROUPE_TEST_PEER_ROLE("etcd_leased_key_holder", hold_leased_key);
 
 }  // namespace
 
@@ -327,23 +341,19 @@ TEST_CASE("the keys of a killed process expire with its lease") {
   TROUPE_NEED_ETCD(etcd);
   const auto prefix = troupe::test::unique_etcd_prefix("killed");
   const std::string endpoint = etcd->endpoint();
-  pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    // The child holds a 2 s lease and its key until it is killed.
-    auto s = etcd_store::connect(options_for(endpoint, prefix, 2s));
-    if (!s || !(*s)->set("child", "alive")) ::_exit(1);
-    for (;;) ::pause();
-  }
+  // The child holds a 2 s lease and its key until it is killed.
+  auto child = troupe::test::child_process::start(
+      {"/proc/self/exe"}, {.env = {"TROUPE_TEST_PEER=etcd_leased_key_holder",
+                                   "TROUPE_TEST_PEER_ARG=" + endpoint + " " + prefix}});
+  REQUIRE_MESSAGE(child.started(), child.start_error());
   auto observer = connect(options_for(endpoint, prefix));
   auto v = observer->get_string("child", 20s);
   REQUIRE(v.has_value());
   CHECK(*v == "alive");
   std::this_thread::sleep_for(2500ms);  // longer than the TTL: renewal works
   CHECK(*observer->check(std::vector<std::string>{"child"}, 5s));
-  ::kill(child, SIGKILL);
-  int status = 0;
-  ::waitpid(child, &status, 0);
+  child.signal(SIGKILL);
+  child.wait(10s);
   CHECK(vanishes(*observer, "child", 15s));
 }
 

@@ -8,6 +8,9 @@
 //   CHECK(p.wait(10s));          // false: it was still running and got SIGKILL
 //   CHECK(p.exit_code() == 0);
 //
+// start_forked(fn) is the same handle over a fork that runs `fn` instead of a program (a
+// raw TCP echo server next to a benchmark, say).
+//
 // Every wait is bounded; a child still running at its deadline is killed and reaped.
 #pragma once
 
@@ -21,6 +24,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
@@ -41,6 +45,9 @@ struct spawn_options {
   std::string output{};
   /// Without `output`: the child's stdout is this descriptor (e.g. a pipe's write end).
   int stdout_fd = -1;
+  /// The child's stdin is this descriptor (e.g. a pipe's read end); -1: inherited. Open the
+  /// pipe with O_CLOEXEC, so that the child does not also hold its other end.
+  int stdin_fd = -1;
   /// The child gets SIGKILL when the thread that started it ends (start children from a
   /// thread that outlives them, normally the test's own).
   bool die_with_parent = true;
@@ -104,6 +111,7 @@ inline pid_t spawn_process(const std::vector<std::string>& argv, const spawn_opt
     } else if (o.stdout_fd >= 0) {
       ::dup2(o.stdout_fd, STDOUT_FILENO);
     }
+    if (o.stdin_fd >= 0) ::dup2(o.stdin_fd, STDIN_FILENO);
     if (argv[0].find('/') == std::string::npos)
       ::execvpe(args[0], args.data(), envp.data());
     else
@@ -182,6 +190,34 @@ class child_process {
     child_process c;
     c.output_ = o.output;
     c.pid_ = spawn_process(argv, o, &c.error_);
+    return c;
+  }
+
+  /// Forks a child that runs `fn` and exits with what it returns (127 if it throws), with
+  /// start()'s guarantees: it never outlives the handle and, with `die_with_parent`, dies
+  /// with the thread that started it. The child is a copy of this process with only this
+  /// thread: where other threads run, `fn` may call async-signal-safe functions only (no
+  /// allocation, no locks). Never blocks; a failed fork is reported by start_error().
+  static child_process start_forked(const std::function<int()>& fn, bool die_with_parent = true) {
+    child_process c;
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      if (die_with_parent) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (::getppid() != parent) ::_exit(127);
+      }
+      int code = 127;
+      try {
+        code = fn();
+      } catch (...) {
+      }
+      ::_exit(code);
+    }
+    if (pid < 0)
+      c.error_ = std::string("fork: ") + std::strerror(errno);
+    else
+      c.pid_ = pid;
     return c;
   }
 

@@ -1,12 +1,9 @@
 #include "support/etcd_server.hpp"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -150,31 +147,14 @@ expected<std::unique_ptr<etcd_server>> etcd_server::start(const etcd_server_opti
 }
 
 expected<void> etcd_server::launch(deadline until) {
-  std::vector<char*> argv;
-  for (auto& a : args_) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) return make_error(errc::unavailable, "fork failed while starting etcd");
-  if (pid == 0) {
-    // Child: etcd dies with the thread that started it, so a killed test leaves none.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-    int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::close(fd);
-    }
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  pid_ = pid;
+  // etcd dies with the thread that started it, so a killed test leaves none.
+  proc_ = child_process::start(args_, {.output = log_path_});
+  if (!proc_.started())
+    return make_error(errc::unavailable, "cannot start etcd: ", proc_.start_error());
   while (!until.expired()) {
     if (healthy(metrics_port_)) return {};
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
-      pid_ = -1;
+    if (proc_.exited()) {
+      proc_ = {};
       std::string log = read_file(log_path_);
       if (log.find("address already in use") != std::string::npos)
         return make_error(errc::unavailable, "etcd could not bind its ports (address already in use)");
@@ -236,19 +216,10 @@ expected<std::string> etcd_server::etcdctl(const std::vector<std::string>& args)
 }
 
 void etcd_server::stop() {
-  if (pid_ <= 0) return;
-  ::kill(pid_, SIGTERM);
-  const auto until = deadline::after(std::chrono::seconds(5));
-  int status = 0;
-  while (::waitpid(pid_, &status, WNOHANG) == 0) {
-    if (until.expired()) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  pid_ = -1;
+  if (!running()) return;
+  proc_.signal(SIGTERM);
+  proc_.wait(std::chrono::seconds(5));  // SIGKILL after that
+  proc_ = {};
 }
 
 std::string unique_etcd_prefix(std::string_view name) {

@@ -15,6 +15,7 @@
 
 #include "core/expected.hpp"
 #include "core/time.hpp"
+#include "support/child_process.hpp"
 
 namespace troupe::test {
 
@@ -59,8 +60,10 @@ class etcd_server {
   /// non-zero exit is an error quoting its output.
   expected<std::string> etcdctl(const std::vector<std::string>& args) const;
   std::uint16_t client_port() const noexcept { return client_port_; }
-  pid_t pid() const noexcept { return pid_; }
-  bool running() const noexcept { return pid_ > 0; }
+  /// etcd's pid, or -1 when it is not running.
+  pid_t pid() const noexcept { return proc_.pid(); }
+  /// Whether it was started and has not been stopped or seen to exit.
+  bool running() const noexcept { return proc_.started(); }
 
   /// Stops etcd: SIGTERM, then SIGKILL if it has not exited after 5 s. Idempotent.
   void stop();
@@ -75,7 +78,7 @@ class etcd_server {
   expected<void> launch(deadline until);
 
   std::vector<std::string> args_;
-  pid_t pid_ = -1;
+  child_process proc_;  // default (not started) while etcd is stopped
   std::uint16_t client_port_ = 0;
   std::uint16_t peer_port_ = 0;
   std::uint16_t metrics_port_ = 0;  // plain-http /health, also when clients get TLS
