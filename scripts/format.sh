@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Formats the tree's C++ sources (tracked .cpp, .hpp, .cu, .c) as .clang-format says, or
+# with --check changes nothing and fails naming each file that differs (the test
+# "format: every C++ source is formatted as .clang-format says" runs the check).
+#   bash scripts/format.sh [--check]
+# Needs clang-format-14 (scripts/install-deps.sh installs it); another version may format
+# differently, so it is not used in its place.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tool=$(command -v clang-format-14 || true)
+[[ -n $tool ]] || { echo "format: clang-format-14 is missing; run 'bash scripts/install-deps.sh'" >&2; exit 2; }
+mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.cu' '*.c')
+(( ${#files[@]} > 0 )) || { echo "format: no C++ files found; run this in a git checkout of troupe" >&2; exit 2; }
+case "${1:-}" in
+  "") "$tool" -i "${files[@]}"; echo "format: ${#files[@]} files formatted" ;;
+  --check)
+    bad=()
+    for f in "${files[@]}"; do
+      "$tool" --dry-run -Werror "$f" > /dev/null 2>&1 || bad+=("$f")
+    done
+    if (( ${#bad[@]} > 0 )); then
+      printf 'format: not formatted: %s\n' "${bad[@]}" >&2
+      echo "format: ${#bad[@]} of ${#files[@]} files differ; run 'bash scripts/format.sh' and commit" >&2
+      exit 1
+    fi
+    echo "format: all ${#files[@]} files formatted" ;;
+  *) echo "format: unknown option '$1'; use --check or nothing" >&2; exit 2 ;;
+esac
