@@ -4,6 +4,8 @@
 // <troupe/actors/node.hpp> and <troupe/actors/system.hpp> for them.
 #pragma once
 
+#include "collectives/group.hpp"
+#include "collectives/join.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/expected.hpp"
@@ -12,13 +14,11 @@
 #include "core/tensor.hpp"
 #include "core/time.hpp"
 #include "devicemap/device_map.hpp"
-#include "store/connect.hpp"
-#include "store/store.hpp"
 #include "membership/service.hpp"
 #include "rpc/backend_registry.hpp"
-#include "collectives/group.hpp"
-#include "collectives/join.hpp"
-#include "world/world.hpp"
+#include "store/connect.hpp"
+#include "store/store.hpp"
 #include "training/ddp.hpp"
 #include "training/elastic_loop.hpp"
 #include "training/strategy_registry.hpp"
+#include "world/world.hpp"

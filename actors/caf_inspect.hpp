@@ -19,8 +19,8 @@
 #include <sstream>
 #include <type_traits>
 
-#include "rpc/inspect.hpp"
 #include "core/tensor.hpp"
+#include "rpc/inspect.hpp"
 
 namespace troupe::rpc {
 

@@ -101,10 +101,11 @@ expected<void> message_types::encode(const caf::message& m, bytes& out,
     }
     if (e == nullptr) {
       std::string what = rtti.second ? readable_type_name(*rtti.second)
-                                      : "CAF built-in type #" + std::to_string(rtti.first);
-      return make_error(errc::unsupported, "message element ", i, " has type ", what,
-                        ", which is not registered for remote messages; register it on every "
-                        "worker with add_message_type<T>(\"name\") and give it an inspect overload");
+                                     : "CAF built-in type #" + std::to_string(rtti.first);
+      return make_error(
+          errc::unsupported, "message element ", i, " has type ", what,
+          ", which is not registered for remote messages; register it on every "
+          "worker with add_message_type<T>(\"name\") and give it an inspect overload");
     }
     f.write_raw(&e->code, 1);
     if (e->code == 0) {
@@ -137,7 +138,8 @@ expected<caf::message> message_types::decode(std::span<const std::byte> in,
       if (it == by_name_.end())
         return make_error(errc::unsupported, "message element ", i, " has type '", name,
                           "', which is not registered on this worker; register it with "
-                          "add_message_type<T>(\"", name, "\") on every worker");
+                          "add_message_type<T>(\"",
+                          name, "\") on every worker");
       e = it->second;
     }
     TROUPE_TRY(e->load(f, mb));

@@ -66,8 +66,7 @@ class message_types {
 
   /// Rebuilds a message from `in`. Fails with protocol_error for malformed bytes and with
   /// unsupported naming a type this worker has not registered.
-  expected<caf::message> decode(std::span<const std::byte> in,
-                                std::vector<tensor>* tensors) const;
+  expected<caf::message> decode(std::span<const std::byte> in, std::vector<tensor>* tensors) const;
 
   /// Whether `name` is registered (built-in names start with '@').
   bool contains(const std::string& name) const { return by_name_.count(name) != 0; }
@@ -83,7 +82,7 @@ class message_types {
   void add_builtin(std::uint8_t code, std::string name);
   expected<void> add_entry(const std::type_info& t, entry e);
 
-  std::unordered_map<std::type_index, entry> by_type_;  // user types
+  std::unordered_map<std::type_index, entry> by_type_;          // user types
   std::unordered_map<std::uint16_t, const entry*> by_type_nr_;  // CAF's built-in numbers
   std::unordered_map<std::string, const entry*> by_name_;
   std::vector<const entry*> by_code_;

@@ -30,7 +30,8 @@ void kill_proxy(const caf::weak_actor_ptr& w, caf::error reason) {
 // Answers request `mid` of `sender` with `msg`.
 void respond(const caf::strong_actor_ptr& sender, caf::message_id mid, caf::message msg) {
   if (sender)
-    sender->enqueue(caf::make_mailbox_element(nullptr, mid.response_id(), {}, std::move(msg)), nullptr);
+    sender->enqueue(caf::make_mailbox_element(nullptr, mid.response_id(), {}, std::move(msg)),
+                    nullptr);
 }
 
 // The RPC functions of the actors layer; their arguments are in detail/control_messages.hpp.
@@ -61,7 +62,7 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     std::string worker;
     deadline until;
     detail::message_span traced;  // "request <actor>", ended with the answer
-    trace::flow flow;              // its arrow to the receiver
+    trace::flow flow;             // its arrow to the receiver
     void answer(caf::message m) {
       traced.end("request", flow);
       respond(sender, mid, std::move(m));
@@ -84,7 +85,7 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
   std::mutex mu;
   std::map<std::string, caf::actor> published;
   std::unordered_map<std::uint64_t, pending_ask> asks;
-  std::unordered_map<std::uint64_t, proxy_entry> proxies;  // by watch id
+  std::unordered_map<std::uint64_t, proxy_entry> proxies;    // by watch id
   std::unordered_map<std::uint64_t, incoming_ask> incoming;  // by our request id
   std::atomic<std::uint64_t> next_id{1};
   std::uint64_t listener_id = 0;
@@ -122,16 +123,16 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     o.request_id = traced.request_id();
     auto sent = agent->notify(o, worker, fn_deliver, m);
     const auto call = traced.call();
-    traced.end("send", {call != 0 ? trace::flow_id(me.id, call, trace::flow_channel::actor_send) : 0, 0});
-    std::move(sent)
-        .on_complete([self, worker, name](expected<void>&& r) {
-          if (r) return;
-          // A full send queue (backpressure past the timeout) is worth a warning; a
-          // departed worker is reported through its proxies below.
-          TROUPE_LOG(r.error().code() == errc::timeout ? log_level::warn : log_level::debug, "actors",
-                     "a message to ", worker, "/", name, " was not delivered: ", r.error());
-          if (auto n = self.lock()) n->on_call_failed(worker, r.error());
-        });
+    traced.end("send",
+               {call != 0 ? trace::flow_id(me.id, call, trace::flow_channel::actor_send) : 0, 0});
+    std::move(sent).on_complete([self, worker, name](expected<void>&& r) {
+      if (r) return;
+      // A full send queue (backpressure past the timeout) is worth a warning; a
+      // departed worker is reported through its proxies below.
+      TROUPE_LOG(r.error().code() == errc::timeout ? log_level::warn : log_level::debug, "actors",
+                 "a message to ", worker, "/", name, " was not delivered: ", r.error());
+      if (auto n = self.lock()) n->on_call_failed(worker, r.error());
+    });
   }
 
   // A request from a local actor to worker/name; `rp` answers the requester.
@@ -190,7 +191,8 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
   // request pending there fails.
   void on_call_failed(const std::string& worker, const error&) {
     if (agent->worker(worker)) return;  // still a member: the failure was the call's own
-    worker_gone(worker, error(errc::peer_left, "worker '" + worker + "' is no longer in the group"));
+    worker_gone(worker,
+                error(errc::peer_left, "worker '" + worker + "' is no longer in the group"));
   }
 
   void on_membership(const rpc::membership_event& e) {
@@ -200,7 +202,9 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
         caf::anon_send(events, joined_atom::value, w.name, w.id);
         break;
       case rpc::membership_change::left:
-        worker_gone(w.name, error(errc::peer_left, "worker '" + w.name + "' left the group").with_worker(w.name));
+        worker_gone(
+            w.name,
+            error(errc::peer_left, "worker '" + w.name + "' left the group").with_worker(w.name));
         caf::anon_send(events, left_atom::value, w.name, w.id);
         break;
       case rpc::membership_change::failed:
@@ -208,8 +212,8 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
         // epoch) is the one every part of the job sees.
         worker_gone(w.name, e.reason.code() == errc::membership_changed
                                 ? error(e.reason).with_worker(w.name)
-                                : error(errc::connection_lost, "worker '" + w.name + "' failed: " +
-                                                                   e.reason.message())
+                                : error(errc::connection_lost,
+                                        "worker '" + w.name + "' failed: " + e.reason.message())
                                       .with_worker(w.name));
         caf::anon_send(events, failed_atom::value, w.name, w.id);
         break;
@@ -264,10 +268,12 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     traced.add("call", info.call);
     if (m.ask_id != 0) traced.add("ask", m.ask_id);
     const trace::flow arrow{
-        0, m.ask_id != 0 ? trace::flow_id(info.caller.id, m.ask_id, trace::flow_channel::actor_request)
-                         : trace::flow_id(info.caller.id, info.call, trace::flow_channel::actor_send)};
+        0, m.ask_id != 0
+               ? trace::flow_id(info.caller.id, m.ask_id, trace::flow_channel::actor_request)
+               : trace::flow_id(info.caller.id, info.call, trace::flow_channel::actor_send)};
     // The span ends as the message enters the mailbox (deliver), before the actor runs.
-    auto r = deliver(info, m.target, m.ask_id, m.payload, m.tensors, [&] { traced.end("receive", arrow); });
+    auto r = deliver(info, m.target, m.ask_id, m.payload, m.tensors,
+                     [&] { traced.end("receive", arrow); });
     if (!r) traced.set_error(r.error().message());
     traced.end("receive", arrow);
     if (r) return;
@@ -279,12 +285,13 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
   // `entering` runs just before the message enters the actor's mailbox.
   template <class Entering>
   expected<void> deliver(const rpc::call_info& info, const std::string& target,
-                         std::uint64_t ask_id, const bytes& payload,
-                         std::vector<tensor>& tensors, Entering&& entering) {
+                         std::uint64_t ask_id, const bytes& payload, std::vector<tensor>& tensors,
+                         Entering&& entering) {
     auto a = find_published(target);
     if (!a) return std::move(a).error();
     auto msg = types->decode(payload, &tensors);
-    if (!msg) return std::move(msg).error().with_operation("message to " + path_of(me.name, target));
+    if (!msg)
+      return std::move(msg).error().with_operation("message to " + path_of(me.name, target));
     // Straight into the target's mailbox, in arrival order. A request carries the reply
     // sink as its sender and a request id of ours; the answer comes back through it.
     // The target runs on this I/O thread when a message wakes it (detail/inline_unit.hpp):
@@ -295,7 +302,8 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     auto* dest = caf::actor_cast<caf::abstract_actor*>(*a);
     entering();
     if (ask_id == 0) {
-      unit.deliver_batched(*dest, caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(*msg)));
+      unit.deliver_batched(
+          *dest, caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(*msg)));
       return ok();
     }
     const std::uint64_t sid = next_id.fetch_add(1);
@@ -303,7 +311,8 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
       std::lock_guard lk(mu);
       incoming.emplace(sid, incoming_ask{info.caller.name, ask_id});
     }
-    unit.deliver(*dest, caf::make_mailbox_element(sink, caf::make_message_id(sid), {}, std::move(*msg)));
+    unit.deliver(*dest,
+                 caf::make_mailbox_element(sink, caf::make_message_id(sid), {}, std::move(*msg)));
     return ok();
   }
 
@@ -323,10 +332,11 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
   void send_error_answer(const std::string& caller, std::uint64_t id, error err) {
     err.with_worker(me.name);
     detail::answer_message m{id, false, {}, {}, std::move(err)};
-    agent->notify(call_opts(false), caller, fn_answer, m)
-        .on_complete([caller](expected<void>&& r) {
-          if (!r) TROUPE_LOG(log_level::debug, "actors", "an error reply to ", caller, " was lost: ", r.error());
-        });
+    agent->notify(call_opts(false), caller, fn_answer, m).on_complete([caller](expected<void>&& r) {
+      if (!r)
+        TROUPE_LOG(log_level::debug, "actors", "an error reply to ", caller,
+                   " was lost: ", r.error());
+    });
   }
 
   // Sends `reply` for request `id` of `caller` back.
@@ -342,11 +352,10 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
       m.tensors.clear();
     }
     if (!m.ok) m.failure.with_worker(me.name);
-    agent->notify(call_opts(false), caller, fn_answer, m)
-        .on_complete([caller](expected<void>&& r) {
-          if (!r)
-            TROUPE_LOG(log_level::debug, "actors", "a reply to ", caller, " was lost: ", r.error());
-        });
+    agent->notify(call_opts(false), caller, fn_answer, m).on_complete([caller](expected<void>&& r) {
+      if (!r)
+        TROUPE_LOG(log_level::debug, "actors", "a reply to ", caller, " was lost: ", r.error());
+    });
   }
 
   void on_answer(detail::answer_message& a) {
@@ -370,14 +379,15 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     if (!a) return std::move(a).error();
     auto self = weak_from_this();
     std::string caller = info.caller.name;
-    caf::actor_cast<caf::abstract_actor*>(*a)->attach_functor([self, caller, watch_id](const caf::error& reason) {
-      auto n = self.lock();
-      if (!n) return;
-      bool normal = !reason || reason == caf::exit_reason::normal;
-      error why = normal ? error(errc::peer_left, "exited normally") : from_caf_error(reason);
-      n->agent->notify(caller, fn_down, detail::down_message{watch_id, normal, why})
-          .on_complete([](expected<void>&&) {});
-    });
+    caf::actor_cast<caf::abstract_actor*>(*a)->attach_functor(
+        [self, caller, watch_id](const caf::error& reason) {
+          auto n = self.lock();
+          if (!n) return;
+          bool normal = !reason || reason == caf::exit_reason::normal;
+          error why = normal ? error(errc::peer_left, "exited normally") : from_caf_error(reason);
+          n->agent->notify(caller, fn_down, detail::down_message{watch_id, normal, why})
+              .on_complete([](expected<void>&&) {});
+        });
     return ok();
   }
 
@@ -397,7 +407,8 @@ struct node::impl : detail::proxy_sink, std::enable_shared_from_this<node::impl>
     if (normal)
       kill_proxy(w, caf::exit_reason::normal);
     else
-      kill_proxy(w, to_caf_error(error(why.code(), "remote actor " + path + " exited: " + why.message())));
+      kill_proxy(
+          w, to_caf_error(error(why.code(), "remote actor " + path + " exited: " + why.message())));
   }
 
   // ---- lifecycle --------------------------------------------------------------------
@@ -460,7 +471,8 @@ expected<std::shared_ptr<node>> node::attach(caf::actor_system& sys,
                                              std::shared_ptr<const message_types> types,
                                              node_options options) {
   if (!agent) return make_error(errc::invalid_argument, "node::attach needs an RPC agent");
-  if (!types) return make_error(errc::invalid_argument, "node::attach needs a message_types registry");
+  if (!types)
+    return make_error(errc::invalid_argument, "node::attach needs a message_types registry");
   auto i = std::make_shared<impl>(sys, std::move(agent), std::move(types), options);
   i->me = i->agent->self();
   std::weak_ptr<impl> w = i;
@@ -527,7 +539,8 @@ rpc::agent& node::agent() const noexcept { return *impl_->agent; }
 caf::group node::membership_events() const { return impl_->events; }
 
 expected<void> node::publish(const caf::actor& a, const std::string& name) {
-  if (!a) return make_error(errc::invalid_argument, "cannot publish an invalid actor as '", name, "'");
+  if (!a)
+    return make_error(errc::invalid_argument, "cannot publish an invalid actor as '", name, "'");
   if (name.empty() || name.find('/') != std::string::npos)
     return make_error(errc::invalid_argument, "actor name '", name,
                       "' must be non-empty and contain no '/' (it is addressed as worker/name)");
@@ -536,7 +549,8 @@ expected<void> node::publish(const caf::actor& a, const std::string& name) {
   auto [it, inserted] = impl_->published.emplace(name, a);
   if (!inserted)
     return make_error(errc::already_exists, "an actor is already published as '", name,
-                      "' on worker '", impl_->me.name, "'; unpublish it first or pick another name");
+                      "' on worker '", impl_->me.name,
+                      "'; unpublish it first or pick another name");
   return ok();
 }
 
@@ -563,12 +577,13 @@ expected<caf::actor> node::remote_actor(std::string_view path, duration timeout)
   TROUPE_TRY(impl_->agent->rpc_sync<void>(o, worker, fn_lookup, name));
 
   std::weak_ptr<impl> w = impl_;
-  auto proxy = detail::make_remote_proxy(impl_->sys, std::weak_ptr<detail::proxy_sink>(impl_), worker, name);
+  auto proxy =
+      detail::make_remote_proxy(impl_->sys, std::weak_ptr<detail::proxy_sink>(impl_), worker, name);
   const std::uint64_t watch_id = impl_->next_id.fetch_add(1);
   {
     std::lock_guard lk(impl_->mu);
-    impl_->proxies.emplace(watch_id,
-                           impl::proxy_entry{caf::actor_cast<caf::weak_actor_ptr>(proxy), worker, name});
+    impl_->proxies.emplace(
+        watch_id, impl::proxy_entry{caf::actor_cast<caf::weak_actor_ptr>(proxy), worker, name});
   }
   // The owner tells us when the actor exits; until then the proxy lives.
   auto watched =

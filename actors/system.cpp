@@ -8,11 +8,12 @@ namespace troupe::actors {
 void configure(caf::actor_system_config& cfg) {
   cfg.set("scheduler.policy", caf::atom("sharing"));
   cfg.set("logger.verbosity", caf::atom("quiet"));
-  cfg.add_error_category(error_category, [](std::uint8_t code, caf::atom_value,
-                                            const caf::message& context) -> std::string {
-    if (context.match_elements<std::string>()) return context.get_as<std::string>(0);
-    return std::string("troupe error: ") + std::string(to_string(static_cast<errc>(code)));
-  });
+  cfg.add_error_category(
+      error_category,
+      [](std::uint8_t code, caf::atom_value, const caf::message& context) -> std::string {
+        if (context.match_elements<std::string>()) return context.get_as<std::string>(0);
+        return std::string("troupe error: ") + std::string(to_string(static_cast<errc>(code)));
+      });
 }
 
 caf::error to_caf_error(const error& e) {

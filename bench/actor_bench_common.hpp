@@ -58,7 +58,8 @@ struct bench_options {
 inline bench_options parse_options(int argc, char** argv, const std::string& program,
                                    bool with_scheduler) {
   auto usage = [&](const std::string& what) {
-    std::fprintf(stderr, "%s: %s\nusage: %s%s [--rounds N] [--messages N] [--payload BYTES] [--json]\n",
+    std::fprintf(stderr,
+                 "%s: %s\nusage: %s%s [--rounds N] [--messages N] [--payload BYTES] [--json]\n",
                  program.c_str(), what.c_str(), program.c_str(),
                  with_scheduler ? " [--scheduler sharing|stealing]" : " [--tcp-only]");
     std::exit(2);
@@ -117,7 +118,9 @@ inline std::optional<actor_figures> measure(caf::actor_system& sys, const caf::a
     bool ok = false;
     self->request(remote, std::chrono::seconds(10), caf::ok_atom::value, msg)
         .receive([&](bench_message& reply) { ok = reply.seq == msg.seq; },
-                 [&](caf::error& e) { std::fprintf(stderr, "request failed: %s\n", sys.render(e).c_str()); });
+                 [&](caf::error& e) {
+                   std::fprintf(stderr, "request failed: %s\n", sys.render(e).c_str());
+                 });
     ++msg.seq;
     return ok;
   };

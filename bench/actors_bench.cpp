@@ -85,7 +85,8 @@ double raw_tcp_p50(int rounds) {
     auto t0 = std::chrono::steady_clock::now();
     if (!io_all(s, buf, sizeof buf, true) || !io_all(s, buf, sizeof buf, false)) break;
     if (i >= 200)
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   ::close(s);
   child.wait(std::chrono::minutes(1));  // the echo ends with the connection
@@ -119,7 +120,8 @@ int main(int argc, char** argv) {
   caf::actor_system_config cfg;
   actors::configure(cfg);
   auto types = std::make_shared<actors::message_types>();
-  if (!actors::add_message_type<bench_message>(cfg, *types, "bench_message")) die("type registration");
+  if (!actors::add_message_type<bench_message>(cfg, *types, "bench_message"))
+    die("type registration");
   caf::actor_system sys{cfg};
 
   rpc::rpc_backend_options ro;
@@ -142,18 +144,21 @@ int main(int argc, char** argv) {
     auto figures = troupe::bench::measure(sys, *remote, o.rounds, o.messages, o.payload);
     if (!figures) rc = 1;
     if (rc == 0) {
-      double p50 = figures->rtt_p50_us, p99 = figures->rtt_p99_us, rate = figures->oneway_msgs_per_s;
+      double p50 = figures->rtt_p50_us, p99 = figures->rtt_p99_us,
+             rate = figures->oneway_msgs_per_s;
       double raw = raw_tcp_p50(std::min(o.rounds, 5000));
       if (o.json)
-        std::printf("{\"impl\": \"troupe\", \"bench\": \"actors\", \"payload\": %zu, \"rtt_p50_us\": %.2f, "
-                    "\"rtt_p99_us\": %.2f, \"oneway_msgs_per_s\": %.1f, \"raw_tcp_rtt_p50_us\": %.2f}\n",
-                    o.payload, p50, p99, rate, raw);
+        std::printf(
+            "{\"impl\": \"troupe\", \"bench\": \"actors\", \"payload\": %zu, \"rtt_p50_us\": %.2f, "
+            "\"rtt_p99_us\": %.2f, \"oneway_msgs_per_s\": %.1f, \"raw_tcp_rtt_p50_us\": %.2f}\n",
+            o.payload, p50, p99, rate, raw);
       else
-        std::printf("# actors_bench --rounds %d --messages %d --payload %zu\n"
-                    "request round trip: p50 %.1f us, p99 %.1f us (%d rounds)\n"
-                    "one-way throughput: %.0f msgs/s (%d messages)\n"
-                    "raw TCP ping-pong (the floor): p50 %.1f us\n",
-                    o.rounds, o.messages, o.payload, p50, p99, o.rounds, rate, o.messages, raw);
+        std::printf(
+            "# actors_bench --rounds %d --messages %d --payload %zu\n"
+            "request round trip: p50 %.1f us, p99 %.1f us (%d rounds)\n"
+            "one-way throughput: %.0f msgs/s (%d messages)\n"
+            "raw TCP ping-pong (the floor): p50 %.1f us\n",
+            o.rounds, o.messages, o.payload, p50, p99, o.rounds, rate, o.messages, raw);
     }
   }
   // The static group ends together: the server serves until the client is done.

@@ -39,7 +39,8 @@ void configure(caf::actor_system_config& cfg, const options& o) {
   cfg.load<caf::io::middleman>();
   cfg.add_message_type<bench_message>("bench_message");
   // A string value is silently ignored by CAF 0.17: the policy must be an atom.
-  cfg.set("scheduler.policy", o.scheduler == "sharing" ? caf::atom("sharing") : caf::atom("stealing"));
+  cfg.set("scheduler.policy",
+          o.scheduler == "sharing" ? caf::atom("sharing") : caf::atom("stealing"));
   cfg.set("logger.verbosity", caf::atom("quiet"));
 }
 
@@ -106,15 +107,19 @@ int main(int argc, char** argv) {
     auto figures = troupe::bench::measure(sys, *remote, o.rounds, o.messages, o.payload);
     if (!figures) rc = 1;
     if (rc == 0) {
-      double p50 = figures->rtt_p50_us, p99 = figures->rtt_p99_us, rate = figures->oneway_msgs_per_s;
+      double p50 = figures->rtt_p50_us, p99 = figures->rtt_p99_us,
+             rate = figures->oneway_msgs_per_s;
       if (o.json) {
-        std::printf("{\"impl\": \"caf-middleman-%s\", \"bench\": \"actors\", \"payload\": %zu, "
-                    "\"rtt_p50_us\": %.2f, \"rtt_p99_us\": %.2f, \"oneway_msgs_per_s\": %.1f}\n",
-                    o.scheduler.c_str(), o.payload, p50, p99, rate);
+        std::printf(
+            "{\"impl\": \"caf-middleman-%s\", \"bench\": \"actors\", \"payload\": %zu, "
+            "\"rtt_p50_us\": %.2f, \"rtt_p99_us\": %.2f, \"oneway_msgs_per_s\": %.1f}\n",
+            o.scheduler.c_str(), o.payload, p50, p99, rate);
       } else {
-        std::printf("# caf_middleman_bench --scheduler %s --rounds %d --messages %d --payload %zu\n",
-                    o.scheduler.c_str(), o.rounds, o.messages, o.payload);
-        std::printf("request round trip: p50 %.1f us, p99 %.1f us (%d rounds)\n", p50, p99, o.rounds);
+        std::printf(
+            "# caf_middleman_bench --scheduler %s --rounds %d --messages %d --payload %zu\n",
+            o.scheduler.c_str(), o.rounds, o.messages, o.payload);
+        std::printf("request round trip: p50 %.1f us, p99 %.1f us (%d rounds)\n", p50, p99,
+                    o.rounds);
         std::printf("one-way throughput: %.0f msgs/s (%d messages)\n", rate, o.messages);
       }
     }

@@ -33,9 +33,9 @@
 #include <vector>
 
 #include "collectives/group.hpp"
+#include "rank_processes.hpp"
 #include "store/connect.hpp"
 #include "world/world.hpp"
-#include "rank_processes.hpp"
 
 namespace {
 
@@ -51,7 +51,9 @@ using troupe::bench::bus_factor;
 double process_cpu_us() {
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
-  auto us = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) * 1e6 + static_cast<double>(tv.tv_usec); };
+  auto us = [](const timeval& tv) {
+    return static_cast<double>(tv.tv_sec) * 1e6 + static_cast<double>(tv.tv_usec);
+  };
   return us(ru.ru_utime) + us(ru.ru_stime);
 }
 
@@ -91,7 +93,8 @@ int run_rank(const args& a) {
 int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* h) {
   for (const auto& op : a.ops)
     if (op == "allreduce_hier" && !h) {
-      std::cerr << "allreduce_hier runs only under a launcher with several hosts (bench/hosts_bench.sh)\n";
+      std::cerr << "allreduce_hier runs only under a launcher with several hosts "
+                   "(bench/hosts_bench.sh)\n";
       return 2;
     }
   if (rank == 0 && !a.json)
@@ -110,14 +113,18 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
           return pg.allreduce(tensor_view::of(std::span(in)), {reduce_op::sum, 60s}).wait(70s);
         if (op == "allreduce_hier") {
           auto mine = std::span(in).subspan(part * static_cast<std::size_t>(h->local_rank), part);
-          if (auto r = h->local->allreduce(tensor_view::of(std::span(in)), {reduce_op::sum, 60s}).wait(70s); !r)
+          if (auto r = h->local->allreduce(tensor_view::of(std::span(in)), {reduce_op::sum, 60s})
+                           .wait(70s);
+              !r)
             return r;
-          if (auto r = h->cross->allreduce(tensor_view::of(mine), {reduce_op::sum, 60s}).wait(70s); !r)
+          if (auto r = h->cross->allreduce(tensor_view::of(mine), {reduce_op::sum, 60s}).wait(70s);
+              !r)
             return r;
           std::copy(mine.begin(), mine.end(), own.begin());
           return h->local
               ->allgather(tensor_view::of(std::span(own)),
-                          tensor_view::of(std::span(in).first(part * static_cast<std::size_t>(h->local_size))),
+                          tensor_view::of(
+                              std::span(in).first(part * static_cast<std::size_t>(h->local_size))),
                           {60s})
               .wait(70s);
         }
@@ -143,10 +150,11 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
           std::cerr << op << ": " << r.error() << "\n";
           return 1;
         }
-        if (auto bad = std::find_if(in.begin(), in.end(), [&](float v) { return v != static_cast<float>(n); });
+        if (auto bad = std::find_if(in.begin(), in.end(),
+                                    [&](float v) { return v != static_cast<float>(n); });
             bad != in.end()) {
-          std::cerr << op << ": rank " << rank << " has " << *bad << " at element " << (bad - in.begin())
-                    << " of " << count << " where " << n << " was due\n";
+          std::cerr << op << ": rank " << rank << " has " << *bad << " at element "
+                    << (bad - in.begin()) << " of " << count << " where " << n << " was due\n";
           return 1;
         }
         std::fill(in.begin(), in.end(), 1.0f);
@@ -171,7 +179,8 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
         std::printf(
             "{\"impl\": \"troupe-%s\", \"bench\": \"%s\", \"world\": %d, \"bytes\": %zu, "
             "\"time_us\": %.1f, \"busbw_GBps\": %.4f, \"cpu_us\": %.1f}\n",
-            a.backend.c_str(), op.c_str(), n, bytes, us, algbw * bus_factor(op == "allreduce_hier" ? "allreduce" : op, n), cpu_us);
+            a.backend.c_str(), op.c_str(), n, bytes, us,
+            algbw * bus_factor(op == "allreduce_hier" ? "allreduce" : op, n), cpu_us);
       else if (rank == 0)
         std::printf(" %12zu %12zu %10s %12.1f %10.3f %10.3f\n", bytes, count, op.c_str(), us, algbw,
                     algbw * bus_factor(op, n));

@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "training/ddp.hpp"
 #include "collectives/group.hpp"
 #include "core/cluster_env.hpp"
 #include "launcher/launch.hpp"
 #include "store/connect.hpp"
+#include "training/ddp.hpp"
 
 namespace {
 
@@ -113,13 +113,15 @@ expected<void> rank_main(const args& a, int world) {
   if (env->rank == 0) {
     double c = median(local), s = median(synced);
     if (a.json)
-      std::printf("{\"impl\": \"troupe\", \"bench\": \"ddp_step\", \"world\": %d, \"params\": %zu, "
-                  "\"compute_ms\": %.3f, \"ddp_ms\": %.3f, \"overhead_ms\": %.3f}\n",
-                  world, a.params, c, s, s - c);
+      std::printf(
+          "{\"impl\": \"troupe\", \"bench\": \"ddp_step\", \"world\": %d, \"params\": %zu, "
+          "\"compute_ms\": %.3f, \"ddp_ms\": %.3f, \"overhead_ms\": %.3f}\n",
+          world, a.params, c, s, s - c);
     else
-      std::printf("world %d, %zu params in %d layers, %zu buckets: compute-only %.1f ms, with DDP "
-                  "%.1f ms, overhead %.1f ms per step (median of %d)\n",
-                  world, a.params, a.layers, (*d)->bucket_plans().size(), c, s, s - c, a.steps);
+      std::printf(
+          "world %d, %zu params in %d layers, %zu buckets: compute-only %.1f ms, with DDP "
+          "%.1f ms, overhead %.1f ms per step (median of %d)\n",
+          world, a.params, a.layers, (*d)->bucket_plans().size(), c, s, s - c, a.steps);
     std::fflush(stdout);
   }
   return ok();
@@ -171,8 +173,9 @@ int main(int argc, char** argv) {
   }
   if (a.layers < 1 || a.params < static_cast<std::size_t>(a.layers) || a.steps < 1 ||
       a.passes < 1 || !(a.bucket_mb > 0))
-    return usage("need --layers >= 1, --params >= layers, --steps >= 1, --compute-passes >= 1 "
-                 "and --bucket-mb > 0");
+    return usage(
+        "need --layers >= 1, --params >= layers, --steps >= 1, --compute-passes >= 1 "
+        "and --bucket-mb > 0");
   if (!a.json) {
     std::printf("# ddp_bench");
     for (int i = 1; i < argc; ++i) std::printf(" %s", argv[i]);

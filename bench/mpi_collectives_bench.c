@@ -18,8 +18,7 @@
 
 static double bus_factor(const char* op, int n) {
   if (strcmp(op, "allreduce") == 0) return 2.0 * (n - 1) / n;
-  if (strcmp(op, "allgather") == 0 || strcmp(op, "reduce_scatter") == 0)
-    return (double)(n - 1) / n;
+  if (strcmp(op, "allgather") == 0 || strcmp(op, "reduce_scatter") == 0) return (double)(n - 1) / n;
   return 1.0;
 }
 
@@ -56,12 +55,18 @@ int main(int argc, char** argv) {
   char ops[256] = "allreduce,broadcast,allgather,reduce_scatter";
   for (int i = 1; i < argc; ++i) {
     if (i + 1 >= argc) return usage("every option takes a value");
-    if (strcmp(argv[i], "--min") == 0) min_bytes = strtoull(argv[++i], NULL, 10);
-    else if (strcmp(argv[i], "--max") == 0) max_bytes = strtoull(argv[++i], NULL, 10);
-    else if (strcmp(argv[i], "--iters") == 0) fixed_iters = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--ops") == 0) snprintf(ops, sizeof ops, "%s", argv[++i]);
-    else if (strcmp(argv[i], "--json") == 0) --i; /* accepted for symmetry; always JSON */
-    else return usage("unknown option");
+    if (strcmp(argv[i], "--min") == 0)
+      min_bytes = strtoull(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--max") == 0)
+      max_bytes = strtoull(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--iters") == 0)
+      fixed_iters = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--ops") == 0)
+      snprintf(ops, sizeof ops, "%s", argv[++i]);
+    else if (strcmp(argv[i], "--json") == 0)
+      --i; /* accepted for symmetry; always JSON */
+    else
+      return usage("unknown option");
   }
   if (min_bytes < 4 || max_bytes < min_bytes) return usage("--min must be >= 4 and <= --max");
   MPI_Init(&argc, &argv);
@@ -96,9 +101,10 @@ int main(int argc, char** argv) {
       double cpu_us = (process_cpu_us() - cpu0) / iters;
       double algbw = (double)bytes / us / 1e3; /* GB/s */
       if (rank == 0)
-        printf("{\"impl\": \"mpi\", \"bench\": \"%s\", \"world\": %d, \"bytes\": %zu, "
-               "\"time_us\": %.1f, \"busbw_GBps\": %.4f, \"cpu_us\": %.1f}\n",
-               op, n, bytes, us, algbw * bus_factor(op, n), cpu_us);
+        printf(
+            "{\"impl\": \"mpi\", \"bench\": \"%s\", \"world\": %d, \"bytes\": %zu, "
+            "\"time_us\": %.1f, \"busbw_GBps\": %.4f, \"cpu_us\": %.1f}\n",
+            op, n, bytes, us, algbw * bus_factor(op, n), cpu_us);
       fflush(stdout);
     }
   }

@@ -16,15 +16,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "collectives/group.hpp"
-#include "store/connect.hpp"
 #include "rank_processes.hpp"
+#include "store/connect.hpp"
 
 namespace {
 
@@ -51,7 +51,8 @@ void check_nccl(int rank, ncclResult_t r, const char* what) {
 int run_rank(const args& a) {
   int devices = 0;
   check_cuda(a.rank, cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-  if (devices <= a.rank) die(a.rank, "needs one GPU per rank; this machine has " + std::to_string(devices));
+  if (devices <= a.rank)
+    die(a.rank, "needs one GPU per rank; this machine has " + std::to_string(devices));
   check_cuda(a.rank, cudaSetDevice(a.rank), "cudaSetDevice");
 
   store_options so;
@@ -89,10 +90,10 @@ int run_rank(const args& a) {
   check_cuda(a.rank, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   const int n = a.world;
   if (a.rank == 0 && !a.json)
-    std::printf("# nccl_bench --world %d: raw NCCL vs troupe's nccl group, float32, %d device(s)\n"
-                "#%12s %10s %11s %11s %9s %9s %10s\n",
-                n, devices, "size(B)", "op", "raw(us)", "troupe(us)", "raw bus", "ours bus",
-                "added(us)");
+    std::printf(
+        "# nccl_bench --world %d: raw NCCL vs troupe's nccl group, float32, %d device(s)\n"
+        "#%12s %10s %11s %11s %9s %9s %10s\n",
+        n, devices, "size(B)", "op", "raw(us)", "troupe(us)", "raw bus", "ours bus", "added(us)");
   for (const auto& op : a.ops) {
     for (std::size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 8) {
       std::size_t count = std::max<std::size_t>(bytes / sizeof(float), 1);
@@ -118,7 +119,10 @@ int run_rank(const args& a) {
         return pg.allgather(t.slice(0, per_rank), tensor_view{out, dtype::float32, out_count, dev},
                             {60s, stream});
       };
-      int iters = a.iters > 0 ? a.iters : bytes <= (1u << 20) ? 200 : bytes <= (64u << 20) ? 50 : 20;
+      int iters = a.iters > 0            ? a.iters
+                  : bytes <= (1u << 20)  ? 200
+                  : bytes <= (64u << 20) ? 50
+                                         : 20;
 
       auto time_raw = [&] {
         for (int i = 0; i < 5; ++i) check_nccl(a.rank, raw_op(), "warm-up");
@@ -148,9 +152,10 @@ int run_rank(const args& a) {
       double raw_bus = static_cast<double>(bytes) / raw_us / 1e3 * f;
       double ours_bus = static_cast<double>(bytes) / ours_us / 1e3 * f;
       if (a.rank == 0 && a.json)
-        std::printf("{\"bench\": \"%s\", \"world\": %d, \"bytes\": %zu, \"raw_us\": %.2f, "
-                    "\"troupe_us\": %.2f, \"raw_busbw_GBps\": %.3f, \"troupe_busbw_GBps\": %.3f}\n",
-                    op.c_str(), n, bytes, raw_us, ours_us, raw_bus, ours_bus);
+        std::printf(
+            "{\"bench\": \"%s\", \"world\": %d, \"bytes\": %zu, \"raw_us\": %.2f, "
+            "\"troupe_us\": %.2f, \"raw_busbw_GBps\": %.3f, \"troupe_busbw_GBps\": %.3f}\n",
+            op.c_str(), n, bytes, raw_us, ours_us, raw_bus, ours_bus);
       else if (a.rank == 0)
         std::printf(" %12zu %10s %11.2f %11.2f %9.2f %9.2f %10.2f\n", bytes, op.c_str(), raw_us,
                     ours_us, raw_bus, ours_bus, ours_us - raw_us);

@@ -32,8 +32,8 @@ struct rank_bench_args {
 };
 
 /// Parses into `a`; nullopt after printing why (--backend only when `with_backend`).
-inline std::optional<rank_bench_args> parse_rank_bench_args(int argc, char** argv, rank_bench_args a,
-                                                            bool with_backend) {
+inline std::optional<rank_bench_args> parse_rank_bench_args(int argc, char** argv,
+                                                            rank_bench_args a, bool with_backend) {
   auto split_list = [](const std::string& s) {
     std::vector<std::string> out;
     std::stringstream in(s);
@@ -97,7 +97,8 @@ inline int run_self_as_ranks(int argc, char** argv, int world) {
   }
   std::vector<test::child_process> ranks;
   for (int r = 0; r < world; ++r) {
-    std::vector<std::string> args{argv[0], "--rank", std::to_string(r), "--store", (*server)->url()};
+    std::vector<std::string> args{argv[0], "--rank", std::to_string(r), "--store",
+                                  (*server)->url()};
     for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
     ranks.push_back(test::child_process::start(args));
     if (!ranks.back().started()) {

@@ -19,8 +19,8 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -152,7 +152,8 @@ void raw_tcp_drive(const config& c, int s) {
     for (int i = 0; i < reps + 2; ++i) {
       auto t0 = clock::now();
       round(buf);
-      if (i >= 2) gbs.push_back(2.0 * static_cast<double>(sz) / fsec(clock::now() - t0).count() / 1e9);
+      if (i >= 2)
+        gbs.push_back(2.0 * static_cast<double>(sz) / fsec(clock::now() - t0).count() / 1e9);
     }
     emit("troupe", "echo", strcat("\"variant\": \"raw_tcp\", \"bytes\": ", sz),
          strcat("\"GBps\": ", pct(gbs, 0.5)));
@@ -164,7 +165,8 @@ void raw_tcp_drive(const config& c, int s) {
 
 std::shared_ptr<function_table> bench_functions(bool inline_noop) {
   auto t = std::make_shared<function_table>();
-  (void)t->add("noop", [](int x) { return x; }, function_options{inline_noop});
+  (void)t->add(
+      "noop", [](int x) { return x; }, function_options{inline_noop});
   (void)t->add("echo", [](tensor x) { return x; });
   return t;
 }
@@ -201,7 +203,8 @@ troupe::test::child_process spawn(const config& c, const std::vector<std::string
 constexpr auto served_worker_limit = std::chrono::minutes(10);
 
 // Child: join (static: rank/world; dynamic: world "-"), report init time, serve until "stop".
-int serve(const config& c, const std::string& url, const std::string& name, int rank, const std::string& world) {
+int serve(const config& c, const std::string& url, const std::string& name, int rank,
+          const std::string& world) {
   std::optional<int> w;
   if (world != "-") w = std::stoi(world);
   auto s = connect_store(url);
@@ -230,7 +233,8 @@ void rpc_drive(const config& c, agent& ag, const std::string& peer) {
     if (!r) std::exit(3);
     if (i >= 200) lat.push_back(fsec(clock::now() - t0).count() * 1e6);
   }
-  emit("troupe", "roundtrip", "\"variant\": \"rpc\"", strcat("\"p50_us\": ", pct(lat, 0.5), ", \"p99_us\": ", pct(lat, 0.99)));
+  emit("troupe", "roundtrip", "\"variant\": \"rpc\"",
+       strcat("\"p50_us\": ", pct(lat, 0.5), ", \"p99_us\": ", pct(lat, 0.99)));
   // Pipelined: keep 64 calls in flight.
   {
     std::mutex mu;
@@ -264,9 +268,11 @@ void rpc_drive(const config& c, agent& ag, const std::string& peer) {
       auto t0 = clock::now();
       auto r = ag.rpc_sync<tensor>(peer, "echo", t);
       if (!r) std::exit(4);
-      if (i >= 2) gbs.push_back(2.0 * static_cast<double>(sz) / fsec(clock::now() - t0).count() / 1e9);
+      if (i >= 2)
+        gbs.push_back(2.0 * static_cast<double>(sz) / fsec(clock::now() - t0).count() / 1e9);
     }
-    emit("troupe", "echo", strcat("\"variant\": \"rpc\", \"bytes\": ", sz), strcat("\"GBps\": ", pct(gbs, 0.5)));
+    emit("troupe", "echo", strcat("\"variant\": \"rpc\", \"bytes\": ", sz),
+         strcat("\"GBps\": ", pct(gbs, 0.5)));
   }
 }
 
@@ -334,7 +340,8 @@ void membership_figures(const config& c) {
     auto l = (*a)->leave();
     auto leave_ms = fsec(clock::now() - t0).count() * 1e3;
     if (!l) std::fprintf(stderr, "leave: %s\n", l.error().to_string().c_str());
-    emit("troupe", "join", "\"workers\": 5", strcat("\"join_ms\": ", join_ms, ", \"leave_ms\": ", leave_ms));
+    emit("troupe", "join", "\"workers\": 5",
+         strcat("\"join_ms\": ", join_ms, ", \"leave_ms\": ", leave_ms));
     (void)(*s)->set("stop_dynamic", std::string_view("1"));
     for (auto& k : kids) k.wait(served_worker_limit);
   }
@@ -354,7 +361,8 @@ int across_hosts(const config& c) {
     return 2;
   }
   if (w->size() != 2) {
-    std::fprintf(stderr, "rpc_bench: under a launcher, run 2 processes (WORLD_SIZE=2), not %d\n", w->size());
+    std::fprintf(stderr, "rpc_bench: under a launcher, run 2 processes (WORLD_SIZE=2), not %d\n",
+                 w->size());
     return 2;
   }
   auto& st = *w->store();
@@ -364,8 +372,8 @@ int across_hosts(const config& c) {
     a.sin_family = AF_INET;
     if (::inet_pton(AF_INET, w->address().c_str(), &a.sin_addr) != 1 ||
         ::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(ls, 1) != 0) {
-      std::fprintf(stderr, "rpc_bench: cannot listen on %s (an IPv4 address): %s\n", w->address().c_str(),
-                   std::strerror(errno));
+      std::fprintf(stderr, "rpc_bench: cannot listen on %s (an IPv4 address): %s\n",
+                   w->address().c_str(), std::strerror(errno));
       return 2;
     }
     socklen_t len = sizeof a;
@@ -419,11 +427,16 @@ int main(int argc, char** argv) {
       }
       return serve(c, url, name, std::stoi(rank), world);
     }
-    if (a == "--iters") c.iters = std::stoi(next());
-    else if (a == "--seconds") c.seconds = std::stod(next());
-    else if (a == "--busy-poll-us") c.busy_poll_us = std::stoi(next());
-    else if (a == "--inline") c.run_inline = true;
-    else if (a == "--tcp-only") c.tcp_only = true;
+    if (a == "--iters")
+      c.iters = std::stoi(next());
+    else if (a == "--seconds")
+      c.seconds = std::stod(next());
+    else if (a == "--busy-poll-us")
+      c.busy_poll_us = std::stoi(next());
+    else if (a == "--inline")
+      c.run_inline = true;
+    else if (a == "--tcp-only")
+      c.tcp_only = true;
     else if (a == "--sizes") {
       c.sizes.clear();
       std::string v = next();
@@ -436,8 +449,8 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::fprintf(stderr, "# rpc_bench --iters %d --seconds %g --busy-poll-us %d%s\n", c.iters, c.seconds,
-               c.busy_poll_us, c.run_inline ? " --inline" : "");
+  std::fprintf(stderr, "# rpc_bench --iters %d --seconds %g --busy-poll-us %d%s\n", c.iters,
+               c.seconds, c.busy_poll_us, c.run_inline ? " --inline" : "");
   if (std::getenv("RANK")) return across_hosts(c);
   raw_tcp(c);
   auto server = tcp_store_server::start({});

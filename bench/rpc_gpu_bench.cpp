@@ -145,13 +145,16 @@ int drive(const config& c, const char* self) {
     const double p50 = median(secs);
     const double copies = staging_copy_seconds(p, n, std::max(3, c.iters / 2));
     cudaFree(p);
-    std::printf("{\"impl\": \"troupe\", \"bench\": \"gpu_echo\", \"path\": \"%s\", \"size\": %zu, "
-                "\"p50_ms\": %.3f, \"gbps\": %.2f, \"iters\": %d}\n",
-                c.staged ? "staged" : "cuda_ipc", n, p50 * 1e3, 2.0 * static_cast<double>(n) / p50 / 1e9, c.iters);
-    std::printf("{\"impl\": \"cuda_memcpy\", \"bench\": \"staging_copies\", \"size\": %zu, "
-                "\"p50_ms\": %.3f, \"note\": \"2x (D2H + H2D) pinned, the staging floor of one "
-                "echo\"}\n",
-                n, 2e3 * copies);
+    std::printf(
+        "{\"impl\": \"troupe\", \"bench\": \"gpu_echo\", \"path\": \"%s\", \"size\": %zu, "
+        "\"p50_ms\": %.3f, \"gbps\": %.2f, \"iters\": %d}\n",
+        c.staged ? "staged" : "cuda_ipc", n, p50 * 1e3, 2.0 * static_cast<double>(n) / p50 / 1e9,
+        c.iters);
+    std::printf(
+        "{\"impl\": \"cuda_memcpy\", \"bench\": \"staging_copies\", \"size\": %zu, "
+        "\"p50_ms\": %.3f, \"note\": \"2x (D2H + H2D) pinned, the staging floor of one "
+        "echo\"}\n",
+        n, 2e3 * copies);
     std::fflush(stdout);
   }
   (void)(*a)->rpc_sync<tensor>("w1", "echo", tensor::zeros(dtype::uint8, {1}));
@@ -192,14 +195,21 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--sizes") c.sizes = parse_sizes(next());
-    else if (a == "--iters") c.iters = std::atoi(next());
-    else if (a == "--warmup") c.warmup = std::atoi(next());
-    else if (a == "--peer") c.peer_url = next();
-    else if (a == "--staged") c.staged = true;
+    if (a == "--sizes")
+      c.sizes = parse_sizes(next());
+    else if (a == "--iters")
+      c.iters = std::atoi(next());
+    else if (a == "--warmup")
+      c.warmup = std::atoi(next());
+    else if (a == "--peer")
+      c.peer_url = next();
+    else if (a == "--staged")
+      c.staged = true;
     else {
-      std::fprintf(stderr, "rpc_gpu_bench: unknown argument '%s'; see the comment at the top of "
-                   "bench/rpc_gpu_bench.cpp\n", a.c_str());
+      std::fprintf(stderr,
+                   "rpc_gpu_bench: unknown argument '%s'; see the comment at the top of "
+                   "bench/rpc_gpu_bench.cpp\n",
+                   a.c_str());
       return 2;
     }
   }

@@ -42,7 +42,7 @@ struct args {
   int port = 0;
   int index = 0;
   int n = 0;
-  int io_threads = 0;  // the server's; 0: its default
+  int io_threads = 0;     // the server's; 0: its default
   bool tcp_only = false;  // no local socket: every client on loopback TCP
 };
 
@@ -65,14 +65,22 @@ args parse(int argc, char** argv) {
       if (i + 1 >= argc) die("missing value after " + k);
       return argv[++i];
     };
-    if (k == "--role") a.role = next();
-    else if (k == "--seconds") a.seconds = std::stod(next());
-    else if (k == "--rounds") a.rounds = std::stoi(next());
-    else if (k == "--port") a.port = std::stoi(next());
-    else if (k == "--index") a.index = std::stoi(next());
-    else if (k == "--n") a.n = std::stoi(next());
-    else if (k == "--io-threads") a.io_threads = std::stoi(next());
-    else if (k == "--tcp-only") a.tcp_only = true;
+    if (k == "--role")
+      a.role = next();
+    else if (k == "--seconds")
+      a.seconds = std::stod(next());
+    else if (k == "--rounds")
+      a.rounds = std::stoi(next());
+    else if (k == "--port")
+      a.port = std::stoi(next());
+    else if (k == "--index")
+      a.index = std::stoi(next());
+    else if (k == "--n")
+      a.n = std::stoi(next());
+    else if (k == "--io-threads")
+      a.io_threads = std::stoi(next());
+    else if (k == "--tcp-only")
+      a.tcp_only = true;
     else if (k == "--clients") {
       a.clients.clear();
       std::string v = next();
@@ -81,7 +89,8 @@ args parse(int argc, char** argv) {
         a.clients.push_back(std::stoi(v.substr(p, c - p)));
         p = c == std::string::npos ? v.size() : c + 1;
       }
-    } else die("unknown argument " + k + " (see the comment at the top of store_bench.cpp)");
+    } else
+      die("unknown argument " + k + " (see the comment at the top of store_bench.cpp)");
   }
   return a;
 }
@@ -116,8 +125,8 @@ void run_ops_client(const args& a, bool nowait) {
   std::vector<std::byte> value(64, std::byte{'x'});
   start_line(*s, tag, a.index);
   long n = 0;
-  auto end = clock::now() + std::chrono::duration_cast<clock::duration>(
-                                std::chrono::duration<double>(a.seconds));
+  auto end = clock::now() +
+             std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(a.seconds));
   while (clock::now() < end) {
     if (nowait)
       check(s->set_nowait(key, value, 10s), "set_nowait");
@@ -205,8 +214,9 @@ int run_main(args a) {
       long total = 0;
       for (int i = 0; i < n; ++i)
         total += std::stol(check(s->get_string(tag + "/result" + std::to_string(i)), "result"));
-      std::printf("{\"impl\": \"troupe\", \"bench\": \"%s\", \"clients\": %d, \"ops_per_s\": %.1f}\n",
-                  nowait ? "ops_nowait" : "ops", n, static_cast<double>(total) / a.seconds);
+      std::printf(
+          "{\"impl\": \"troupe\", \"bench\": \"%s\", \"clients\": %d, \"ops_per_s\": %.1f}\n",
+          nowait ? "ops_nowait" : "ops", n, static_cast<double>(total) / a.seconds);
       std::fflush(stdout);
     }
     {
@@ -225,9 +235,10 @@ int run_main(args a) {
           p = c + 1;
         }
       }
-      std::printf("{\"impl\": \"troupe\", \"bench\": \"wake\", \"clients\": %d, \"p50_us\": %.1f, "
-                  "\"p99_us\": %.1f}\n",
-                  n, percentile(lat, 0.5), percentile(lat, 0.99));
+      std::printf(
+          "{\"impl\": \"troupe\", \"bench\": \"wake\", \"clients\": %d, \"p50_us\": %.1f, "
+          "\"p99_us\": %.1f}\n",
+          n, percentile(lat, 0.5), percentile(lat, 0.99));
       std::fflush(stdout);
     }
   }
@@ -239,10 +250,15 @@ int run_main(args a) {
 int main(int argc, char** argv) {
   args a = parse(argc, argv);
   if (a.role == "main") return run_main(a);
-  if (a.role == "ops") run_ops_client(a, false);
-  else if (a.role == "ops-nowait") run_ops_client(a, true);
-  else if (a.role == "wake-waiter") run_wake_waiter(a);
-  else if (a.role == "wake-setter") run_wake_setter(a);
-  else die("unknown role " + a.role);
+  if (a.role == "ops")
+    run_ops_client(a, false);
+  else if (a.role == "ops-nowait")
+    run_ops_client(a, true);
+  else if (a.role == "wake-waiter")
+    run_wake_waiter(a);
+  else if (a.role == "wake-setter")
+    run_wake_setter(a);
+  else
+    die("unknown role " + a.role);
   return 0;
 }

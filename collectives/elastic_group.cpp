@@ -60,10 +60,10 @@ struct elastic_group::state {
 
   mutable std::mutex mu;
   std::condition_variable cv;
-  membership::epoch newest;               // the newest epoch known
-  epoch_ptr built_epoch;                  // the epoch of `built`
-  std::shared_ptr<process_group> built;   // what current() hands out (an epoch_group)
-  std::shared_ptr<process_group> backend; // the backend group inside `built`
+  membership::epoch newest;                // the newest epoch known
+  epoch_ptr built_epoch;                   // the epoch of `built`
+  std::shared_ptr<process_group> built;    // what current() hands out (an epoch_group)
+  std::shared_ptr<process_group> backend;  // the backend group inside `built`
   std::vector<held_work> holding;
   // The keys each epoch's build wrote through this process (commit, carry agreement, the
   // backend's connection records), erased once a later epoch's group is built: by then
@@ -151,9 +151,9 @@ struct elastic_group::state {
       if (!expired.empty()) {
         lk.unlock();
         for (auto& h : expired)
-          h.done.complete(troupe::error(
-              h.cause.code(), strcat(h.cause.message(), "; no new epoch came within ",
-                                     format_duration(opts.grace), " of it")));
+          h.done.complete(
+              troupe::error(h.cause.code(), strcat(h.cause.message(), "; no new epoch came within ",
+                                                   format_duration(opts.grace), " of it")));
         lk.lock();
         continue;
       }
@@ -174,7 +174,9 @@ class epoch_group final : public process_group {
  public:
   epoch_group(std::shared_ptr<process_group> inner, epoch_ptr e,
               std::weak_ptr<elastic_group::state> st)
-      : process_group(inner->spec()), inner_(std::move(inner)), epoch_(std::move(e)),
+      : process_group(inner->spec()),
+        inner_(std::move(inner)),
+        epoch_(std::move(e)),
         state_(std::move(st)) {}
 
   std::string_view backend_name() const noexcept override { return inner_->backend_name(); }
@@ -267,9 +269,10 @@ expected<std::unique_ptr<elastic_group>> elastic_group::make(
   st->root = std::move(s);
   st->opts = std::move(o);
   std::weak_ptr<state> weak = st;
-  st->subscription = members->on_epoch([weak](const membership::epoch&, const membership::epoch& e) {
-    if (auto alive = weak.lock()) alive->on_epoch(e);
-  });
+  st->subscription =
+      members->on_epoch([weak](const membership::epoch&, const membership::epoch& e) {
+        if (auto alive = weak.lock()) alive->on_epoch(e);
+      });
   // Subscribed first, then read: whichever is newer wins (service::on_epoch says why).
   st->on_epoch(members->current());
   st->hold_thread = std::thread([raw = st.get()] { raw->run_holds(); });
@@ -382,8 +385,8 @@ expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
     // learns of that epoch, so all of them stop); a newer epoch that only adds members
     // makes the built group stale (below) instead. The check interrupts the store's waits
     // and the backend's connect alike.
-    auto interrupt = [weak, ep = std::make_shared<const membership::epoch>(e)]()
-        -> std::optional<troupe::error> {
+    auto interrupt = [weak, ep = std::make_shared<const membership::epoch>(
+                                e)]() -> std::optional<troupe::error> {
       auto s = weak.lock();
       if (!s) return make_error(errc::shut_down, "the elastic group is gone");
       std::lock_guard lk(s->mu);
@@ -453,7 +456,8 @@ expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
       if (old) old->shutdown(std::chrono::seconds(2));  // aborted when the epoch moved
       erase_older_builds(st, n);
       TROUPE_LOG(log_level::info, "collectives", "built ", describe(*wrapped), " for epoch ", n,
-                 " (", e.names(), ") in ", format_duration(std::chrono::duration_cast<duration>(clock::now() - started)));
+                 " (", e.names(), ") in ",
+                 format_duration(std::chrono::duration_cast<duration>(clock::now() - started)));
       return view{e, wrapped};
     }
     auto why = std::move(g).error();
@@ -470,8 +474,8 @@ expected<elastic_group::view> elastic_group::rebuild(duration timeout) {
     // A member may have died during the build: wait for the epoch that says so.
     auto next = wait_for_change(n, std::min(st.opts.grace, dl.remaining()));
     if (next) continue;
-    return make_error(why.code(), "building the group of epoch ", n, " (", e.names(),
-                      ") as rank ", spec.rank, " failed: ", why.message());
+    return make_error(why.code(), "building the group of epoch ", n, " (", e.names(), ") as rank ",
+                      spec.rank, " failed: ", why.message());
   }
 }
 
@@ -488,8 +492,8 @@ void elastic_group::shutdown(duration timeout) {
   st.members->unsubscribe(st.subscription);
   const auto dl = deadline::after(timeout);
   if (backend) {
-    backend->abort(make_error(errc::shut_down, "the elastic group '", st.opts.name,
-                              "' was shut down"));
+    backend->abort(
+        make_error(errc::shut_down, "the elastic group '", st.opts.name, "' was shut down"));
     backend->shutdown(dl.remaining());
   }
   if (st.hold_thread.joinable()) st.hold_thread.join();
@@ -538,8 +542,7 @@ expected<bool> commit_build(elastic_group::state& st, store& s, const membership
       newer = st.newest.number > e.number;
     }
     if (newer) {
-      auto won =
-          s.compare_set(state_key, std::nullopt, to_bytes(std::string("cancelled")), left());
+      auto won = s.compare_set(state_key, std::nullopt, to_bytes(std::string("cancelled")), left());
       if (!won) return std::move(won).error();
       return decided(*won);
     }

@@ -35,17 +35,17 @@ expected<join> join::make(std::vector<joinable*> joinables, join_options options
     auto* j = joinables[i];
     if (!j) return join_error(errc::invalid_argument, strcat("joinable ", i, " is null"));
     if (j->in_scope_)
-      return join_error(errc::invalid_argument,
-                        strcat("joinable ", i,
-                               " is already in another join scope; end that scope first"));
+      return join_error(
+          errc::invalid_argument,
+          strcat("joinable ", i, " is already in another join scope; end that scope first"));
     process_group* g = &j->join_process_group();
     if (!group) {
       group = g;
     } else if (g != group) {
-      return join_error(errc::invalid_argument,
-                        strcat("joinable ", i, " runs on ", describe(*g), " but joinable 0 on ",
-                               describe(*group),
-                               "; a join scope needs every joinable on the same process group"));
+      return join_error(
+          errc::invalid_argument,
+          strcat("joinable ", i, " runs on ", describe(*g), " but joinable 0 on ", describe(*group),
+                 "; a join scope needs every joinable on the same process group"));
     }
   }
   join j;
@@ -156,9 +156,8 @@ expected<void> join::finish() {
     for (;;) {
       if (shadowed_ > warn_threshold && !warned) {
         warned = true;
-        TROUPE_LOG(log_level::warn, "join",
-                   "uneven input skew above ", warn_threshold, ": rank ", group_->rank(),
-                   " has at least ", warn_threshold,
+        TROUPE_LOG(log_level::warn, "join", "uneven input skew above ", warn_threshold, ": rank ",
+                   group_->rank(), " has at least ", warn_threshold,
                    " fewer inputs than ranks still training; skew this large slows training");
       }
       auto nonjoined = allreduce_flag(0);

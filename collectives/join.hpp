@@ -184,8 +184,7 @@ expected<T> join_args::get(const std::string& key, T fallback) const {
   if (auto* v = std::get_if<T>(&it->second)) return *v;
   if constexpr (std::is_same_v<T, double>)
     if (auto* i = std::get_if<std::int64_t>(&it->second)) return static_cast<double>(*i);
-  return make_error(errc::invalid_argument, "join argument '", key,
-                    "' has the wrong type; pass a ",
+  return make_error(errc::invalid_argument, "join argument '", key, "' has the wrong type; pass a ",
                     std::is_same_v<T, bool>           ? "bool"
                     : std::is_same_v<T, std::int64_t> ? "integer"
                     : std::is_same_v<T, double>       ? "number"

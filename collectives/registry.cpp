@@ -124,11 +124,9 @@ expected<std::shared_ptr<process_group>> create_group(std::string_view name,
 namespace troupe::settings {
 
 setting_list collectives_settings() {
-  static constexpr const setting* list[] = {&backend,           &gloo_shm,
-                                            &gloo_shm_slot,     &gloo_local_sndbuf,
-                                            &gloo_loop_batch,   &gloo_host,
-                                            &gloo_hierarchical, &gloo_hierarchical_min,
-                                            &gloo_host_key,     &local_rank};
+  static constexpr const setting* list[] = {
+      &backend,   &gloo_shm,          &gloo_shm_slot,         &gloo_local_sndbuf, &gloo_loop_batch,
+      &gloo_host, &gloo_hierarchical, &gloo_hierarchical_min, &gloo_host_key,     &local_rank};
   return list;
 }
 

@@ -193,8 +193,8 @@ expected<cluster_env> detect_cluster_env(const vars_t& v) {
     auto requeues = integer_or(v, "SLURM_RESTART_COUNT", 0, 1 << 30, 0);
     if (!requeues) return std::move(requeues).error();
     s.restart_count = *requeues;
-    s.store_scope = strcat("slurm/", s.run_id.empty() ? std::string("job") : s.run_id,
-                           "/attempt-", s.restart_count);
+    s.store_scope = strcat("slurm/", s.run_id.empty() ? std::string("job") : s.run_id, "/attempt-",
+                           s.restart_count);
     e = std::move(s);
   } else {
     return make_error(errc::not_found,

@@ -103,11 +103,9 @@ std::string read_json_string(const std::string& text, std::size_t& pos) {
 // the layout record_error and torchrun write).
 std::string string_field(const std::string& text, std::string_view key, std::size_t from = 0) {
   const std::string quoted = "\"" + std::string(key) + "\"";
-  for (auto at = text.find(quoted, from); at != std::string::npos;
-       at = text.find(quoted, at + 1)) {
+  for (auto at = text.find(quoted, from); at != std::string::npos; at = text.find(quoted, at + 1)) {
     std::size_t pos = at + quoted.size();
-    while (pos < text.size() && (text[pos] == ' ' || text[pos] == ':' || text[pos] == '\n'))
-      ++pos;
+    while (pos < text.size() && (text[pos] == ' ' || text[pos] == ':' || text[pos] == '\n')) ++pos;
     if (pos < text.size() && text[pos] == '"') return read_json_string(text, pos);
   }
   return {};
@@ -115,9 +113,7 @@ std::string string_field(const std::string& text, std::string_view key, std::siz
 
 }  // namespace
 
-std::string error_file_path() {
-  return settings::error_file.value().value_or(std::string());
-}
+std::string error_file_path() { return settings::error_file.value().value_or(std::string()); }
 
 bool record_error(std::string_view message) noexcept {
   try {

@@ -10,7 +10,8 @@
 
 namespace troupe {
 
-hmac_tag hmac_sha256(std::string_view key, std::initializer_list<std::span<const std::byte>> parts) {
+hmac_tag hmac_sha256(std::string_view key,
+                     std::initializer_list<std::span<const std::byte>> parts) {
   hmac_tag out{};
   // OpenSSL 3's one-shot HMAC needs one buffer; the handshakes hash well under 1 KiB.
   std::size_t total = 0;
@@ -24,9 +25,8 @@ hmac_tag hmac_sha256(std::string_view key, std::initializer_list<std::span<const
   unsigned int len = 0;
   static const unsigned char empty = 0;
   const void* k = key.empty() ? static_cast<const void*>(&empty) : key.data();
-  ::HMAC(EVP_sha256(), k, static_cast<int>(key.size()),
-         data.empty() ? &empty : data.data(), data.size(),
-         reinterpret_cast<unsigned char*>(out.data()), &len);
+  ::HMAC(EVP_sha256(), k, static_cast<int>(key.size()), data.empty() ? &empty : data.data(),
+         data.size(), reinterpret_cast<unsigned char*>(out.data()), &len);
   return out;
 }
 
@@ -42,8 +42,10 @@ expected<std::array<std::byte, 16>> make_nonce() {
   std::size_t got = 0;
   for (int tries = 0; got < n.size() && tries < 100; ++tries) {
     auto r = ::getrandom(n.data() + got, n.size() - got, 0);
-    if (r > 0) got += static_cast<std::size_t>(r);
-    else if (r < 0 && errno != EINTR) break;
+    if (r > 0)
+      got += static_cast<std::size_t>(r);
+    else if (r < 0 && errno != EINTR)
+      break;
   }
   if (got < n.size())
     return make_error(errc::unavailable, "getrandom failed: ", std::strerror(errno));

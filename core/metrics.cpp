@@ -20,9 +20,9 @@ namespace troupe::metrics {
 
 namespace {
 
-constexpr double latency_bounds[] = {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
-                                     5e-3, 1e-2, 2.5e-2, 5e-2, 0.1,  0.25,   0.5,  1,
-                                     2.5,  5,    10};
+constexpr double latency_bounds[] = {1e-5,   2.5e-5, 5e-5, 1e-4,   2.5e-4, 5e-4, 1e-3,
+                                     2.5e-3, 5e-3,   1e-2, 2.5e-2, 5e-2,   0.1,  0.25,
+                                     0.5,    1,      2.5,  5,      10};
 
 struct entry {
   std::string name;
@@ -84,9 +84,12 @@ std::string format_double(double v) {
 
 std::string_view kind_letter(kind k) {
   switch (k) {
-    case kind::counter: return "c";
-    case kind::gauge: return "g";
-    case kind::histogram: return "h";
+    case kind::counter:
+      return "c";
+    case kind::gauge:
+      return "g";
+    case kind::histogram:
+      return "h";
   }
   return "c";
 }
@@ -281,7 +284,8 @@ expected<std::vector<sample>> decode_snapshot(std::string_view text) {
   std::map<std::string, std::string, std::less<>> helps;
   auto lines = split(text, '\n');
   if (lines.empty() || lines.front() != "troupe-metrics 1")
-    return make_error(errc::protocol_error, "a metrics snapshot must start with 'troupe-metrics 1'");
+    return make_error(errc::protocol_error,
+                      "a metrics snapshot must start with 'troupe-metrics 1'");
   for (std::size_t n = 1; n < lines.size(); ++n) {
     std::string_view line = lines[n];
     if (line.empty()) continue;
@@ -299,10 +303,14 @@ expected<std::vector<sample>> decode_snapshot(std::string_view text) {
     auto f = split(line, ' ');
     if (f.size() < 4) return bad();
     sample s;
-    if (f[0] == "c") s.kind = kind::counter;
-    else if (f[0] == "g") s.kind = kind::gauge;
-    else if (f[0] == "h") s.kind = kind::histogram;
-    else return bad();
+    if (f[0] == "c")
+      s.kind = kind::counter;
+    else if (f[0] == "g")
+      s.kind = kind::gauge;
+    else if (f[0] == "h")
+      s.kind = kind::histogram;
+    else
+      return bad();
     s.name = f[1];
     if (s.name.empty()) return bad();
     if (auto h = helps.find(s.name); h != helps.end()) s.help = h->second;

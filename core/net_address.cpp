@@ -166,10 +166,11 @@ expected<std::string> interface_ipv4(const host_facts& f, std::string_view ifnam
     exists = true;
     if (is_ipv4(i.address)) return i.address;
   }
-  return make_error(errc::not_found, setting, "='", ifname, "': ",
-                    exists ? "that interface has no IPv4 address" : "this host has no such interface",
-                    " (host ", f.host_name, "; its interfaces: ", list_interfaces(f),
-                    "); name the interface of the network the hosts share");
+  return make_error(
+      errc::not_found, setting, "='", ifname,
+      "': ", exists ? "that interface has no IPv4 address" : "this host has no such interface",
+      " (host ", f.host_name, "; its interfaces: ", list_interfaces(f),
+      "); name the interface of the network the hosts share");
 }
 
 expected<std::string> check_local_address(const host_facts& facts, const std::string& value,
@@ -232,7 +233,8 @@ expected<std::string> local_address() {
   return decide_local_address(vars, f);
 }
 
-expected<void> check_reachable(std::span<const advertised_address> members, std::string_view group) {
+expected<void> check_reachable(std::span<const advertised_address> members,
+                               std::string_view group) {
   std::set<std::string> keys;
   std::vector<std::string> names;
   for (const auto& m : members)

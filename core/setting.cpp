@@ -43,9 +43,9 @@ namespace settings {
 
 setting_list core_settings() {
   static constexpr const setting* list[] = {
-      &default_timeout, &logging_level, &error_file,       &local_addr,
-      &trace, &socket_ifname,   &store_url,     &store_prefix,     &run_id,
-      &rendezvous_round, &restart_count, &max_restarts, &elastic, &metrics_file};
+      &default_timeout, &logging_level, &error_file,   &local_addr,  &trace,
+      &socket_ifname,   &store_url,     &store_prefix, &run_id,      &rendezvous_round,
+      &restart_count,   &max_restarts,  &elastic,      &metrics_file};
   return list;
 }
 

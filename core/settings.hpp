@@ -49,7 +49,7 @@ inline constexpr setting store_prefix{
 inline constexpr setting run_id{"TROUPE_RUN_ID", "set by troupe-run",
                                 "the job's id; its presence marks a troupe-run worker"};
 inline constexpr setting rendezvous_round{"TROUPE_ROUND", "set by troupe-run",
-                               "the rendezvous round this worker belongs to"};
+                                          "the rendezvous round this worker belongs to"};
 inline constexpr setting restart_count{"TROUPE_RESTART_COUNT", "set by troupe-run",
                                        "restarts of the job so far"};
 inline constexpr setting max_restarts{"TROUPE_MAX_RESTARTS", "set by troupe-run",

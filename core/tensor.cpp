@@ -12,26 +12,46 @@ namespace troupe {
 
 std::size_t element_size(dtype t) noexcept {
   switch (t) {
-    case dtype::uint8: case dtype::int8: case dtype::boolean: return 1;
-    case dtype::int16: case dtype::float16: case dtype::bfloat16: return 2;
-    case dtype::int32: case dtype::float32: return 4;
-    case dtype::int64: case dtype::float64: return 8;
+    case dtype::uint8:
+    case dtype::int8:
+    case dtype::boolean:
+      return 1;
+    case dtype::int16:
+    case dtype::float16:
+    case dtype::bfloat16:
+      return 2;
+    case dtype::int32:
+    case dtype::float32:
+      return 4;
+    case dtype::int64:
+    case dtype::float64:
+      return 8;
   }
   return 0;
 }
 
 std::string_view to_string(dtype t) noexcept {
   switch (t) {
-    case dtype::uint8: return "uint8";
-    case dtype::int8: return "int8";
-    case dtype::int16: return "int16";
-    case dtype::int32: return "int32";
-    case dtype::int64: return "int64";
-    case dtype::float16: return "float16";
-    case dtype::bfloat16: return "bfloat16";
-    case dtype::float32: return "float32";
-    case dtype::float64: return "float64";
-    case dtype::boolean: return "bool";
+    case dtype::uint8:
+      return "uint8";
+    case dtype::int8:
+      return "int8";
+    case dtype::int16:
+      return "int16";
+    case dtype::int32:
+      return "int32";
+    case dtype::int64:
+      return "int64";
+    case dtype::float16:
+      return "float16";
+    case dtype::bfloat16:
+      return "bfloat16";
+    case dtype::float32:
+      return "float32";
+    case dtype::float64:
+      return "float64";
+    case dtype::boolean:
+      return "bool";
   }
   return "invalid";
 }
@@ -41,8 +61,7 @@ bool is_valid_dtype(std::uint8_t raw) noexcept {
 }
 
 bool is_floating(dtype t) noexcept {
-  return t == dtype::float32 || t == dtype::float64 || t == dtype::float16 ||
-         t == dtype::bfloat16;
+  return t == dtype::float32 || t == dtype::float64 || t == dtype::float16 || t == dtype::bfloat16;
 }
 
 namespace {
@@ -75,11 +94,11 @@ class block_cache {
         return;
       }
     }
-    ::operator delete(p, std::align_val_t{64});
+    ::operator delete (p, std::align_val_t{64});
   }
   ~block_cache() {
     for (auto& [n, v] : free_)
-      for (auto* p : v) ::operator delete(p, std::align_val_t{64});
+      for (auto* p : v) ::operator delete (p, std::align_val_t{64});
   }
 
  private:
@@ -97,20 +116,21 @@ block_cache& cache() {
 
 std::shared_ptr<std::byte> allocate_aligned(std::size_t n) {
   if (n < block_cache::min_cached) {
-    auto* p = static_cast<std::byte*>(::operator new(n == 0 ? 1 : n, std::align_val_t{64}));
-    return std::shared_ptr<std::byte>(p, [](std::byte* q) { ::operator delete(q, std::align_val_t{64}); });
+    auto* p = static_cast<std::byte*>(::operator new (n == 0 ? 1 : n, std::align_val_t{64}));
+    return std::shared_ptr<std::byte>(
+        p, [](std::byte* q) { ::operator delete (q, std::align_val_t{64}); });
   }
   std::size_t r = block_cache::rounded(n);
   std::byte* p = cache().take(r);
-  if (!p) p = static_cast<std::byte*>(::operator new(r, std::align_val_t{64}));
+  if (!p) p = static_cast<std::byte*>(::operator new (r, std::align_val_t{64}));
   return std::shared_ptr<std::byte>(p, [r](std::byte* q) { cache().give(q, r); });
 }
 
 expected<tensor> tensor::wrap(void* data, dtype type, std::vector<std::int64_t> shape, device dev,
                               std::vector<std::int64_t> strides, std::shared_ptr<void> owner) {
   if (element_size(type) == 0)
-    return make_error(errc::invalid_argument, "tensor::wrap: dtype value ",
-                      static_cast<int>(type), " is not a dtype");
+    return make_error(errc::invalid_argument, "tensor::wrap: dtype value ", static_cast<int>(type),
+                      " is not a dtype");
   std::int64_t n = 1;
   for (auto d : shape) {
     if (d < 0)
@@ -197,7 +217,8 @@ tensor tensor::contiguous() const {
   for (std::int64_t k = 0; k < n; ++k) {
     std::int64_t off = 0;
     for (std::size_t i = 0; i < idx.size(); ++i) off += idx[i] * strides_[i];
-    std::memcpy(dst + static_cast<std::size_t>(k) * es, src + static_cast<std::size_t>(off) * es, es);
+    std::memcpy(dst + static_cast<std::size_t>(k) * es, src + static_cast<std::size_t>(off) * es,
+                es);
     for (std::size_t i = idx.size(); i-- > 0;) {
       if (++idx[i] < shape_[i]) break;
       idx[i] = 0;

@@ -64,8 +64,7 @@ class tensor {
   /// Fails with invalid_argument for a dtype outside the enum, a negative dimension or
   /// stride, strides of the wrong rank, or a null pointer with a non-empty shape.
   static expected<tensor> wrap(void* data, dtype type, std::vector<std::int64_t> shape,
-                               device dev = device::cpu(),
-                               std::vector<std::int64_t> strides = {},
+                               device dev = device::cpu(), std::vector<std::int64_t> strides = {},
                                std::shared_ptr<void> owner = nullptr);
   /// The 1-D tensor over a flat view's elements (non-owning, like the view).
   static tensor wrap(const tensor_view& v);

@@ -38,8 +38,8 @@ expected<void> check_file(std::string_view setting, const std::string& path) {
   std::ifstream in(path);
   if (!in) {
     int err = errno;
-    return make_error(errc::invalid_argument, "cannot read ", setting, " file '", path, "': ",
-                      std::strerror(err));
+    return make_error(errc::invalid_argument, "cannot read ", setting, " file '", path,
+                      "': ", std::strerror(err));
   }
   std::string head(4096, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
@@ -71,8 +71,9 @@ expected<std::shared_ptr<const context>> context::make(const config& c, setting_
   // AES-NI and ample for a job's lifetime; no CBC, no RSA key exchange, no ChaCha20.
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   if (SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384") != 1 ||
-      SSL_CTX_set_cipher_list(ctx, "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
-                                   "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384") != 1)
+      SSL_CTX_set_cipher_list(ctx,
+                              "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+                              "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384") != 1)
     return make_error(errc::internal, "cannot set the TLS ciphers: ", drain_errors());
   // Connections live as long as the job: no session resumption, no tickets to send.
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
@@ -82,7 +83,8 @@ expected<std::shared_ptr<const context>> context::make(const config& c, setting_
     return fail(names.cert, c.cert, "holds no usable certificate");
   if (SSL_CTX_use_PrivateKey_file(ctx, c.key.c_str(), SSL_FILETYPE_PEM) != 1) {
     const unsigned long e = ERR_peek_last_error();
-    if (ERR_GET_REASON(e) == X509_R_KEY_VALUES_MISMATCH || ERR_GET_REASON(e) == X509_R_KEY_TYPE_MISMATCH)
+    if (ERR_GET_REASON(e) == X509_R_KEY_VALUES_MISMATCH ||
+        ERR_GET_REASON(e) == X509_R_KEY_TYPE_MISMATCH)
       return make_error(errc::invalid_argument, names.key, " file '", c.key,
                         "' is not the key of the certificate in ", names.cert, " file '", c.cert,
                         "': ", drain_errors());
@@ -141,10 +143,14 @@ BIO_METHOD* buffer_bio_method() {
     BIO_meth_set_ctrl(m, [](BIO* b, int cmd, long, void*) -> long {
       auto* io = static_cast<Buffers*>(BIO_get_data(b));
       switch (cmd) {
-        case BIO_CTRL_FLUSH: return 1;
-        case BIO_CTRL_PENDING: return static_cast<long>(io->in.size() - io->in_pos);
-        case BIO_CTRL_WPENDING: return static_cast<long>(io->out.size());
-        default: return 0;
+        case BIO_CTRL_FLUSH:
+          return 1;
+        case BIO_CTRL_PENDING:
+          return static_cast<long>(io->in.size() - io->in_pos);
+        case BIO_CTRL_WPENDING:
+          return static_cast<long>(io->out.size());
+        default:
+          return 0;
       }
     });
     return m;
@@ -159,7 +165,8 @@ expected<std::unique_ptr<session>> session::make(std::shared_ptr<const context> 
   s->ctx_ = std::move(ctx);
   s->client_ = client;
   SSL* ssl = SSL_new(ctx_of(*s->ctx_));
-  if (ssl == nullptr) return make_error(errc::internal, "cannot create a TLS session: ", drain_errors());
+  if (ssl == nullptr)
+    return make_error(errc::internal, "cannot create a TLS session: ", drain_errors());
   s->ssl_ = ssl;
   BIO_METHOD* method = buffer_bio_method<buffers>();
   BIO* in = method ? BIO_new(method) : nullptr;
@@ -172,8 +179,10 @@ expected<std::unique_ptr<session>> session::make(std::shared_ptr<const context> 
   BIO_set_data(in, s->io_.get());
   BIO_set_data(out, s->io_.get());
   SSL_set_bio(ssl, in, out);  // the SSL owns both from here
-  if (client) SSL_set_connect_state(ssl);
-  else SSL_set_accept_state(ssl);
+  if (client)
+    SSL_set_connect_state(ssl);
+  else
+    SSL_set_accept_state(ssl);
   return s;
 }
 
@@ -216,16 +225,18 @@ error session::failure(int ret, std::string_view during) {
                       ": the peer presented no certificate; every worker of the job needs "
                       "TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA");
   if (peer_refused_us)
-    return make_error(errc::unauthorized, "TLS ", during, ": the peer refused this worker's certificate (",
-                      reasons, "): the peer trusts another CA, or this certificate (TROUPE_TLS_CERT '",
-                      f.cert, "') is not signed by the job's CA; every worker needs a certificate "
-                      "signed by the same CA as its TROUPE_TLS_CA");
+    return make_error(
+        errc::unauthorized, "TLS ", during, ": the peer refused this worker's certificate (",
+        reasons, "): the peer trusts another CA, or this certificate (TROUPE_TLS_CERT '", f.cert,
+        "') is not signed by the job's CA; every worker needs a certificate "
+        "signed by the same CA as its TROUPE_TLS_CA");
   if (reasons.find("wrong version number") != std::string::npos ||
       reasons.find("packet length too long") != std::string::npos ||
       reasons.find("record layer failure") != std::string::npos ||
       reasons.find("http request") != std::string::npos ||
       reasons.find("unsupported protocol") != std::string::npos)
-    return make_error(errc::protocol_error, "TLS ", during, ": the peer does not speak TLS (", reasons,
+    return make_error(errc::protocol_error, "TLS ", during, ": the peer does not speak TLS (",
+                      reasons,
                       "); set TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA on every worker of "
                       "the job, or on none");
   return make_error(errc::protocol_error, "TLS ", during, " failed: ", reasons);

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 
@@ -64,10 +64,18 @@ void append_escaped(std::string& out, std::string_view s) {
     out.append(s.data() + plain, i - plain);
     plain = i + 1;
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default: {
         char buf[8];
         std::snprintf(buf, sizeof buf, "\\u%04x", c);
@@ -93,13 +101,15 @@ void append_us(std::string& out, std::int64_t ns) {
   const auto a = static_cast<std::uint64_t>(ns < 0 ? -ns : ns);
   append_int(out, a / 1000);
   const auto frac = static_cast<unsigned>(a % 1000);
-  const char digits[4] = {'.', static_cast<char>('0' + frac / 100), static_cast<char>('0' + frac / 10 % 10),
+  const char digits[4] = {'.', static_cast<char>('0' + frac / 100),
+                          static_cast<char>('0' + frac / 10 % 10),
                           static_cast<char>('0' + frac % 10)};
   out.append(digits, 4);
 }
 
 // Starts one event line: {"ph":"X","ts":1.000,"pid":P,"tid":T
-void begin_event(std::string& out, char ph, std::int64_t ts_ns, std::int64_t pid, std::int64_t tid) {
+void begin_event(std::string& out, char ph, std::int64_t ts_ns, std::int64_t pid,
+                 std::int64_t tid) {
   out += "{\"ph\":\"";
   out += ph;
   out += "\",\"ts\":";
@@ -183,7 +193,8 @@ process_options options_from_env() {
     auto v = std::strtoll(rank->c_str(), &end, 10);
     if (end != rank->c_str() && *end == '\0' && v >= 0) o.pid = v;
   }
-  o.file_name = strcat("troupe-", run.value_or("job"), "-rank-", rank.value_or("none"), "-pid-", pid, ".json");
+  o.file_name = strcat("troupe-", run.value_or("job"), "-rank-", rank.value_or("none"), "-pid-",
+                       pid, ".json");
   o.process_name = rank ? strcat("rank ", *rank) : strcat("pid ", pid);
   return o;
 }
@@ -200,7 +211,8 @@ bool start(const process_options& o) {
     }
     if constexpr (!sites) {
       detail::state.store(1);
-      TROUPE_LOG(log_level::warn, "trace", "this build has no trace sites (TROUPE_TRACE_SITES=OFF); ",
+      TROUPE_LOG(log_level::warn, "trace",
+                 "this build has no trace sites (TROUPE_TRACE_SITES=OFF); ",
                  settings::trace.variable, " is ignored and nothing is traced");
       return false;
     }
@@ -284,7 +296,8 @@ void instant(std::string_view category, std::string_view name, const args& a) {
 
 void set_clock(std::int64_t offset_ns, std::int64_t uncertainty_ns, std::string_view how) {
   if (!enabled()) return;
-  std::string a = strcat("\"offset_ns\":", offset_ns, ",\"uncertainty_ns\":", uncertainty_ns, ",\"how\":");
+  std::string a =
+      strcat("\"offset_ns\":", offset_ns, ",\"uncertainty_ns\":", uncertainty_ns, ",\"how\":");
   append_escaped(a, how);
   append_metadata("troupe_clock", a);
   flush();

@@ -21,8 +21,7 @@ constexpr std::string_view merged_marker = "{\"traceEvents\":";
 
 expected<std::vector<std::string>> read_lines(const std::string& file, bool& merged) {
   std::ifstream in(file);
-  if (!in)
-    return make_error(errc::not_found, "cannot read the trace file '", file, "'");
+  if (!in) return make_error(errc::not_found, "cannot read the trace file '", file, "'");
   std::vector<std::string> lines;
   std::string line;
   merged = false;
@@ -69,8 +68,8 @@ std::int64_t parse_us(std::string_view s) {
 std::string format_us(std::int64_t ns) {
   char buf[32];
   auto a = ns < 0 ? -ns : ns;
-  std::snprintf(buf, sizeof buf, "%s%lld.%03lld", ns < 0 ? "-" : "", static_cast<long long>(a / 1000),
-                static_cast<long long>(a % 1000));
+  std::snprintf(buf, sizeof buf, "%s%lld.%03lld", ns < 0 ? "-" : "",
+                static_cast<long long>(a / 1000), static_cast<long long>(a % 1000));
   return buf;
 }
 
@@ -127,7 +126,9 @@ expected<merge_result> merge_files(const std::vector<std::string>& inputs, const
   if (!o) return make_error(errc::unavailable, "cannot write the merged trace '", tmp, "'");
   std::error_code ec;
   std::filesystem::rename(tmp, out, ec);
-  if (ec) return make_error(errc::unavailable, "cannot write the merged trace '", out, "': ", ec.message());
+  if (ec)
+    return make_error(errc::unavailable, "cannot write the merged trace '", out,
+                      "': ", ec.message());
   return result;
 }
 

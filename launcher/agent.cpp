@@ -23,8 +23,8 @@
 #include "core/log.hpp"
 #include "core/net_address.hpp"
 #include "core/settings.hpp"
-#include "launcher/metrics_server.hpp"
 #include "core/trace.hpp"
+#include "launcher/metrics_server.hpp"
 #include "launcher/node_rendezvous.hpp"
 #include "launcher/signals.hpp"
 #include "launcher/trace_attempts.hpp"
@@ -52,9 +52,7 @@ std::string this_host() {
   return buf;
 }
 
-std::string socket_ifname() {
-  return settings::socket_ifname.value().value_or(std::string());
-}
+std::string socket_ifname() { return settings::socket_ifname.value().value_or(std::string()); }
 
 // This node's address as the other nodes reach it (exported as TROUPE_LOCAL_ADDR):
 // --local-addr (or --rdzv-conf local_addr), which must be this host's; 127.0.0.1 for a job
@@ -81,13 +79,14 @@ expected<std::string> node_address(const run_config& c) {
   }
   for (const auto& a : here.host_name_addresses)
     if (a.find(':') == std::string::npos && !is_loopback_address(a)) return a;
-  return make_error(errc::invalid_argument, "cannot tell this node's address for a job across ",
-                    "nodes: the host name '", here.host_name, "' ",
-                    here.host_name_addresses.empty()
-                        ? std::string("does not resolve")
-                        : strcat("resolves only to loopback (", here.host_name_addresses.front(), ")"),
-                    "; pass --local-addr with the address the other nodes reach this one on, or "
-                    "set TROUPE_SOCKET_IFNAME to the interface of the network the nodes share");
+  return make_error(
+      errc::invalid_argument, "cannot tell this node's address for a job across ",
+      "nodes: the host name '", here.host_name, "' ",
+      here.host_name_addresses.empty()
+          ? std::string("does not resolve")
+          : strcat("resolves only to loopback (", here.host_name_addresses.front(), ")"),
+      "; pass --local-addr with the address the other nodes reach this one on, or "
+      "set TROUPE_SOCKET_IFNAME to the interface of the network the nodes share");
 }
 
 // Where the store backend's server binds: the endpoint's host, except that a host *name*
@@ -214,8 +213,8 @@ void declare_exited_dead(store& base, const std::string& workers_prefix, const w
   const auto timeout = std::chrono::seconds(5);
   auto current = membership::read_epoch(scoped, timeout);
   if (!current) {
-    say(strcat("could not read the membership to take worker rank ", e.rank, " out: ",
-               current.error().message()));
+    say(strcat("could not read the membership to take worker rank ", e.rank,
+               " out: ", current.error().message()));
     return;
   }
   const std::string host = this_host();
@@ -226,9 +225,8 @@ void declare_exited_dead(store& base, const std::string& workers_prefix, const w
     change.cause = strcat("dead: ", membership::describe(m), ": its process ended with ",
                           e.describe(), ", seen by troupe-run on ", host);
     if (auto r = membership::apply_change(scoped, change, timeout); !r)
-      say(strcat("could not take worker rank ", e.rank, " (", m.name,
-                 ") out of the membership: ", r.error().message(),
-                 "; the others will notice its silent heartbeat"));
+      say(strcat("could not take worker rank ", e.rank, " (", m.name, ") out of the membership: ",
+                 r.error().message(), "; the others will notice its silent heartbeat"));
     return;
   }
 }
@@ -310,8 +308,8 @@ int run_agent(const run_config& c) {
       return 2;
     }
     metrics = std::move(*m);
-    say(strcat("serving metrics at ", metrics->url(), "/metrics and the status at ",
-               metrics->url(), "/status (port ", metrics->port(), ")"));
+    say(strcat("serving metrics at ", metrics->url(), "/metrics and the status at ", metrics->url(),
+               "/status (port ", metrics->port(), ")"));
   }
   auto sigfd = install_signal_pipe();
   if (!sigfd) {
@@ -321,8 +319,8 @@ int run_agent(const run_config& c) {
   // finish_config refuses a job of several nodes without an id, so a missing id here means
   // one node: a fresh id keeps this run's logs and store keys apart from every other run's.
   const std::string run_id = c.rdzv_id.empty() ? fresh_run_id() : c.rdzv_id;
-  say(strcat("run id ", run_id, ", logs in ", c.log_dir, "/", run_id, ", program ", c.program,
-             " (", c.nproc_per_node, " workers on this node)"));
+  say(strcat("run id ", run_id, ", logs in ", c.log_dir, "/", run_id, ", program ", c.program, " (",
+             c.nproc_per_node, " workers on this node)"));
   // What /status and /metrics show; the loop below keeps it current and publishes copies.
   job_status status;
   status.run_id = run_id;
@@ -539,7 +537,8 @@ int run_agent(const run_config& c) {
         std::filesystem::remove(ws.metrics_file, ignored);
         vars.emplace_back(settings::metrics_file.variable, ws.metrics_file);
       }
-      if (settings::trace.value()) vars.emplace_back(settings::trace.variable, tracing.worker_dir(attempt));
+      if (settings::trace.value())
+        vars.emplace_back(settings::trace.variable, tracing.worker_dir(attempt));
       s.env = merged_environment(environ, vars);
       s.redirect = c.redirects.for_local_rank(i);
       s.tee = c.tee.for_local_rank(i);
@@ -658,9 +657,8 @@ int run_agent(const run_config& c) {
         if (!e.failed()) continue;
         auto root = read_error_file(dir_of(e) + "/error.json");
         if (!root.timestamp.empty() &&
-            (first_time.empty() ||
-             std::strtoll(root.timestamp.c_str(), nullptr, 10) <
-                 std::strtoll(first_time.c_str(), nullptr, 10))) {
+            (first_time.empty() || std::strtoll(root.timestamp.c_str(), nullptr, 10) <
+                                       std::strtoll(first_time.c_str(), nullptr, 10))) {
           first_time = root.timestamp;
           failure = &e;
         }
@@ -675,11 +673,11 @@ int run_agent(const run_config& c) {
           if (!e.failed()) continue;
           report_failure(e, attempt, dir_of(e) + "/stderr", dir_of(e) + "/error.json", on_node);
           if (job->base)
-            declare_exited_dead(*job->base, strcat("troupe-run/", run_id, "/workers/", rr.round), e);
+            declare_exited_dead(*job->base, strcat("troupe-run/", run_id, "/workers/", rr.round),
+                                e);
           if (restarts >= c.max_restarts) {
             say(strcat("giving up: worker rank ", e.rank, " failed with ", e.describe(),
-                       " and all ", c.max_restarts,
-                       " replacements (--max-restarts) are used up"));
+                       " and all ", c.max_restarts, " replacements (--max-restarts) are used up"));
             gave_up = true;
             break;
           }

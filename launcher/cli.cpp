@@ -223,8 +223,8 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
     std::string name = o->get_single_name();
     if (name.empty() || name == "help" || name == "version" || name.size() < 2) continue;
     std::string env = "PET_";
-    for (char ch : name) env += ch == '-' ? '_' : static_cast<char>(std::toupper(
-                                                     static_cast<unsigned char>(ch)));
+    for (char ch : name)
+      env += ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
     o->envname(env);
   }
   app.footer(
@@ -232,7 +232,8 @@ cli_outcome parse_command_line(int argc, const char* const* argv) {
       "LOCAL_RANK, GROUP_RANK, ROLE_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, ROLE_WORLD_SIZE, "
       "GROUP_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT, TROUPE_RESTART_COUNT, "
       "TROUPE_MAX_RESTARTS, TROUPE_RUN_ID, TROUPE_ROUND, TROUPE_STORE_URL, TROUPE_STORE_PREFIX, "
-      "TROUPE_LOCAL_ADDR, TROUPE_JOB_SECRET, TROUPE_ELASTIC (with --failure-policy replace), TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, and "
+      "TROUPE_LOCAL_ADDR, TROUPE_JOB_SECRET, TROUPE_ELASTIC (with --failure-policy replace), "
+      "TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, and "
       "OMP_NUM_THREADS=1 when several run on a node and it is not set already, "
       "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME when TROUPE_SOCKET_IFNAME is given, and "
       "TROUPE_ERROR_FILE and TORCHELASTIC_ERROR_FILE (where a failing worker records its root "

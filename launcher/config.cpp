@@ -105,7 +105,10 @@ expected<int> parse_flag_int(std::string_view flag, std::string_view text, int m
 
 expected<duration> parse_flag_duration(std::string_view flag, std::string_view text) {
   auto d = parse_duration(trim(text));
-  if (!d) return bad(flag, text, "write a duration such as 250ms, 5s, 2m or seconds as torchrun takes them (0.1, 30)");
+  if (!d)
+    return bad(
+        flag, text,
+        "write a duration such as 250ms, 5s, 2m or seconds as torchrun takes them (0.1, 30)");
   return *d;
 }
 
@@ -340,8 +343,9 @@ expected<void> finish_config(run_config& c) {
         std::error_code ec;
         auto path = std::filesystem::absolute(value, ec);
         if (ec || !std::filesystem::is_regular_file(path, ec))
-          return bad(flag, value, "no such file; give a readable PEM file (or, for "
-                                  "password_file, a file whose first line is the password)");
+          return bad(flag, value,
+                     "no such file; give a readable PEM file (or, for "
+                     "password_file, a file whose first line is the password)");
         std::string& out = known->what == rdzv_conf_setting::etcd_cacert ? c.etcd_cacert
                            : known->what == rdzv_conf_setting::etcd_cert ? c.etcd_cert
                            : known->what == rdzv_conf_setting::etcd_key  ? c.etcd_key
@@ -358,8 +362,10 @@ expected<void> finish_config(run_config& c) {
     }
     if (known->what >= rdzv_conf_setting::etcd_protocol &&
         known->what <= rdzv_conf_setting::etcd_password_file && c.backend != rdzv_backend::etcd)
-      return make_error(errc::invalid_argument, flag, " applies to --rdzv-backend etcd only (this "
-                        "job's backend is ", to_string(c.backend), ")");
+      return make_error(errc::invalid_argument, flag,
+                        " applies to --rdzv-backend etcd only (this "
+                        "job's backend is ",
+                        to_string(c.backend), ")");
     if (target != nullptr) {
       auto d = parse_flag_duration(flag, value);
       if (!d) return std::move(d).error();

@@ -8,8 +8,8 @@
 namespace troupe::launcher {
 
 int job_status::running() const {
-  return static_cast<int>(std::count_if(workers.begin(), workers.end(),
-                                        [](const worker_status& w) { return w.state == "running"; }));
+  return static_cast<int>(std::count_if(
+      workers.begin(), workers.end(), [](const worker_status& w) { return w.state == "running"; }));
 }
 
 std::string status_json(const job_status& s) {
@@ -68,18 +68,19 @@ expected<job_status> parse_status_json(std::string_view text) {
     }
     return s;
   } catch (const nlohmann::json::exception& e) {
-    return make_error(errc::protocol_error, "the status lacks a field or has a wrong type: ",
-                      e.what());
+    return make_error(errc::protocol_error,
+                      "the status lacks a field or has a wrong type: ", e.what());
   }
 }
 
 std::string status_table(const job_status& s) {
-  std::string out = strcat("run ", s.run_id, " on ", s.host, " (", s.address, "): ", s.state,
-                           ", round ", s.round, ", attempt ", s.attempt, ", restarts ", s.restarts,
-                           "/", s.max_restarts, ", ", s.running(), "/", s.workers.size(),
-                           " workers running, world size ", s.world_size, " on ", s.nodes,
-                           s.nodes == 1 ? " node\n" : " nodes\n");
-  std::vector<std::vector<std::string>> rows{{"RANK", "LOCAL", "HOST", "PID", "STATE", "RESTARTS", "LOGS"}};
+  std::string out =
+      strcat("run ", s.run_id, " on ", s.host, " (", s.address, "): ", s.state, ", round ", s.round,
+             ", attempt ", s.attempt, ", restarts ", s.restarts, "/", s.max_restarts, ", ",
+             s.running(), "/", s.workers.size(), " workers running, world size ", s.world_size,
+             " on ", s.nodes, s.nodes == 1 ? " node\n" : " nodes\n");
+  std::vector<std::vector<std::string>> rows{
+      {"RANK", "LOCAL", "HOST", "PID", "STATE", "RESTARTS", "LOGS"}};
   for (const auto& w : s.workers)
     rows.push_back({std::to_string(w.rank), std::to_string(w.local_rank), s.host,
                     std::to_string(w.pid), w.state, std::to_string(w.restarts), w.log_dir});

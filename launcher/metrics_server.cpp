@@ -65,8 +65,7 @@ std::string render_metrics(const job_status& st) {
       own("troupe_run_membership_nodes", "nodes in the current round (replace mode: running now)",
           kind::gauge, st.nodes),
       own("troupe_run_world_size", "workers in the job's current round (replace mode: running now)",
-          kind::gauge,
-          st.world_size),
+          kind::gauge, st.world_size),
   };
   for (const auto& w : st.workers) {
     if (w.metrics_file.empty()) continue;
@@ -115,10 +114,9 @@ class session : public std::enable_shared_from_this<session> {
     parser_->header_limit(max_header_bytes);
     parser_->body_limit(max_body_bytes);
     stream_.expires_after(io_timeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                       self->on_read(ec);
-                     });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
  private:
@@ -205,8 +203,8 @@ expected<std::unique_ptr<metrics_server>> metrics_server::start(const std::strin
                       "let troupe-run pick one (it prints the port it chose)");
   if (!ec) i->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
-    return make_error(errc::unavailable, "--metrics-port ", port, ": cannot listen on ", host,
-                      ":", port, ": ", ec.message());
+    return make_error(errc::unavailable, "--metrics-port ", port, ": cannot listen on ", host, ":",
+                      port, ": ", ec.message());
   i->host = host;
   i->port = i->acceptor.local_endpoint().port();
   i->accept();
@@ -236,9 +234,7 @@ metrics_server::~metrics_server() {
 
 int metrics_server::port() const noexcept { return impl_->port; }
 
-std::string metrics_server::url() const {
-  return strcat("http://", impl_->host, ":", impl_->port);
-}
+std::string metrics_server::url() const { return strcat("http://", impl_->host, ":", impl_->port); }
 
 void metrics_server::publish(job_status status) {
   std::lock_guard lk(impl_->mu);
@@ -251,7 +247,8 @@ expected<std::string> fetch_status_table(const std::string& endpoint, duration t
   if (auto slash = e.find('/'); slash != std::string_view::npos) e = e.substr(0, slash);
   auto hp = parse_host_port(e);
   if (!hp)
-    return make_error(errc::invalid_argument, "'", endpoint, "' is not an endpoint; write "
+    return make_error(errc::invalid_argument, "'", endpoint,
+                      "' is not an endpoint; write "
                       "host:port or http://host:port, as troupe-run printed it for --metrics-port");
   asio::io_context io;
   tcp::resolver resolver(io);
@@ -266,37 +263,40 @@ expected<std::string> fetch_status_table(const std::string& endpoint, duration t
   std::string step = "resolve";
   bool done = false;
   stream.expires_after(timeout);
-  resolver.async_resolve(hp->first, std::to_string(hp->second), [&](beast::error_code ec1, auto results) {
-    if (ec1) return void(failure = ec1);
-    step = "connect to";
-    stream.async_connect(results, [&](beast::error_code ec2, const tcp::endpoint&) {
-      if (ec2) return void(failure = ec2);
-      step = "send the request to";
-      http::async_write(stream, req, [&](beast::error_code ec3, std::size_t) {
-        if (ec3) return void(failure = ec3);
-        step = "read the answer of";
-        http::async_read(stream, buffer, parser, [&](beast::error_code ec4, std::size_t) {
-          if (ec4) return void(failure = ec4);
-          done = true;
+  resolver.async_resolve(
+      hp->first, std::to_string(hp->second), [&](beast::error_code ec1, auto results) {
+        if (ec1) return void(failure = ec1);
+        step = "connect to";
+        stream.async_connect(results, [&](beast::error_code ec2, const tcp::endpoint&) {
+          if (ec2) return void(failure = ec2);
+          step = "send the request to";
+          http::async_write(stream, req, [&](beast::error_code ec3, std::size_t) {
+            if (ec3) return void(failure = ec3);
+            step = "read the answer of";
+            http::async_read(stream, buffer, parser, [&](beast::error_code ec4, std::size_t) {
+              if (ec4) return void(failure = ec4);
+              done = true;
+            });
+          });
         });
       });
-    });
-  });
   io.run_for(timeout + std::chrono::milliseconds(100));
   const std::string where = strcat("http://", hp->first, ":", hp->second, "/status");
   if (!done) {
     std::string why = failure ? failure.message() : std::string("no answer");
-    if (failure == beast::error::timeout || !failure) why = strcat("no answer within ", format_duration(timeout));
+    if (failure == beast::error::timeout || !failure)
+      why = strcat("no answer within ", format_duration(timeout));
     return make_error(errc::unavailable, "cannot ", step, " ", where, ": ", why,
                       "; is troupe-run running there with --metrics-port ", hp->second, "?");
   }
   const auto& res = parser.get();
   if (res.result() != http::status::ok)
-    return make_error(errc::protocol_error, where, " answered ", res.result_int(), ": ", res.body());
+    return make_error(errc::protocol_error, where, " answered ", res.result_int(), ": ",
+                      res.body());
   auto st = parse_status_json(res.body());
   if (!st)
-    return make_error(errc::protocol_error, where, " did not answer a troupe-run status: ",
-                      st.error().message());
+    return make_error(errc::protocol_error, where,
+                      " did not answer a troupe-run status: ", st.error().message());
   return status_table(*st);
 }
 

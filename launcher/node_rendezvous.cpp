@@ -85,7 +85,8 @@ expected<void> node_rendezvous::advance_current_round(long to) {
       if (!v) return std::move(v).error();
       long r = 0;
       if (!parse_long(troupe::to_string(*v), r))
-        return make_error(errc::protocol_error, "current_round holds '", troupe::to_string(*v), "'");
+        return make_error(errc::protocol_error, "current_round holds '", troupe::to_string(*v),
+                          "'");
       if (r >= to) return ok();
       seen = std::move(*v);
     }

@@ -62,8 +62,10 @@ expected<std::optional<round_result>> node_rendezvous::admit_late(
       return make_error(errc::aborted, "rendezvous cancelled by a signal");
     if (deadline_->expired())
       return make_error(errc::timeout, "node ", me_.id, " waited ",
-                        format_duration(settings_.join_timeout), " for a place in the running "
-                        "round ", r, ", which stayed at MAX (", settings_.max_nodes,
+                        format_duration(settings_.join_timeout),
+                        " for a place in the running "
+                        "round ",
+                        r, ", which stayed at MAX (", settings_.max_nodes,
                         " nodes); raise MAX in --nnodes or stop one of the running nodes");
     std::this_thread::sleep_for(settings_.poll_interval);
   }
@@ -83,8 +85,7 @@ expected<std::optional<round_result>> node_rendezvous::admit_late(
   TROUPE_TRY(store_.set(key(r, strcat("late/", slot_)),
                         std::string_view(strcat(out.rank_base, '\n', encode_node_info(me_)))));
   TROUPE_LOG(log_level::info, "rendezvous", me_.id, " entered the running round ", r,
-             " as group rank ", slot_, " with ranks ", out.rank_base, "-",
-             out.world_size - 1);
+             " as group rank ", slot_, " with ranks ", out.rank_base, "-", out.world_size - 1);
   return std::optional<round_result>(std::move(out));
 }
 
@@ -96,10 +97,10 @@ expected<bool> node_rendezvous::follow_open_round() {
   if (*restart > 0) return true;
   const auto now = clock::now();
   if (now < next_scan_) return false;
-  const duration every = settings_.heartbeat_timeout > duration::zero()
-                             ? std::min<duration>(std::chrono::seconds(1),
-                                                  settings_.heartbeat_timeout / 4)
-                             : duration(std::chrono::seconds(1));
+  const duration every =
+      settings_.heartbeat_timeout > duration::zero()
+          ? std::min<duration>(std::chrono::seconds(1), settings_.heartbeat_timeout / 4)
+          : duration(std::chrono::seconds(1));
   next_scan_ = now + every;
   // Arrivals: slots past the closing count with a late record.
   auto joined = counter(last_round_, "joined", 0);
@@ -117,7 +118,8 @@ expected<bool> node_rendezvous::follow_open_round() {
     if (!text) return std::move(text).error();
     auto rec = decode_late_record(*text);
     if (!rec) return std::move(rec).error();
-    peers_.push_back({static_cast<int>(s), rec->node.id, std::string(), now, false, rec->node.nproc});
+    peers_.push_back(
+        {static_cast<int>(s), rec->node.id, std::string(), now, false, rec->node.nproc});
     if (followed_)
       news_.push_back(strcat("node ", rec->node.id, " arrived in the running round ", last_round_,
                              " as group rank ", s, " with ranks ", rec->rank_base, "-",

@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "core/log.hpp"
-#include "core/trace.hpp"
 #include "core/strcat.hpp"
+#include "core/trace.hpp"
 #include "membership/settings.hpp"
 
 namespace troupe::membership {
@@ -37,8 +37,8 @@ duration duration_setting(const setting& s, duration fallback) {
   if (!env) return fallback;
   auto parsed = parse_duration(*env);
   if (!parsed || parsed->count() <= 0) {
-    TROUPE_LOG(log_level::warn, "membership", "ignoring ", s.variable, "='", *env, "': ",
-               parsed ? std::string("it must be positive") : parsed.error().message(),
+    TROUPE_LOG(log_level::warn, "membership", "ignoring ", s.variable, "='", *env,
+               "': ", parsed ? std::string("it must be positive") : parsed.error().message(),
                "; using ", format_duration(fallback));
     return fallback;
   }
@@ -75,8 +75,7 @@ duration heartbeat_timeout_from_env() {
 }
 
 duration heartbeat_interval_from_env(duration timeout) {
-  return duration_setting(settings::heartbeat_interval,
-                          std::max(duration(1), timeout / 10));
+  return duration_setting(settings::heartbeat_interval, std::max(duration(1), timeout / 10));
 }
 
 expected<epoch> read_epoch(store& s, duration timeout) {
@@ -314,8 +313,8 @@ struct service::state {
     for (std::size_t i = 0; i < silent.size(); ++i) {
       const auto& [m, quiet] = silent[i];
       TROUPE_LOG(log_level::warn, "membership", describe(self), " declares ", describe(m),
-                 " dead: its heartbeat has not advanced for ", format_duration(quiet),
-                 " (", settings::heartbeat_timeout.variable, " ", format_duration(opts.heartbeat_timeout),
+                 " dead: its heartbeat has not advanced for ", format_duration(quiet), " (",
+                 settings::heartbeat_timeout.variable, " ", format_duration(opts.heartbeat_timeout),
                  "); proposing an epoch after ", e.number, " without it");
       if (i > 0) change.cause += "; ";
       change.cause += strcat(describe(m), ": heartbeat silent for ", format_duration(quiet),
@@ -324,8 +323,10 @@ struct service::state {
     }
     auto r = apply_change(*s, change, opts.op_timeout);
     if (!r) {
-      TROUPE_LOG(log_level::warn, "membership", "could not agree on an epoch without the silent "
-                 "members (", change.cause, "): ", r.error(), "; trying again");
+      TROUPE_LOG(log_level::warn, "membership",
+                 "could not agree on an epoch without the silent "
+                 "members (",
+                 change.cause, "): ", r.error(), "; trying again");
       if (r.error().code() != errc::timeout) fail(std::move(r).error());
     }
   }
@@ -360,21 +361,24 @@ expected<std::unique_ptr<service>> service::join(std::shared_ptr<store> s, servi
   if (!s) return make_error(errc::invalid_argument, "membership::service::join needs a store");
   if (o.host.empty()) o.host = this_host();
   if (!valid_token(o.name))
-    return make_error(errc::invalid_argument, "a member name must be non-empty with no white "
-                      "space; got '", o.name, "'");
+    return make_error(errc::invalid_argument,
+                      "a member name must be non-empty with no white "
+                      "space; got '",
+                      o.name, "'");
   if (!valid_token(o.host))
-    return make_error(errc::invalid_argument, "a member host must be non-empty with no white "
-                      "space; got '", o.host, "'");
+    return make_error(errc::invalid_argument,
+                      "a member host must be non-empty with no white "
+                      "space; got '",
+                      o.host, "'");
   if (o.heartbeat_timeout <= duration::zero()) o.heartbeat_timeout = heartbeat_timeout_from_env();
   if (o.heartbeat_interval <= duration::zero())
     o.heartbeat_interval = heartbeat_interval_from_env(o.heartbeat_timeout);
   if (o.heartbeat_interval >= o.heartbeat_timeout)
-    return make_error(errc::invalid_argument, "the heartbeat interval (",
-                      format_duration(o.heartbeat_interval),
-                      ") must be shorter than the heartbeat timeout (",
-                      format_duration(o.heartbeat_timeout), "); check ",
-                      settings::heartbeat_interval.variable, " and ",
-                      settings::heartbeat_timeout.variable);
+    return make_error(
+        errc::invalid_argument, "the heartbeat interval (", format_duration(o.heartbeat_interval),
+        ") must be shorter than the heartbeat timeout (", format_duration(o.heartbeat_timeout),
+        "); check ", settings::heartbeat_interval.variable, " and ",
+        settings::heartbeat_timeout.variable);
   auto st = std::make_shared<state>();
   st->s = std::move(s);
   st->opts = std::move(o);
@@ -386,8 +390,8 @@ expected<std::unique_ptr<service>> service::join(std::shared_ptr<store> s, servi
   TROUPE_TRY(st->s->add(heartbeat_key(st->self), 1, st->opts.op_timeout));
   epoch_change change;
   change.add.push_back(st->self);
-  change.cause = strcat("joined: ", st->self.name, " (host ", st->self.host, ", pid ",
-                        st->self.pid, ")");
+  change.cause =
+      strcat("joined: ", st->self.name, " (host ", st->self.host, ", pid ", st->self.pid, ")");
   auto e = apply_change(*st->s, change, timeout);
   if (!e) return std::move(e).error().with_worker(st->self.name);
   const member* me = e->find(st->self.name);
@@ -430,8 +434,8 @@ expected<epoch> service::wait_until(const std::function<bool(const epoch&)>& pre
                       " was shut down while waiting for an epoch");
   (void)done;
   return make_error(errc::timeout, "no wanted epoch within ", format_duration(timeout),
-                    "; the latest is epoch ", state_->current.number, " (",
-                    state_->current.names(), "; cause: ", state_->current.cause, ")");
+                    "; the latest is epoch ", state_->current.number, " (", state_->current.names(),
+                    "; cause: ", state_->current.cause, ")");
 }
 
 expected<epoch> service::wait_for_epoch(std::uint64_t number, duration timeout) {

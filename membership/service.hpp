@@ -84,8 +84,7 @@ class service {
   /// epoch. Fails with timeout, or with the sticky error when the service stopped first.
   expected<epoch> wait_for_epoch(std::uint64_t number, duration timeout);
   /// Waits until `predicate(current())` holds, up to `timeout`; returns that epoch.
-  expected<epoch> wait_until(const std::function<bool(const epoch&)>& predicate,
-                             duration timeout);
+  expected<epoch> wait_until(const std::function<bool(const epoch&)>& predicate, duration timeout);
 
   /// Calls `cb` for every epoch after the current one, in order, from the watcher thread;
   /// returns an id for unsubscribe(). A caller that also reads current() after subscribing
@@ -97,8 +96,7 @@ class service {
 
   /// Proposes an epoch without the member `name` (dead, as seen by `reason`), up to
   /// `timeout`; returns the epoch without it. A member already out changes nothing.
-  expected<epoch> declare_dead(std::string_view name, std::string_view reason,
-                               duration timeout);
+  expected<epoch> declare_dead(std::string_view name, std::string_view reason, duration timeout);
 
   /// The sticky error: set when this member was left out of an epoch
   /// (membership_changed) or the store failed; ok while it takes part.

@@ -16,7 +16,11 @@ namespace detail {
 
 rref_holder::rref_holder(std::shared_ptr<agent_core> core, worker_info owner, std::uint64_t id,
                          future<wire::frame> created, bool counted, std::uint64_t fork)
-    : core_(core), owner_(std::move(owner)), id_(id), created_(std::move(created)), counted_(counted),
+    : core_(core),
+      owner_(std::move(owner)),
+      id_(id),
+      created_(std::move(created)),
+      counted_(counted),
       fork_(fork) {}
 
 rref_holder::~rref_holder() {

@@ -48,9 +48,13 @@ class agent {
   /// The current members, ordered by id.
   std::vector<worker_info> workers() const { return core_->workers(); }
   /// A member by name, or errc::not_found listing the members.
-  expected<worker_info> worker(std::string_view name) const { return core_->find(worker_ref(name)); }
+  expected<worker_info> worker(std::string_view name) const {
+    return core_->find(worker_ref(name));
+  }
   /// A member by id.
-  expected<worker_info> worker_by_id(std::int32_t id) const { return core_->find(worker_ref::by_id(id)); }
+  expected<worker_info> worker_by_id(std::int32_t id) const {
+    return core_->find(worker_ref::by_id(id));
+  }
   /// True when the group was formed without a world size (workers join and leave).
   bool is_dynamic() const noexcept { return core_->dynamic(); }
   /// The functions this worker serves.
@@ -64,7 +68,8 @@ class agent {
   /// Calls `fn` on `to` with `args`; the future holds its result of type R. Without
   /// call options: the default timeout, no device map override.
   template <class R, class... Args>
-  future<R> rpc_async(const call_options& o, const worker_ref& to, std::string_view fn, const Args&... args);
+  future<R> rpc_async(const call_options& o, const worker_ref& to, std::string_view fn,
+                      const Args&... args);
   template <class R, class... Args>
   future<R> rpc_async(const worker_ref& to, std::string_view fn, const Args&... args) {
     return rpc_async<R>(call_options{}, to, fn, args...);
@@ -73,7 +78,8 @@ class agent {
   ///@{
   /// rpc_async, then waits for the result (bounded by the call's timeout).
   template <class R, class... Args>
-  expected<R> rpc_sync(const call_options& o, const worker_ref& to, std::string_view fn, const Args&... args);
+  expected<R> rpc_sync(const call_options& o, const worker_ref& to, std::string_view fn,
+                       const Args&... args);
   template <class R, class... Args>
   expected<R> rpc_sync(const worker_ref& to, std::string_view fn, const Args&... args) {
     return rpc_sync<R>(call_options{}, to, fn, args...);
@@ -86,7 +92,8 @@ class agent {
   /// the connection, or fails when it cannot be sent (unknown worker, arguments not
   /// serializable, connection lost).
   template <class... Args>
-  future<void> notify(const call_options& o, const worker_ref& to, std::string_view fn, const Args&... args);
+  future<void> notify(const call_options& o, const worker_ref& to, std::string_view fn,
+                      const Args&... args);
   template <class... Args>
   future<void> notify(const worker_ref& to, std::string_view fn, const Args&... args) {
     return notify(call_options{}, to, fn, args...);
@@ -95,7 +102,8 @@ class agent {
   ///@{
   /// Runs `fn` on `to` and keeps its result there; returns a reference to it at once.
   template <class T, class... Args>
-  remote_ref<T> remote(const call_options& o, const worker_ref& to, std::string_view fn, const Args&... args);
+  remote_ref<T> remote(const call_options& o, const worker_ref& to, std::string_view fn,
+                       const Args&... args);
   template <class T, class... Args>
   remote_ref<T> remote(const worker_ref& to, std::string_view fn, const Args&... args) {
     return remote<T>(call_options{}, to, fn, args...);
@@ -142,10 +150,13 @@ future<void> agent::notify(const call_options& o, const worker_ref& to, std::str
 }
 
 template <class... Args>
-future<wire::frame> agent::start_call(const call_options& o, const worker_ref& to, std::string_view fn,
-                                      std::uint8_t flags, std::uint64_t rref_id, const Args&... args) {
+future<wire::frame> agent::start_call(const call_options& o, const worker_ref& to,
+                                      std::string_view fn, std::uint8_t flags,
+                                      std::uint64_t rref_id, const Args&... args) {
   auto who = core_->find(to);
-  if (!who) return make_error_future<wire::frame>(std::move(who).error().with_operation(strcat("rpc '", fn, "'")));
+  if (!who)
+    return make_error_future<wire::frame>(
+        std::move(who).error().with_operation(strcat("rpc '", fn, "'")));
   auto timeout = core_->timeout_of(o);
   auto fb = core_->begin_request(fn, flags, rref_id, timeout);
   if (o.request_id) *o.request_id = fb.id();
@@ -154,13 +165,14 @@ future<wire::frame> agent::start_call(const call_options& o, const worker_ref& t
   detail::message_refs refs(*core_, who->name);
   binary_serializer f(fb.message(), &fb.tensors(), &refs);
   if (auto e = f(args...))
-    return make_error_future<wire::frame>(
-        make_error(errc::invalid_argument, "cannot serialize the arguments of '", fn, "': ", e.err().message()));
+    return make_error_future<wire::frame>(make_error(errc::invalid_argument,
+                                                     "cannot serialize the arguments of '", fn,
+                                                     "': ", e.err().message()));
   refs.commit();
   const bool one_way = (flags & detail::request_no_reply) != 0;
-  return core_->send_request(*who, std::move(fb), timeout, !one_way,
-                             one_way && o.combine_writes ? detail::write_mode::combine : detail::write_mode::now,
-                             fn);
+  return core_->send_request(
+      *who, std::move(fb), timeout, !one_way,
+      one_way && o.combine_writes ? detail::write_mode::combine : detail::write_mode::now, fn);
 }
 
 namespace detail {
@@ -177,7 +189,8 @@ expected<R> decode_result(wire::frame&& f, inspect_context* ctx) {
 }  // namespace detail
 
 template <class R, class... Args>
-future<R> agent::rpc_async(const call_options& o, const worker_ref& to, std::string_view fn, const Args&... args) {
+future<R> agent::rpc_async(const call_options& o, const worker_ref& to, std::string_view fn,
+                           const Args&... args) {
   std::weak_ptr<detail::agent_core> weak = core_;
   return start_call(o, to, fn, 0, 0, args...).then([weak](wire::frame&& f) {
     auto core = weak.lock();
@@ -186,7 +199,8 @@ future<R> agent::rpc_async(const call_options& o, const worker_ref& to, std::str
 }
 
 template <class R, class... Args>
-expected<R> agent::rpc_sync(const call_options& o, const worker_ref& to, std::string_view fn, const Args&... args) {
+expected<R> agent::rpc_sync(const call_options& o, const worker_ref& to, std::string_view fn,
+                            const Args&... args) {
   auto timeout = core_->timeout_of(o);
   auto raw = start_call(o, to, fn, 0, 0, args...);
   if (auto spin = core_->options().busy_poll; spin.count() > 0) {
@@ -201,12 +215,16 @@ expected<R> agent::rpc_sync(const call_options& o, const worker_ref& to, std::st
 }
 
 template <class T, class... Args>
-remote_ref<T> agent::remote(const call_options& o, const worker_ref& to, std::string_view fn, const Args&... args) {
+remote_ref<T> agent::remote(const call_options& o, const worker_ref& to, std::string_view fn,
+                            const Args&... args) {
   auto who = core_->find(to);
   auto id = core_->next_rref_id();
   auto created = start_call(o, to, fn, detail::request_as_remote, id, args...);
-  if (!who) return remote_ref<T>(std::make_shared<detail::rref_holder>(core_, worker_info{}, id, std::move(created), false));
-  return remote_ref<T>(std::make_shared<detail::rref_holder>(core_, *who, id, std::move(created), true));
+  if (!who)
+    return remote_ref<T>(
+        std::make_shared<detail::rref_holder>(core_, worker_info{}, id, std::move(created), false));
+  return remote_ref<T>(
+      std::make_shared<detail::rref_holder>(core_, *who, id, std::move(created), true));
 }
 
 }  // namespace troupe::rpc

@@ -20,7 +20,8 @@ expected<std::size_t> parse_count(const std::string& key, const std::string& tex
   std::size_t v = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || p != text.data() + text.size())
-    return make_error(errc::invalid_argument, "setting '", key, "' must be a non-negative integer, got '", text, "'");
+    return make_error(errc::invalid_argument, "setting '", key,
+                      "' must be a non-negative integer, got '", text, "'");
   return v;
 }
 
@@ -48,7 +49,8 @@ expected<rpc_backend_options> tcp_construct(duration rpc_timeout, std::string in
       o.max_queued_bytes = *n;
     } else if (k == "local_socket") {
       if (v != "0" && v != "1")
-        return make_error(errc::invalid_argument, "setting 'local_socket' must be 0 or 1, got '", v, "'");
+        return make_error(errc::invalid_argument, "setting 'local_socket' must be 0 or 1, got '", v,
+                          "'");
       o.local_socket = v == "1";
     } else if (k == "tls_cert") {
       o.tls.cert = v;
@@ -67,15 +69,18 @@ expected<rpc_backend_options> tcp_construct(duration rpc_timeout, std::string in
       std::size_t start = 0;
       while (start <= v.size() && !v.empty()) {
         auto end = v.find(',', start);
-        auto d = device::parse(std::string_view(v).substr(start, end == std::string::npos ? v.npos : end - start));
+        auto d = device::parse(
+            std::string_view(v).substr(start, end == std::string::npos ? v.npos : end - start));
         if (!d) return std::move(d).error();
         o.devices.push_back(*d);
         if (end == std::string::npos) break;
         start = end + 1;
       }
     } else {
-      return make_error(errc::invalid_argument, "unknown setting '", k, "' for the tcp backend; known: "
-                        "num_worker_threads, num_io_threads, busy_poll_us, max_queued_bytes, local_socket, tls_cert, tls_key, tls_ca, job_token, listen_host, "
+      return make_error(errc::invalid_argument, "unknown setting '", k,
+                        "' for the tcp backend; known: "
+                        "num_worker_threads, num_io_threads, busy_poll_us, max_queued_bytes, "
+                        "local_socket, tls_cert, tls_key, tls_ca, job_token, listen_host, "
                         "group, devices (device maps are set on the options object)");
     }
   }
@@ -92,7 +97,9 @@ expected<std::unique_ptr<agent>> tcp_init(std::string name, int rank, std::optio
 struct registry {
   std::mutex mu;
   std::map<std::string, backend_entry, std::less<>> entries;
-  registry() { entries.emplace(std::string(default_backend), backend_entry{tcp_construct, tcp_init}); }
+  registry() {
+    entries.emplace(std::string(default_backend), backend_entry{tcp_construct, tcp_init});
+  }
 };
 
 registry& the_registry() {
@@ -117,7 +124,8 @@ expected<void> register_backend(std::string name, construct_options_handler cons
                                 init_backend_handler init) {
   if (name.empty()) return make_error(errc::invalid_argument, "a backend needs a non-empty name");
   if (!construct || !init)
-    return make_error(errc::invalid_argument, "backend '", name, "' needs both an options handler and an init handler");
+    return make_error(errc::invalid_argument, "backend '", name,
+                      "' needs both an options handler and an init handler");
   auto& r = the_registry();
   std::lock_guard<std::mutex> lk(r.mu);
   if (r.entries.contains(name))
@@ -136,7 +144,8 @@ std::vector<std::string> backend_names() {
   return out;
 }
 
-expected<rpc_backend_options> construct_rpc_backend_options(std::string_view backend, duration rpc_timeout,
+expected<rpc_backend_options> construct_rpc_backend_options(std::string_view backend,
+                                                            duration rpc_timeout,
                                                             std::string init_method,
                                                             const backend_settings& settings) {
   auto e = lookup(backend);
@@ -152,7 +161,8 @@ expected<std::unique_ptr<agent>> init_rpc(std::string name, int rank, std::optio
 }
 
 expected<std::unique_ptr<agent>> init_rpc_from_env(rpc_backend_options options, std::string name,
-                                                   std::string_view prefix, std::string_view backend) {
+                                                   std::string_view prefix,
+                                                   std::string_view backend) {
   metrics::start_export_from_env();  // under troupe-run --metrics-port
   auto env = detect_cluster_env();
   if (!env) return std::move(env).error();

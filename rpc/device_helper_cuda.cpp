@@ -43,13 +43,15 @@ expected<device_state*> state_for(int index) {
   st.pinned = detail::block_pool::make(
       [d](std::size_t n) -> expected<void*> {
         void* p = nullptr;
-        if (auto e = cudaMallocHost(&p, n); e != cudaSuccess) return cuda_error(e, "cudaMallocHost", d);
+        if (auto e = cudaMallocHost(&p, n); e != cudaSuccess)
+          return cuda_error(e, "cudaMallocHost", d);
         return p;
       },
       [](void* p) { cudaFreeHost(p); }, max_cached_pinned);
   st.memory = detail::block_pool::make(
       [d](std::size_t n) -> expected<void*> {
-        if (auto e = cudaSetDevice(d.index()); e != cudaSuccess) return cuda_error(e, "cudaSetDevice", d);
+        if (auto e = cudaSetDevice(d.index()); e != cudaSuccess)
+          return cuda_error(e, "cudaSetDevice", d);
         void* p = nullptr;
         if (auto e = cudaMalloc(&p, n); e != cudaSuccess) return cuda_error(e, "cudaMalloc", d);
         return p;
@@ -90,8 +92,8 @@ expected<void> copy_after(cudaEvent_t ready, void* dst, const void* src, std::si
 
 // copy_after every operation queued so far on `producer` (null: the legacy default
 // stream, which also orders after every blocking stream).
-expected<void> ordered_copy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, device d,
-                            cudaStream_t helper, cudaStream_t producer) {
+expected<void> ordered_copy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind,
+                            device d, cudaStream_t helper, cudaStream_t producer) {
   if (auto e = cudaSetDevice(d.index()); e != cudaSuccess) return cuda_error(e, "cudaSetDevice", d);
   scoped_event ready;
   if (auto e = cudaEventCreateWithFlags(&ready.ev, cudaEventDisableTiming); e != cudaSuccess)
@@ -167,8 +169,8 @@ address_range_fn address_range() {
   static address_range_fn fn = [] {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
         found != cudaDriverEntryPointSuccess)
       return address_range_fn{nullptr};
     return reinterpret_cast<address_range_fn>(p);
@@ -191,8 +193,8 @@ struct lent_tensor {
 expected<ipc_loan> lend_through_ipc(const tensor& t, device target, std::uint64_t id) {
   const device d = t.dev();
   auto unsupported = [&](std::string_view what, cudaError_t e) {
-    return make_error(errc::unsupported, "cannot lend ", t, " through CUDA IPC: ", what, " failed: ",
-                      cudaGetErrorName(e));
+    return make_error(errc::unsupported, "cannot lend ", t, " through CUDA IPC: ", what,
+                      " failed: ", cudaGetErrorName(e));
   };
   if (!d.is_cuda() || !t.is_contiguous() || t.nbytes() == 0)
     return make_error(errc::unsupported, "only contiguous, non-empty GPU tensors are lent");
@@ -213,10 +215,12 @@ expected<ipc_loan> lend_through_ipc(const tensor& t, device target, std::uint64_
   }
   auto keep = std::make_shared<lent_tensor>();
   keep->source = t;
-  if (auto e = cudaEventCreateWithFlags(&keep->event, cudaEventDisableTiming | cudaEventInterprocess);
+  if (auto e =
+          cudaEventCreateWithFlags(&keep->event, cudaEventDisableTiming | cudaEventInterprocess);
       e != cudaSuccess)
     return unsupported("cudaEventCreateWithFlags(interprocess)", e);
-  if (auto e = cudaEventRecord(keep->event, static_cast<cudaStream_t>(t.stream())); e != cudaSuccess)
+  if (auto e = cudaEventRecord(keep->event, static_cast<cudaStream_t>(t.stream()));
+      e != cudaSuccess)
     return unsupported("recording the producer stream's event", e);
   cudaIpcEventHandle_t eh;
   if (auto e = cudaIpcGetEventHandle(&eh, keep->event); e != cudaSuccess)
@@ -244,7 +248,8 @@ expected<tensor> receive_through_ipc(const tensor& record) {
   auto refused = [&](std::string_view what, cudaError_t e) {
     return make_error(errc::unavailable, "receiving a GPU tensor from process ", r->pid,
                       " through CUDA IPC on ", target, ": ", what, " failed: ", cudaGetErrorName(e),
-                      " (", cudaGetErrorString(e), "); if these workers cannot share GPU memory, "
+                      " (", cudaGetErrorString(e),
+                      "); if these workers cannot share GPU memory, "
                       "set rpc_backend_options::cuda_ipc = false on the sender");
   };
   auto st = state_for(target.index());
@@ -271,7 +276,8 @@ expected<tensor> receive_through_ipc(const tensor& record) {
       return refused("cudaIpcOpenEventHandle", e);
     cudaIpcMemHandle_t mh;
     std::memcpy(&mh, r->mem_handle.data(), 64);
-    if (auto e = cudaIpcOpenMemHandle(&o.base, mh, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
+    if (auto e = cudaIpcOpenMemHandle(&o.base, mh, cudaIpcMemLazyEnablePeerAccess);
+        e != cudaSuccess) {
       o.base = nullptr;
       return refused("cudaIpcOpenMemHandle", e);
     }
@@ -279,7 +285,8 @@ expected<tensor> receive_through_ipc(const tensor& record) {
     ready = o.event;
   }
   const void* src = static_cast<const std::byte*>(base) + r->offset;
-  TROUPE_TRY(copy_after(ready, mem->get(), src, n, cudaMemcpyDeviceToDevice, target, (*st)->stream));
+  TROUPE_TRY(
+      copy_after(ready, mem->get(), src, n, cudaMemcpyDeviceToDevice, target, (*st)->stream));
   void* p = mem->get();
   return tensor::wrap(p, r->type, r->shape, target, {}, std::move(*mem));
 }

@@ -148,16 +148,18 @@ expected<void> function_table::add(std::string name, F f, function_options optio
   using traits = detail::fn_traits<std::remove_cvref_t<F>>;
   using all_args = typename traits::args;
   constexpr bool with_info = detail::takes_call_info<all_args>::value;
-  using user_args = std::conditional_t<with_info, typename detail::drop_first<all_args>::type, all_args>;
+  using user_args =
+      std::conditional_t<with_info, typename detail::drop_first<all_args>::type, all_args>;
   using values = typename detail::decay_tuple<user_args>::type;
   using R = typename traits::result;
   handler h = [fn = std::move(f)](const incoming_call& c) mutable -> expected<void> {
     values args{};
     binary_deserializer d(c.args, c.arg_tensors, c.context);
     inspect_error err = std::apply([&d](auto&... xs) { return d(xs...); }, args);
-    if (err) return make_error(errc::invalid_argument, "the arguments of '", c.info->function,
-                               "' do not match its parameters: ", err.err().message(),
-                               "; caller and callee must agree on the argument types");
+    if (err)
+      return make_error(errc::invalid_argument, "the arguments of '", c.info->function,
+                        "' do not match its parameters: ", err.err().message(),
+                        "; caller and callee must agree on the argument types");
     if (d.remaining() != 0)
       return make_error(errc::invalid_argument, "'", c.info->function, "' got ", d.remaining(),
                         " bytes of extra arguments; check the number of arguments");

@@ -31,7 +31,8 @@ class rref_context : public inspect_context {
   /// drop its own share). Fails where no receiver is known.
   virtual expected<std::uint64_t> fork_rref(const std::shared_ptr<rref_holder>& h) = 0;
   /// Receiving: this process's holder of share `fork` of reference `id` owned by `owner`.
-  virtual expected<std::shared_ptr<rref_holder>> adopt_rref(const worker_info& owner, std::uint64_t id,
+  virtual expected<std::shared_ptr<rref_holder>> adopt_rref(const worker_info& owner,
+                                                            std::uint64_t id,
                                                             std::uint64_t fork) = 0;
 };
 
@@ -105,16 +106,18 @@ class remote_ref {
 /// becomes a holder of that fork. Only troupe's RPC inspectors can carry one (they reach
 /// the agent through their context).
 template <class Inspector, class T>
-  requires(std::is_same_v<Inspector, binary_serializer> || std::is_same_v<Inspector, binary_deserializer>)
-typename Inspector::result_type inspect(Inspector& f, remote_ref<T>& r) {
+requires(std::is_same_v<Inspector, binary_serializer> ||
+         std::is_same_v<Inspector, binary_deserializer>) typename Inspector::result_type
+    inspect(Inspector& f, remote_ref<T>& r) {
   using result = typename Inspector::result_type;
   auto* ctx = dynamic_cast<detail::rref_context*>(f.context());
   if constexpr (Inspector::reads_state) {
     std::uint8_t present = r.valid() ? 1 : 0;
     if (auto e = f(present); e || !present) return e;
     if (!ctx)
-      return result(make_error(errc::unsupported, "a remote_ref can only be sent as an RPC argument or "
-                                                  "result (rpc_sync, rpc_async, notify, remote)"));
+      return result(make_error(errc::unsupported,
+                               "a remote_ref can only be sent as an RPC argument or "
+                               "result (rpc_sync, rpc_async, notify, remote)"));
     auto fork = ctx->fork_rref(r.holder());
     if (!fork) return result(std::move(fork).error());
     worker_info owner = r.holder()->owner();
@@ -123,7 +126,8 @@ typename Inspector::result_type inspect(Inspector& f, remote_ref<T>& r) {
   } else {
     std::uint8_t present = 0;
     if (auto e = f(present)) return e;
-    if (present > 1) return result(make_error(errc::protocol_error, "a remote_ref flag holds ", int(present)));
+    if (present > 1)
+      return result(make_error(errc::protocol_error, "a remote_ref flag holds ", int(present)));
     if (!present) {
       r = remote_ref<T>();
       return {};
@@ -132,8 +136,9 @@ typename Inspector::result_type inspect(Inspector& f, remote_ref<T>& r) {
     std::uint64_t id = 0, fork = 0;
     if (auto e = f(owner, id, fork)) return e;
     if (!ctx)
-      return result(make_error(errc::unsupported, "a remote_ref can only be received as an RPC argument or "
-                                                  "result"));
+      return result(make_error(errc::unsupported,
+                               "a remote_ref can only be received as an RPC argument or "
+                               "result"));
     auto h = ctx->adopt_rref(owner, id, fork);
     if (!h) return result(std::move(h).error());
     r = remote_ref<T>(std::move(*h));

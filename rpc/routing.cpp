@@ -12,18 +12,19 @@ expected<device> route_device(device source, std::string_view self, std::string_
   if (source.is_cpu()) return device::cpu();
   if (kind == route_kind::request)
     return make_error(errc::invalid_argument, "worker '", self, "' cannot send a tensor on ",
-                      source, " to worker '", peer, "': its device maps have no entry for ",
-                      source, (map ? strcat(" in the map for '", peer, "' ", to_string(*map))
-                                   : strcat(" (no map for '", peer, "' at all)")),
+                      source, " to worker '", peer, "': its device maps have no entry for ", source,
+                      (map ? strcat(" in the map for '", peer, "' ", to_string(*map))
+                           : strcat(" (no map for '", peer, "' at all)")),
                       "; set options.device_maps[\"", peer, "\"] to map ", source,
-                      " to a device of '", peer, "' (e.g. ", source, " -> cuda:0), or move the "
+                      " to a device of '", peer, "' (e.g. ", source,
+                      " -> cuda:0), or move the "
                       "tensor to the CPU first")
         .with_worker(std::string(self));
   return make_error(errc::invalid_argument, "worker '", self, "' cannot return a tensor on ",
                     source, " to worker '", peer, "': no device of '", peer, "' maps to ", source,
-                    " (reverse map ", (map ? to_string(*map) : std::string("{}")), "); add an entry ",
-                    "targeting ", source, " to device_maps[\"", self, "\"] on '", peer,
-                    "', or return the tensor on the CPU")
+                    " (reverse map ", (map ? to_string(*map) : std::string("{}")),
+                    "); add an entry ", "targeting ", source, " to device_maps[\"", self,
+                    "\"] on '", peer, "', or return the tensor on the CPU")
       .with_worker(std::string(self));
 }
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/expected.hpp"
-#include "devicemap/device_map.hpp"
 #include "core/tensor.hpp"
+#include "devicemap/device_map.hpp"
 
 namespace troupe::rpc {
 

@@ -24,9 +24,9 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/expected.hpp"
+#include "core/tensor.hpp"
 #include "core/worker_info.hpp"
 #include "rpc/inspect.hpp"
-#include "core/tensor.hpp"
 
 static_assert(std::endian::native == std::endian::little,
               "troupe's RPC encoding assumes a little-endian host");
@@ -57,12 +57,17 @@ template <class T>
 concept map_like = requires {
   typename T::key_type;
   typename T::mapped_type;
-} && requires(T& m) { m.emplace(std::declval<typename T::key_type>(), std::declval<typename T::mapped_type>()); };
+}
+&&requires(T& m) {
+  m.emplace(std::declval<typename T::key_type>(), std::declval<typename T::mapped_type>());
+};
 template <class T>
 inline constexpr bool is_raw_v = std::is_arithmetic_v<T> || std::is_enum_v<T>;
 
 template <class F, class T>
-concept has_inspect = requires(F& f, T& x) { inspect(f, x); };
+concept has_inspect = requires(F& f, T& x) {
+  inspect(f, x);
+};
 
 }  // namespace detail
 
@@ -185,7 +190,8 @@ class binary_deserializer {
   static constexpr bool reads_state = false;
   static constexpr bool writes_state = true;
 
-  explicit binary_deserializer(std::span<const std::byte> in, std::vector<tensor>* tensors = nullptr,
+  explicit binary_deserializer(std::span<const std::byte> in,
+                               std::vector<tensor>* tensors = nullptr,
                                inspect_context* ctx = nullptr)
       : in_(in), tensors_(tensors), ctx_(ctx) {}
 
@@ -267,7 +273,8 @@ class binary_deserializer {
     } else if constexpr (detail::is_optional<U>::value) {
       std::uint8_t has = 0;
       if (auto r = read_raw(&has, 1, "optional flag")) return r;
-      if (has > 1) return result_type(make_error(errc::protocol_error, "an optional flag holds ", int(has)));
+      if (has > 1)
+        return result_type(make_error(errc::protocol_error, "an optional flag holds ", int(has)));
       if (has == 0) {
         x.reset();
         return {};
@@ -299,7 +306,8 @@ class binary_deserializer {
         x = device::cpu();
         return {};
       }
-      if (t != 1) return result_type(make_error(errc::protocol_error, "unknown device type ", int(t)));
+      if (t != 1)
+        return result_type(make_error(errc::protocol_error, "unknown device type ", int(t)));
       auto d = device::cuda(i);
       if (!d) return result_type(make_error(errc::protocol_error, "bad cuda index ", i));
       x = *d;
@@ -311,7 +319,8 @@ class binary_deserializer {
       std::string msg, w, op;
       if (auto r = (*this)(c, msg, w, op)) return r;
       errc code = errc::internal;
-      if (c >= static_cast<std::uint8_t>(errc::timeout) && c <= static_cast<std::uint8_t>(errc::membership_changed))
+      if (c >= static_cast<std::uint8_t>(errc::timeout) &&
+          c <= static_cast<std::uint8_t>(errc::membership_changed))
         code = static_cast<errc>(c);
       x = error(code, std::move(msg));
       if (!w.empty()) x.with_worker(std::move(w));
@@ -321,8 +330,9 @@ class binary_deserializer {
       std::uint32_t idx = 0;
       if (auto r = read_raw(&idx, 4, "tensor index")) return r;
       if (!tensors_ || idx >= tensors_->size())
-        return result_type(make_error(errc::protocol_error, "tensor index ", idx, " but the frame carries ",
-                                      tensors_ ? tensors_->size() : 0, " tensors"));
+        return result_type(make_error(errc::protocol_error, "tensor index ", idx,
+                                      " but the frame carries ", tensors_ ? tensors_->size() : 0,
+                                      " tensors"));
       x = (*tensors_)[idx];
       return {};
     } else {

@@ -54,27 +54,40 @@ std::string handshake_proof(std::string_view role, std::string_view token,
   };
   auto lg = n(group), lc = n(caller);
   static constexpr std::string_view domain = "troupe rpc handshake ";
-  auto tag = hmac_sha256(token, {b(domain), b(role), b(caller_nonce), b(acceptor_nonce),
-                                 std::span<const std::byte>(lg), b(group),
-                                 std::span<const std::byte>(lc), b(caller)});
+  auto tag = hmac_sha256(
+      token, {b(domain), b(role), b(caller_nonce), b(acceptor_nonce),
+              std::span<const std::byte>(lg), b(group), std::span<const std::byte>(lc), b(caller)});
   return std::string(reinterpret_cast<const char*>(tag.data()), tag.size());
 }
 
 std::string_view to_string(kind k) noexcept {
   switch (k) {
-    case kind::handshake: return "handshake";
-    case kind::handshake_ok: return "handshake_ok";
-    case kind::request: return "request";
-    case kind::response: return "response";
-    case kind::error: return "error";
-    case kind::rref_fetch: return "rref_fetch";
-    case kind::rref_add: return "rref_add";
-    case kind::rref_release: return "rref_release";
-    case kind::membership: return "membership";
-    case kind::shutdown: return "shutdown";
-    case kind::handshake_challenge: return "handshake_challenge";
-    case kind::handshake_auth: return "handshake_auth";
-    case kind::ipc_release: return "ipc_release";
+    case kind::handshake:
+      return "handshake";
+    case kind::handshake_ok:
+      return "handshake_ok";
+    case kind::request:
+      return "request";
+    case kind::response:
+      return "response";
+    case kind::error:
+      return "error";
+    case kind::rref_fetch:
+      return "rref_fetch";
+    case kind::rref_add:
+      return "rref_add";
+    case kind::rref_release:
+      return "rref_release";
+    case kind::membership:
+      return "membership";
+    case kind::shutdown:
+      return "shutdown";
+    case kind::handshake_challenge:
+      return "handshake_challenge";
+    case kind::handshake_auth:
+      return "handshake_auth";
+    case kind::ipc_release:
+      return "ipc_release";
   }
   return "unknown";
 }
@@ -98,8 +111,9 @@ expected<header> read_header(std::span<const std::byte> in, const limits& lim) {
     return proto(strcat("a frame header needs ", header_size, " bytes, got ", in.size()));
   const std::byte* p = in.data();
   if (get<std::uint32_t>(p) != magic)
-    return proto("the stream does not start with a troupe RPC frame (bad magic); "
-                 "is the peer a troupe RPC agent of this version?");
+    return proto(
+        "the stream does not start with a troupe RPC frame (bad magic); "
+        "is the peer a troupe RPC agent of this version?");
   auto v = get<std::uint8_t>(p + 4);
   if (v != version)
     return proto(strcat("wire version ", int(v), " is not supported (this build speaks version ",
@@ -116,11 +130,11 @@ expected<header> read_header(std::span<const std::byte> in, const limits& lim) {
   h.tensor_count = get<std::uint32_t>(p + 24);
   h.payload_len = get<std::uint64_t>(p + 32);
   if (h.message_len > lim.max_message)
-    return proto(strcat("a message of ", h.message_len, " bytes exceeds the limit of ",
-                        lim.max_message));
+    return proto(
+        strcat("a message of ", h.message_len, " bytes exceeds the limit of ", lim.max_message));
   if (h.tensor_count > lim.max_tensors)
-    return proto(strcat("a frame with ", h.tensor_count, " tensors exceeds the limit of ",
-                        lim.max_tensors));
+    return proto(
+        strcat("a frame with ", h.tensor_count, " tensors exceeds the limit of ", lim.max_tensors));
   if (h.payload_len > lim.max_payload)
     return proto(strcat("a tensor payload of ", h.payload_len, " bytes exceeds the limit of ",
                         lim.max_payload));
@@ -165,7 +179,8 @@ expected<void> frame_builder::finish(const limits& lim) {
     head_.push_back(static_cast<std::byte>(t.type()));
     // Device type: 0 cpu, 1 cuda, 2 cuda through a CUDA IPC record (the bytes are the
     // record, rpc/device_helper.hpp).
-    head_.push_back(static_cast<std::byte>(t.is_ipc_record() ? std::uint8_t{2} : static_cast<std::uint8_t>(t.dev().type())));
+    head_.push_back(static_cast<std::byte>(
+        t.is_ipc_record() ? std::uint8_t{2} : static_cast<std::uint8_t>(t.dev().type())));
     append<std::int32_t>(head_, t.dev().index());
     head_.push_back(static_cast<std::byte>(t.shape().size()));
     for (auto d : t.shape()) append<std::int64_t>(head_, d);
@@ -221,7 +236,8 @@ expected<void> frame_decoder::parse_descriptors() {
     auto rank = get<std::uint8_t>(p + 6);
     p += 7;
     left -= 7;
-    if (!is_valid_dtype(dt)) return fail(proto(strcat("descriptor ", i, ": unknown dtype ", int(dt))));
+    if (!is_valid_dtype(dt))
+      return fail(proto(strcat("descriptor ", i, ": unknown dtype ", int(dt))));
     device dev;
     if (dev_type == 1 || dev_type == 2) {
       auto d = device::cuda(dev_index);
@@ -251,14 +267,15 @@ expected<void> frame_decoder::parse_descriptors() {
       return fail(proto(strcat("descriptor ", i, ": ", nbytes, " bytes do not match its shape")));
     total += nbytes;
     if (total > cur_.payload_len)
-      return fail(proto(strcat("descriptors claim more than the ", cur_.payload_len, " payload bytes")));
+      return fail(
+          proto(strcat("descriptors claim more than the ", cur_.payload_len, " payload bytes")));
     std::shared_ptr<std::byte> mem;
     try {
       if (alloc_ != nullptr && dev_type == 1) mem = alloc_(dev, static_cast<std::size_t>(nbytes));
       if (!mem) mem = allocate_aligned(static_cast<std::size_t>(nbytes));
     } catch (const std::bad_alloc&) {
-      return fail(error(errc::unavailable, strcat("cannot allocate ", nbytes,
-                                                  " bytes for a received tensor")));
+      return fail(error(errc::unavailable,
+                        strcat("cannot allocate ", nbytes, " bytes for a received tensor")));
     }
     auto t = tensor::wrap(mem.get(), dtype_v, std::move(shape), dev, {},
                           std::shared_ptr<void>(mem, mem.get()));
@@ -272,8 +289,8 @@ expected<void> frame_decoder::parse_descriptors() {
   }
   if (left != 0) return fail(proto(strcat(left, " bytes left over after the tensor descriptors")));
   if (total != cur_.payload_len)
-    return fail(proto(strcat("descriptors add up to ", total, " bytes but the header says ",
-                             cur_.payload_len)));
+    return fail(proto(
+        strcat("descriptors add up to ", total, " bytes but the header says ", cur_.payload_len)));
   body_.resize(cur_.message_len);
   frame_.message = std::move(body_);
   body_ = bytes{};
@@ -306,7 +323,8 @@ std::span<std::byte> frame_decoder::payload_window() noexcept {
 expected<void> frame_decoder::payload_written(std::size_t n, std::vector<frame>& out) {
   if (failed_) return error_;
   auto w = payload_window();
-  if (n > w.size()) return fail(error(errc::internal, "more payload bytes written than the window holds"));
+  if (n > w.size())
+    return fail(error(errc::internal, "more payload bytes written than the window holds"));
   tensor_have_ += n;
   next_tensor(out);
   return ok();

@@ -1,8 +1,8 @@
 #include "store/cluster_store.hpp"
 
 #include <netdb.h>
-#include <cstdlib>
 #include <sys/socket.h>
+#include <cstdlib>
 
 #include "core/log.hpp"
 #include "core/net_address.hpp"
@@ -41,8 +41,8 @@ expected<std::string> resolve(const std::string& host, std::string_view setting)
   addrinfo* res = nullptr;
   int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
   if (rc != 0 || res == nullptr)
-    return make_error(errc::invalid_argument, setting, "='", host,
-                      "' does not resolve (", ::gai_strerror(rc),
+    return make_error(errc::invalid_argument, setting, "='", host, "' does not resolve (",
+                      ::gai_strerror(rc),
                       "); set it to the address (or a resolvable name) of the host of rank 0");
   // IPv4 first, as the clients' connect and the servers' default binds are.
   const addrinfo* pick = res;
@@ -52,7 +52,8 @@ expected<std::string> resolve(const std::string& host, std::string_view setting)
       break;
     }
   char buf[NI_MAXHOST] = {};
-  int n = ::getnameinfo(pick->ai_addr, pick->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST);
+  int n =
+      ::getnameinfo(pick->ai_addr, pick->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST);
   ::freeaddrinfo(res);
   if (n != 0) return make_error(errc::invalid_argument, setting, "='", host, "' does not resolve");
   return std::string(buf);

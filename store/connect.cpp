@@ -59,8 +59,10 @@ expected<std::string> make_job_secret() {
   std::size_t got = 0;
   for (int tries = 0; got < sizeof raw && tries < 100; ++tries) {
     auto n = ::getrandom(raw + got, sizeof raw - got, 0);
-    if (n > 0) got += static_cast<std::size_t>(n);
-    else if (n < 0 && errno != EINTR) break;
+    if (n > 0)
+      got += static_cast<std::size_t>(n);
+    else if (n < 0 && errno != EINTR)
+      break;
   }
   if (got < sizeof raw)
     return make_error(errc::unavailable, "cannot make a job secret: getrandom failed (",
@@ -89,9 +91,7 @@ expected<std::string> read_secret_file(const std::string& path) {
   return text.substr(first, last - first + 1);
 }
 
-std::string job_secret_from_env() {
-  return settings::job_secret.value().value_or(std::string());
-}
+std::string job_secret_from_env() { return settings::job_secret.value().value_or(std::string()); }
 
 tls::config tls_config_from_env() {
   return tls::config{settings::tls_cert.value().value_or(std::string()),

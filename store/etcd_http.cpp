@@ -18,13 +18,13 @@
 #include <fstream>
 #include <sstream>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
 
 #include "core/log.hpp"
 
@@ -90,8 +90,9 @@ error reply_error(const etcd_endpoint& ep, std::string_view path, unsigned statu
       std::string_view hint;
       errc kind = from_grpc_code(code);
       if (message.find("user name is empty") != std::string::npos) {
-        hint = "; etcd has authentication on: give a user and its password (--rdzv-conf "
-               "user=NAME,password_file=PATH, or ?user=NAME&password_file=PATH in the store URL)";
+        hint =
+            "; etcd has authentication on: give a user and its password (--rdzv-conf "
+            "user=NAME,password_file=PATH, or ?user=NAME&password_file=PATH in the store URL)";
         kind = errc::unauthorized;
       } else if (message.find("permission denied") != std::string::npos) {
         hint = "; the etcd user lacks a role that may read and write the job's prefix";
@@ -103,8 +104,8 @@ error reply_error(const etcd_endpoint& ep, std::string_view path, unsigned statu
   }
   if (body.find("HTTPS server") != std::string::npos)
     return make_error(errc::protocol_error, "etcd at ", ep.text(),
-                      " serves https, and this client spoke plain http: write https://",
-                      ep.text(), " (or --rdzv-conf protocol=https, or ?protocol=https in the store "
+                      " serves https, and this client spoke plain http: write https://", ep.text(),
+                      " (or --rdzv-conf protocol=https, or ?protocol=https in the store "
                       "URL) and give the CA that signed etcd's certificate (cacert)");
   std::string excerpt = body.substr(0, 200);
   while (!excerpt.empty() && (excerpt.back() == '\n' || excerpt.back() == '\r')) excerpt.pop_back();
@@ -383,8 +384,8 @@ expected<void> etcd_http::secure(etcd_http_security security) {
     return make_error(errc::invalid_argument, "etcd endpoints ", describe(),
                       " mix http:// and https://; an etcd cluster serves one or the other");
   security.tls = security.tls || any_https;
-  if (!security.tls && (!security.ca_file.empty() || !security.cert_file.empty() ||
-                        !security.key_file.empty()))
+  if (!security.tls &&
+      (!security.ca_file.empty() || !security.cert_file.empty() || !security.key_file.empty()))
     return make_error(errc::invalid_argument,
                       "etcd TLS files (cacert, cert, key) are given, but the endpoints are plain "
                       "http: write https://host:port or protocol=https");
@@ -582,8 +583,10 @@ expected<std::unique_ptr<etcd_connection>> etcd_http::acquire(deadline until, bo
                               [&](const boost::system::error_code& e) { ec = e; });
       if (!c->run()) {
         leave(*c);
-        return make_error(errc::shut_down, "the etcd client was closed during the TLS handshake "
-                          "with ", ep.text());
+        return make_error(errc::shut_down,
+                          "the etcd client was closed during the TLS handshake "
+                          "with ",
+                          ep.text());
       }
       if (ec && ec != beast::error::timeout) {
         leave(*c);
@@ -620,8 +623,7 @@ expected<std::string> etcd_http::auth_token(deadline until, bool renew) {
     if (reply.error().code() == errc::invalid_argument ||
         reply.error().message().find("authentication failed") != std::string::npos)
       return make_error(errc::unauthorized, "etcd refused user '", security_.user,
-                        "': ", reply.error().message(),
-                        "; check the user and its password file");
+                        "': ", reply.error().message(), "; check the user and its password file");
     return std::move(reply).error();
   }
   auto token = reply->value("token", std::string());
@@ -653,8 +655,8 @@ expected<json> etcd_http::post(std::string_view path, const json& body, deadline
   return reply;
 }
 
-expected<json> etcd_http::post_once(std::string_view path, const std::string& text,
-                                    deadline until, etcd_call options, const std::string& token) {
+expected<json> etcd_http::post_once(std::string_view path, const std::string& text, deadline until,
+                                    etcd_call options, const std::string& token) {
   for (int attempt = 0;; ++attempt) {
     auto acquired = acquire(until, options.ignore_cancel, /*fresh=*/attempt > 0);
     if (!acquired) return std::move(acquired).error();
@@ -781,8 +783,7 @@ expected<std::unique_ptr<etcd_stream>> etcd_http::open_stream(std::string_view p
 }
 
 expected<std::unique_ptr<etcd_stream>> etcd_http::open_stream_once(std::string_view path,
-                                                                   const json& body,
-                                                                   deadline until,
+                                                                   const json& body, deadline until,
                                                                    const std::string& token) {
   auto acquired = acquire(until, /*ignore_cancel=*/false, /*fresh=*/true);
   if (!acquired) return std::move(acquired).error();

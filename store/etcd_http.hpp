@@ -50,7 +50,7 @@ struct etcd_http_security {
   std::string ca_file;    // PEM; empty: the system's trusted CAs
   std::string cert_file;  // PEM client certificate (with key_file), or empty
   std::string key_file;
-  std::string user;       // empty: no etcd authentication
+  std::string user;  // empty: no etcd authentication
   std::string password;
 };
 
@@ -128,8 +128,7 @@ class etcd_http {
   expected<json> post_once(std::string_view path, const std::string& text, deadline until,
                            etcd_call options, const std::string& token);
   expected<std::unique_ptr<etcd_stream>> open_stream_once(std::string_view path, const json& body,
-                                                          deadline until,
-                                                          const std::string& token);
+                                                          deadline until, const std::string& token);
   friend class etcd_stream;
   expected<std::unique_ptr<etcd_connection>> acquire(deadline until, bool ignore_cancel,
                                                      bool fresh);

@@ -63,9 +63,9 @@ struct tcp_store::impl {
   std::shared_ptr<const tls::context> tls_ctx;
   std::unique_ptr<tls::session> tls;
   std::mutex tls_mu;
-  bytes cbuf;    // ciphertext received: the strand's while connecting, then the reader's
-  bytes pbuf;    // connecting: plaintext decrypted and not yet consumed
-  bytes sealed;  // connecting: ciphertext to send
+  bytes cbuf;             // ciphertext received: the strand's while connecting, then the reader's
+  bytes pbuf;             // connecting: plaintext decrypted and not yet consumed
+  bytes sealed;           // connecting: ciphertext to send
   bool answered = false;  // connecting: the server has sent something during the handshake
 
   // ---- connecting: an asynchronous chain on the strand, awaited by the caller ----
@@ -98,15 +98,15 @@ struct tcp_store::impl {
   }
 
   void connect_tcp() {
-    asio::async_connect(socket, endpoints,
-                        [this](boost::system::error_code ec,
-                               const asio::generic::stream_protocol::endpoint&) {
-                          if (ec) return on_connected(ec, "connecting");
-                          boost::system::error_code ignored;
-                          socket.set_option(tcp::no_delay(true), ignored);
-                          if (tls_ctx) return start_tls();
-                          send_hello();
-                        });
+    asio::async_connect(
+        socket, endpoints,
+        [this](boost::system::error_code ec, const asio::generic::stream_protocol::endpoint&) {
+          if (ec) return on_connected(ec, "connecting");
+          boost::system::error_code ignored;
+          socket.set_option(tcp::no_delay(true), ignored);
+          if (tls_ctx) return start_tls();
+          send_hello();
+        });
   }
 
   // ---- TLS while connecting: the handshake, then the hello's frames encrypted ----
@@ -145,20 +145,21 @@ struct tcp_store::impl {
     auto next = [this, done = *h] {
       if (done) return send_hello();
       cbuf.resize(std::size_t{16} << 10);
-      socket.async_read_some(asio::buffer(cbuf), [this](boost::system::error_code e, std::size_t got) {
-        if (e) return on_connected(e, "the TLS handshake");
-        std::span<const std::byte> in(cbuf.data(), got);
-        if (!std::exchange(answered, true) && plain_answer(in)) {
-          handshake_error = make_error(
-              errc::unauthorized, "the tcp store server at ", options.host, ":", options.port,
-              " answered without TLS: it does not use TLS and this client does; set "
-              "TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA on both sides (the store "
-              "server and every client), or on neither");
-          return on_connected({}, "");
-        }
-        tls->put_input(in);
-        tls_step();
-      });
+      socket.async_read_some(
+          asio::buffer(cbuf), [this](boost::system::error_code e, std::size_t got) {
+            if (e) return on_connected(e, "the TLS handshake");
+            std::span<const std::byte> in(cbuf.data(), got);
+            if (!std::exchange(answered, true) && plain_answer(in)) {
+              handshake_error = make_error(
+                  errc::unauthorized, "the tcp store server at ", options.host, ":", options.port,
+                  " answered without TLS: it does not use TLS and this client does; set "
+                  "TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA on both sides (the store "
+                  "server and every client), or on neither");
+              return on_connected({}, "");
+            }
+            tls->put_input(in);
+            tls_step();
+          });
     };
     if (sealed.empty()) return next();
     asio::async_write(socket, asio::buffer(sealed),
@@ -216,19 +217,19 @@ struct tcp_store::impl {
       return then(boost::system::error_code());
     }
     cbuf.resize(std::size_t{16} << 10);
-    socket.async_read_some(asio::buffer(cbuf), [this, to, then](boost::system::error_code e,
-                                                                 std::size_t got) {
-      if (e) return then(e);
-      tls->put_input(std::span<const std::byte>(cbuf.data(), got));
-      std::size_t end = pbuf.size();
-      auto r = decrypt(pbuf, end);
-      pbuf.resize(end);
-      if (!r) {
-        handshake_error = tls_error(r.error());
-        return then(tls_failed());
-      }
-      read_exact(to, then);
-    });
+    socket.async_read_some(asio::buffer(cbuf),
+                           [this, to, then](boost::system::error_code e, std::size_t got) {
+                             if (e) return then(e);
+                             tls->put_input(std::span<const std::byte>(cbuf.data(), got));
+                             std::size_t end = pbuf.size();
+                             auto r = decrypt(pbuf, end);
+                             pbuf.resize(end);
+                             if (!r) {
+                               handshake_error = tls_error(r.error());
+                               return then(tls_failed());
+                             }
+                             read_exact(to, then);
+                           });
   }
 
   void send_hello() {
@@ -236,7 +237,8 @@ struct tcp_store::impl {
       if (e) return on_connected(e, "sending the hello");
       read_handshake_frame([this](boost::system::error_code e2) {
         if (e2) return on_connected(e2, "reading the hello reply");
-        if (body.size() < 1 || body[0] != std::byte{static_cast<std::uint8_t>(wire::kind::challenge)})
+        if (body.size() < 1 ||
+            body[0] != std::byte{static_cast<std::uint8_t>(wire::kind::challenge)})
           return on_connected({}, "");  // hello_ok, or a refusal that the caller reads
         if (!answer_challenge()) return on_connected({}, "");
         write_handshake(answer, [this](boost::system::error_code e3) {
@@ -275,10 +277,11 @@ struct tcp_store::impl {
       auto want = wire::handshake_proof("server", options.secret, client_nonce, c->nonce);
       if (!equal_constant_time(std::as_bytes(std::span(want.data(), want.size())),
                                std::as_bytes(std::span(c->proof.data(), c->proof.size())))) {
-        handshake_error = make_error(
-            errc::unauthorized, "the store server does not know this client's secret (another "
-            "job's store, or a different secret); set the same secret on both sides "
-            "(TROUPE_JOB_SECRET, --secret-file)");
+        handshake_error =
+            make_error(errc::unauthorized,
+                       "the store server does not know this client's secret (another "
+                       "job's store, or a different secret); set the same secret on both sides "
+                       "(TROUPE_JOB_SECRET, --secret-file)");
         return false;
       }
       a.has_secret = true;
@@ -383,8 +386,8 @@ struct tcp_store::impl {
       // A refusal for want of TLS says itself what to set.
       if (!st && st.error().code() == errc::unauthorized &&
           st.error().message().find("TROUPE_TLS_CERT") != std::string::npos)
-        return make_error(errc::unauthorized, "refused by the tcp store server at ",
-                          options.host, ":", options.port, ": ", st.error().message());
+        return make_error(errc::unauthorized, "refused by the tcp store server at ", options.host,
+                          ":", options.port, ": ", st.error().message());
       if (!st && st.error().code() == errc::unauthorized)
         return make_error(errc::unauthorized, st.error().message(),
                           "; set the same secret on this client (tcp_store_options::secret or "

@@ -102,8 +102,8 @@ struct tcp_store_server::impl {
         if (core->tls && std::is_same_v<Acceptor, tcp::acceptor>) {
           auto made = tls::session::make(core->tls, false);
           if (!made) {
-            TROUPE_LOG(log_level::warn, "store", core->name, ": closing the connection from ",
-                       peer, ": ", made.error().message());
+            TROUPE_LOG(log_level::warn, "store", core->name, ": closing the connection from ", peer,
+                       ": ", made.error().message());
             boost::system::error_code ignored;
             s.close(ignored);
             accept_on(from);
@@ -111,9 +111,9 @@ struct tcp_store_server::impl {
           }
           session = std::move(*made);
         }
-        auto c = std::make_shared<server_connection>(
-            loop.io, server_connection::stream_socket(std::move(s)), std::move(peer), core,
-            std::move(session));
+        auto c = std::make_shared<server_connection>(loop.io,
+                                                     server_connection::stream_socket(std::move(s)),
+                                                     std::move(peer), core, std::move(session));
         bool full = false;
         {
           std::lock_guard lk(core->mu);
@@ -142,7 +142,8 @@ struct tcp_store_server::impl {
     if (now - last_accept_log >= std::chrono::seconds(1)) {
       TROUPE_LOG(log_level::warn, "store", core->name, ": accept failed ", accept_failures,
                  " time(s) since the last report: ", ec.message(), "; retrying in ",
-                 accept_delay.count(), " ms (raise the open-file limit, ulimit -n, if this "
+                 accept_delay.count(),
+                 " ms (raise the open-file limit, ulimit -n, if this "
                  "persists)");
       accept_failures = 0;
       last_accept_log = now;
@@ -227,8 +228,7 @@ expected<std::unique_ptr<tcp_store_server>> tcp_store_server::start(
   std::shared_ptr<const tls::context> tls_context;
   if (options.tls.enabled()) {
     auto made = tls::context::make(options.tls);
-    if (!made)
-      return make_error(made.error().code(), "tcp store server: ", made.error().message());
+    if (!made) return make_error(made.error().code(), "tcp store server: ", made.error().message());
     tls_context = std::move(*made);
   }
   std::size_t threads = options.io_threads;

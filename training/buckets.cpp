@@ -9,9 +9,8 @@ expected<std::vector<bucket_plan>> plan_buckets(const std::vector<parameter>& pa
                                                 std::size_t first_cap_bytes,
                                                 std::size_t cap_bytes) {
   if (first_cap_bytes == 0 || cap_bytes == 0)
-    return make_error(errc::invalid_argument,
-                      "bucket caps must be positive (first bucket cap ", first_cap_bytes,
-                      " bytes, bucket cap ", cap_bytes, " bytes)");
+    return make_error(errc::invalid_argument, "bucket caps must be positive (first bucket cap ",
+                      first_cap_bytes, " bytes, bucket cap ", cap_bytes, " bytes)");
   struct open_bucket {
     bucket_plan plan;
     std::size_t cap = 0;

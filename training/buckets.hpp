@@ -26,7 +26,6 @@ struct bucket_plan {
 
 /// Plans the buckets of `params`. Caps of zero are refused (invalid_argument).
 expected<std::vector<bucket_plan>> plan_buckets(const std::vector<parameter>& params,
-                                                std::size_t first_cap_bytes,
-                                                std::size_t cap_bytes);
+                                                std::size_t first_cap_bytes, std::size_t cap_bytes);
 
 }  // namespace troupe::training

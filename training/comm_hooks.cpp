@@ -17,8 +17,7 @@ expected<void> check_bucket(const comm_bucket& b, std::string_view hook) {
   if (!b.group)
     return make_error(errc::invalid_argument, hook, ": the bucket has no process group");
   if (b.divisor <= 0)
-    return make_error(errc::invalid_argument, hook, ": divisor ", b.divisor,
-                      " is not positive");
+    return make_error(errc::invalid_argument, hook, ": divisor ", b.divisor, " is not positive");
   return ok();
 }
 
@@ -28,9 +27,11 @@ future<void> compressed(comm_bucket b, dtype wire, std::string_view name) {
   if (auto c = check_bucket(b, name); !c) return failed(std::move(c).error());
   if (!b.buffer.where.is_cpu() ||
       (b.buffer.type != dtype::float32 && b.buffer.type != dtype::float64))
-    return failed(make_error(errc::unsupported, name, " compresses float32 and float64 CPU "
-                             "buckets; bucket ", b.index, " is ", to_string(b.buffer.type),
-                             " on ", b.buffer.where.to_string()));
+    return failed(make_error(errc::unsupported, name,
+                             " compresses float32 and float64 CPU "
+                             "buckets; bucket ",
+                             b.index, " is ", to_string(b.buffer.type), " on ",
+                             b.buffer.where.to_string()));
   auto packed = std::make_shared<std::vector<std::uint16_t>>(b.buffer.numel);
   const double inv = 1.0 / b.divisor;
   auto compress = [&](auto* src) {

@@ -14,17 +14,19 @@ expected<std::unique_ptr<ddp>> ddp::make(std::shared_ptr<collectives::process_gr
   if (!group) return make_error(errc::invalid_argument, "ddp needs a process group");
   TROUPE_TRY(check_parameters(params));
   if (options.averaging && (options.averaging->period < 1 || options.averaging->warmup_steps < 0))
-    return make_error(errc::invalid_argument, "model averaging needs period >= 1 and "
-                      "warmup_steps >= 0 (got period ", options.averaging->period,
-                      ", warmup_steps ", options.averaging->warmup_steps, ")");
+    return make_error(errc::invalid_argument,
+                      "model averaging needs period >= 1 and "
+                      "warmup_steps >= 0 (got period ",
+                      options.averaging->period, ", warmup_steps ", options.averaging->warmup_steps,
+                      ")");
   if (!options.hook) options.hook = allreduce_hook();
   std::unique_ptr<ddp> d(new ddp());
   d->group_ = std::move(group);
   d->params_ = std::move(params);
   d->options_ = std::move(options);
   if (!d->params_.empty()) d->device_ = d->params_.front().grad.where;
-  auto plans = plan_buckets(d->params_, d->options_.first_bucket_cap_bytes,
-                            d->options_.bucket_cap_bytes);
+  auto plans =
+      plan_buckets(d->params_, d->options_.first_bucket_cap_bytes, d->options_.bucket_cap_bytes);
   if (!plans) return std::move(plans).error();
   d->plans_ = std::move(*plans);
   d->bucket_of_.resize(d->params_.size());
@@ -84,12 +86,11 @@ expected<void> ddp::begin_step() {
   step_counts_ = sync;
   step_syncs_ = mine.grad_sync != 0;
   step_averages_ = mine.average != 0;
-  grad_divisor_ = join_config().enable && !divide_by_initial_world_size_ ? all.active
-                                                                          : world_size();
+  grad_divisor_ =
+      join_config().enable && !divide_by_initial_world_size_ ? all.active : world_size();
   avg_divisor_ = all.active;
   std::fill(ready_.begin(), ready_.end(), 0);
-  for (std::size_t b = 0; b < buckets_.size(); ++b)
-    buckets_[b].pending = plans_[b].params.size();
+  for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b].pending = plans_[b].params.size();
   next_launch_ = 0;
   in_step_ = true;
   step_started_ns_ = trace::enabled() ? trace::now_ns() : 0;
@@ -107,8 +108,8 @@ void ddp::launch(std::size_t b) {
       s.result = make_error_future<void>(make_error(
           errc::invalid_argument, "the comm hook returned an empty future for bucket ", b));
   } catch (...) {
-    s.result = make_error_future<void>(make_error(
-        errc::user_error, "the comm hook threw for bucket ", b));
+    s.result =
+        make_error_future<void>(make_error(errc::user_error, "the comm hook threw for bucket ", b));
   }
 }
 

@@ -41,12 +41,12 @@
 #include <optional>
 #include <vector>
 
+#include "collectives/join.hpp"
 #include "training/buckets.hpp"
 #include "training/comm_hooks.hpp"
 #include "training/flat_views.hpp"
 #include "training/object_codec.hpp"
 #include "training/parameter.hpp"
-#include "collectives/join.hpp"
 
 namespace troupe::training {
 
@@ -123,8 +123,7 @@ class ddp final : public collectives::joinable {
   template <class T>
   expected<T> broadcast_object(const T& obj, int src = 0);
   /// Reduces `t` in place on every rank: reduce_op::sum or reduce_op::avg (the mean).
-  expected<void> reduce(tensor_view t,
-                        collectives::reduce_op op = collectives::reduce_op::avg);
+  expected<void> reduce(tensor_view t, collectives::reduce_op op = collectives::reduce_op::avg);
 
   // -- introspection ------------------------------------------------------------------
   const std::vector<bucket_plan>& bucket_plans() const noexcept { return plans_; }
@@ -178,8 +177,8 @@ class ddp final : public collectives::joinable {
   // Per step.
   bool in_step_ = false;
   std::int64_t step_started_ns_ = 0;  // for the trace (0: tracing off)
-  bool step_counts_ = false;  // not under no_sync: counts as a synchronized step
-  bool step_syncs_ = false;   // gradients are reduced in this step
+  bool step_counts_ = false;          // not under no_sync: counts as a synchronized step
+  bool step_syncs_ = false;           // gradients are reduced in this step
   bool step_averages_ = false;
   double grad_divisor_ = 1;
   double avg_divisor_ = 1;

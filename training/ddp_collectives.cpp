@@ -48,12 +48,12 @@ expected<void> ddp::check_across_ranks() {
   for (int r = 1; r < world_size(); ++r) {
     auto* o = &all[3 * static_cast<std::size_t>(r)];
     if (o[0] != all[0] || o[1] != all[1] || o[2] != all[2])
-      return make_error(errc::invalid_argument, "ddp.make: rank ", r, " has ", o[0],
-                        " parameters with ", o[1], " elements, rank 0 has ", all[0], " with ",
-                        all[1], (o[0] == all[0] && o[1] == all[1]
-                                     ? " (same counts, but names, dtypes or order differ)"
-                                     : ""),
-                        "; every rank must pass the same parameter list");
+      return make_error(
+          errc::invalid_argument, "ddp.make: rank ", r, " has ", o[0], " parameters with ", o[1],
+          " elements, rank 0 has ", all[0], " with ", all[1],
+          (o[0] == all[0] && o[1] == all[1] ? " (same counts, but names, dtypes or order differ)"
+                                            : ""),
+          "; every rank must pass the same parameter list");
   }
   return ok();
 }
@@ -73,8 +73,8 @@ expected<void> ddp::average_values(double divisor) {
   for (auto& v : values_) {
     v.pack();
     bool native = divisor == world_size() && group_->supports(v.view().type, reduce_op::avg);
-    auto w = group_->allreduce(v.view(), {native ? reduce_op::avg : reduce_op::sum,
-                                          options_.timeout});
+    auto w =
+        group_->allreduce(v.view(), {native ? reduce_op::avg : reduce_op::sum, options_.timeout});
     if (auto r = w.wait(options_.timeout + wait_grace); !r)
       return std::move(r).error().with_operation("ddp: parameter averaging");
     if (!native) TROUPE_TRY(scale(v.view(), 1.0 / divisor));
@@ -107,8 +107,8 @@ expected<void> ddp::barrier() {
 
 expected<bytes> ddp::broadcast_bytes(const bytes& data, int src) {
   if (src < 0 || src >= world_size())
-    return make_error(errc::invalid_argument, "ddp.broadcast: source rank ", src,
-                      " is not in [0, ", world_size(), ")");
+    return make_error(errc::invalid_argument, "ddp.broadcast: source rank ", src, " is not in [0, ",
+                      world_size(), ")");
   // Through buffers on the parameters' device (host memory for the CPU): an NCCL group
   // moves GPU memory only.
   std::int64_t n = rank() == src ? static_cast<std::int64_t>(data.size()) : 0;

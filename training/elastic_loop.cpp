@@ -41,9 +41,10 @@ std::pair<std::int64_t, std::int64_t> split_evenly(std::int64_t items, int rank,
   return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
-expected<std::unique_ptr<elastic_loop>> elastic_loop::make(
-    collectives::elastic_group& group, std::vector<parameter> params,
-    std::vector<tensor_view> optimizer_state, elastic_loop_options options) {
+expected<std::unique_ptr<elastic_loop>> elastic_loop::make(collectives::elastic_group& group,
+                                                           std::vector<parameter> params,
+                                                           std::vector<tensor_view> optimizer_state,
+                                                           elastic_loop_options options) {
   if (params.empty())
     return make_error(errc::invalid_argument, "elastic_loop: no parameters to train");
   TROUPE_TRY(check_parameters(params));
@@ -164,11 +165,12 @@ expected<void> elastic_loop::run(const step_fn& compute, const step_fn& apply) {
                         " failed: ", c.error().message());
     std::vector<collectives::work> works;
     for (auto& p : params_)
-      if (p.grad.numel > 0) works.push_back(g.allreduce(p.grad, {reduce_op::avg, options_.timeout}));
+      if (p.grad.numel > 0)
+        works.push_back(g.allreduce(p.grad, {reduce_op::avg, options_.timeout}));
     if (auto r = wait_all(works, options_.timeout); !r) {
       if (!changed(r.error()))
-        return make_error(r.error().code(), "elastic_loop: averaging the gradients of ",
-                          where(at_), " failed: ", r.error().message());
+        return make_error(r.error().code(), "elastic_loop: averaging the gradients of ", where(at_),
+                          " failed: ", r.error().message());
       ++discarded_;  // nothing was applied: the parameters are as before the step
       resync_due = true;
       continue;
@@ -177,8 +179,8 @@ expected<void> elastic_loop::run(const step_fn& compute, const step_fn& apply) {
     // it while another gave it up rolls back to this (agree_and_broadcast).
     keep_copy();
     if (auto a = apply(at_); !a)
-      return make_error(a.error().code(), "elastic_loop: apply of ", where(at_), " failed: ",
-                        a.error().message());
+      return make_error(a.error().code(), "elastic_loop: apply of ", where(at_),
+                        " failed: ", a.error().message());
     ++step_;
   }
 }

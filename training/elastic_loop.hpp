@@ -34,8 +34,8 @@
 #include <utility>
 #include <vector>
 
-#include "training/parameter.hpp"
 #include "collectives/elastic_group.hpp"
+#include "training/parameter.hpp"
 
 namespace troupe::training {
 
@@ -70,8 +70,7 @@ class elastic_loop {
   /// may be empty). Refuses bad parameters or options naming what is wrong.
   static expected<std::unique_ptr<elastic_loop>> make(collectives::elastic_group& group,
                                                       std::vector<parameter> params,
-                                                      std::vector<tensor_view>
-                                                          optimizer_state,
+                                                      std::vector<tensor_view> optimizer_state,
                                                       elastic_loop_options options);
 
   /// Runs steps until `steps` are done on every member (see the contract above).
@@ -95,8 +94,8 @@ class elastic_loop {
 
   collectives::elastic_group* group_ = nullptr;
   std::vector<parameter> params_;
-  std::vector<tensor_view> state_;  // the parameters' values, then the optimizer's
-  std::vector<std::vector<std::byte>> copy_;     // state_ before the last applied step
+  std::vector<tensor_view> state_;            // the parameters' values, then the optimizer's
+  std::vector<std::vector<std::byte>> copy_;  // state_ before the last applied step
   elastic_loop_options options_;
   std::shared_ptr<collectives::process_group> current_;
   elastic_step at_;

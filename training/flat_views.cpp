@@ -6,7 +6,6 @@
 
 namespace troupe::training {
 
-
 expected<flat_views> flat_views::make(std::vector<tensor_view> parts) {
   flat_views f;
   std::size_t total = 0;
@@ -75,8 +74,7 @@ void scale_as(const tensor_view& t, double factor) {
 template <std::uint16_t (*to)(float), float (*from)(std::uint16_t)>
 void scale_16(const tensor_view& t, double factor) {
   auto* p = static_cast<std::uint16_t*>(t.data);
-  for (std::size_t i = 0; i < t.numel; ++i)
-    p[i] = to(static_cast<float>(from(p[i]) * factor));
+  for (std::size_t i = 0; i < t.numel; ++i) p[i] = to(static_cast<float>(from(p[i]) * factor));
 }
 }  // namespace
 

@@ -59,8 +59,8 @@ struct object_codec<std::vector<T>, std::enable_if_t<!std::is_same_v<T, std::byt
     auto n = r.u64("vector length");
     if (!n) return std::move(n).error();
     if (*n > r.remaining())
-      return make_error(errc::protocol_error, "vector length ", *n, " exceeds the ",
-                        r.remaining(), " bytes left");
+      return make_error(errc::protocol_error, "vector length ", *n, " exceeds the ", r.remaining(),
+                        " bytes left");
     std::vector<T> v;
     v.reserve(*n);
     for (std::uint64_t i = 0; i < *n; ++i) {

@@ -35,8 +35,8 @@ strategy_registry strategy_registry::with_builtins() {
     (void)r.add({base, "ddp", method, std::nullopt,
                  strcat("DDP strategy with start method '", to_string(method), "'")});
     for (bool fup : {false, true})
-      (void)r.add({strcat(base, "_find_unused_parameters_", fup ? "true" : "false"), "ddp",
-                   method, fup,
+      (void)r.add({strcat(base, "_find_unused_parameters_", fup ? "true" : "false"), "ddp", method,
+                   fup,
                    strcat("DDP strategy with find_unused_parameters ", fup ? "true" : "false",
                           " and start method '", to_string(method), "'")});
   }
@@ -53,8 +53,7 @@ strategy_registry& strategy_registry::global() {
 }
 
 expected<void> strategy_registry::add(strategy_info info) {
-  if (info.name.empty())
-    return make_error(errc::invalid_argument, "a strategy needs a name");
+  if (info.name.empty()) return make_error(errc::invalid_argument, "a strategy needs a name");
   std::lock_guard lk(global_mu);
   for (auto& e : entries_)
     if (e.name == info.name)

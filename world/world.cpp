@@ -11,14 +11,14 @@
 #include "core/log.hpp"
 #include "core/metrics.hpp"
 #include "core/net_address.hpp"
+#include "core/settings.hpp"
 #include "core/trace.hpp"
-#include "world/trace_clock.hpp"
+#include "membership/service.hpp"
 #include "rpc/agent.hpp"
 #include "rpc/backend_registry.hpp"
-#include "core/settings.hpp"
-#include "membership/service.hpp"
 #include "store/cluster_store.hpp"
 #include "store/prefix_store.hpp"
+#include "world/trace_clock.hpp"
 
 namespace troupe {
 
@@ -56,7 +56,8 @@ class death_reporter {
       auto [who, why] = std::move(queue_.front());
       queue_.pop_front();
       lk.unlock();
-      if (auto r = members_->declare_dead(who, strcat("its RPC connection broke: ", why), timeout_); !r)
+      if (auto r = members_->declare_dead(who, strcat("its RPC connection broke: ", why), timeout_);
+          !r)
         TROUPE_LOG(log_level::warn, "world", "could not report worker '", who,
                    "' to the job's membership: ", r.error().message());
       lk.lock();
@@ -178,8 +179,8 @@ expected<void> start_elastic_rpc(world::impl& i, init_options& o, const std::str
   if (!made) return std::move(made).error();
   i.agent = std::shared_ptr<rpc::agent>(std::move(*made));
   std::weak_ptr<rpc::agent> weak = i.agent;
-  i.epoch_subscription = i.members->on_epoch(
-      [weak](const membership::epoch& before, const membership::epoch& after) {
+  i.epoch_subscription =
+      i.members->on_epoch([weak](const membership::epoch& before, const membership::epoch& after) {
         auto a = weak.lock();
         if (!a) return;
         for (const auto& m : before.members)
@@ -191,9 +192,9 @@ expected<void> start_elastic_rpc(world::impl& i, init_options& o, const std::str
     const auto now = i.members->current();
     for (const auto& w : i.agent->workers())
       if (w.name != name && !now.contains(w.name))
-        i.agent->expel(w.name, {}, make_error(errc::membership_changed, "worker '", w.name,
-                                              "' is not in epoch ", now.number, " (",
-                                              now.names(), ")"));
+        i.agent->expel(w.name, {},
+                       make_error(errc::membership_changed, "worker '", w.name,
+                                  "' is not in epoch ", now.number, " (", now.names(), ")"));
   }
   // init returns when every member of the epoch its group was built for (and still in the
   // job) is in the RPC group too, so that init's group and agent hold the same workers. They
@@ -227,9 +228,11 @@ expected<void> start_elastic_rpc(world::impl& i, init_options& o, const std::str
 // on request the RPC agent that follows it.
 expected<void> init_elastic(world::impl& i, init_options& o) {
   if (i.job.hosted || !i.job.scoped || i.job.url.starts_with("memory://"))
-    return make_error(errc::invalid_argument, "an elastic world needs a store that outlives "
+    return make_error(errc::invalid_argument,
+                      "an elastic world needs a store that outlives "
                       "every worker, such as troupe-run's; this process would hold the job's "
-                      "store itself (", i.job.url.empty() ? std::string("none offered") : i.job.url,
+                      "store itself (",
+                      i.job.url.empty() ? std::string("none offered") : i.job.url,
                       "); run it under troupe-run --failure-policy replace, or set "
                       "TROUPE_STORE_URL to a store of the job");
   membership::service_options mo;
@@ -270,7 +273,8 @@ expected<world> init(init_options o) {
   };
   auto env = detect_cluster_env();
   if (!env) {
-    if (env.error().code() != errc::not_found || o.require_launcher) return fail(std::move(env).error());
+    if (env.error().code() != errc::not_found || o.require_launcher)
+      return fail(std::move(env).error());
     env = cluster_env{};  // no launcher: a world of one
   }
   i->env = std::move(*env);
@@ -316,11 +320,11 @@ expected<world> init(init_options o) {
     i->agent = std::shared_ptr<rpc::agent>(std::move(*agent));
   } else if (trace::enabled() && i->env.world_size > 1 && i->job.scoped) {
     // The RPC agent measures the trace's clock offset by ping; without one, the store does.
-    auto measured = detail::measure_trace_clock(*i->job.scoped, i->env.rank, i->env.world_size,
-                                                8, deadline::after(i->timeout));
+    auto measured = detail::measure_trace_clock(*i->job.scoped, i->env.rank, i->env.world_size, 8,
+                                                deadline::after(i->timeout));
     if (!measured)
-      TROUPE_LOG(log_level::warn, "trace", "no clock offset against rank 0: ",
-                 measured.error().message());
+      TROUPE_LOG(log_level::warn, "trace",
+                 "no clock offset against rank 0: ", measured.error().message());
   }
   return world(std::move(i));
 }

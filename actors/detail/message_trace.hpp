@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "core/codec.hpp"
-#include "core/trace.hpp"
 #include "core/tensor.hpp"
+#include "core/trace.hpp"
 
 namespace troupe::actors::detail {
 

@@ -11,7 +11,9 @@ namespace troupe::actors::detail {
 
 remote_proxy::remote_proxy(caf::actor_config& cfg, std::weak_ptr<proxy_sink> sink,
                            std::string worker, std::string name)
-    : caf::actor_proxy(cfg), sink_(std::move(sink)), worker_(std::move(worker)),
+    : caf::actor_proxy(cfg),
+      sink_(std::move(sink)),
+      worker_(std::move(worker)),
       name_(std::move(name)) {}
 
 void remote_proxy::enqueue(caf::mailbox_element_ptr what, caf::execution_unit* host) {
@@ -42,8 +44,9 @@ void remote_proxy::kill_proxy(caf::execution_unit* host, caf::error reason) {
 caf::actor make_remote_proxy(caf::actor_system& sys, std::weak_ptr<proxy_sink> sink,
                              std::string worker, std::string name) {
   caf::actor_config cfg;
-  auto p = caf::make_actor<remote_proxy, caf::strong_actor_ptr>(
-      sys.next_actor_id(), sys.node(), &sys, cfg, std::move(sink), std::move(worker), std::move(name));
+  auto p = caf::make_actor<remote_proxy, caf::strong_actor_ptr>(sys.next_actor_id(), sys.node(),
+                                                                &sys, cfg, std::move(sink),
+                                                                std::move(worker), std::move(name));
   return caf::actor_cast<caf::actor>(std::move(p));
 }
 

@@ -53,8 +53,10 @@ struct elem<dtype::bfloat16> {
 // about 1.5x slower than a plain compiled loop; the dynamic cost model vectorizes it, with
 // a runtime check that handles `out` aliasing `a` or `b`.
 template <dtype D, class Op>
-__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic"))) void apply(
-    Op op, void* out, const void* a, const void* b, std::size_t n) {
+__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic"))) void apply(Op op, void* out,
+                                                                                  const void* a,
+                                                                                  const void* b,
+                                                                                  std::size_t n) {
   using E = elem<D>;
   using raw = typename E::raw;
   using C = typename E::calc;
@@ -72,7 +74,8 @@ __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic"))) void appl
 template <dtype D, class Op>
 cpu_reduce_fn make(Op op) {
   // Integer arithmetic wraps like the GPU does (see the ops below: computed unsigned).
-  return [op](void* out, const void* a, const void* b, std::size_t n) { apply<D>(op, out, a, b, n); };
+  return
+      [op](void* out, const void* a, const void* b, std::size_t n) { apply<D>(op, out, a, b, n); };
 }
 
 struct add_op {
@@ -144,13 +147,12 @@ bool cpu_supports(dtype type, reduce_op op) noexcept {
 
 expected<cpu_reduce_fn> cpu_reduce(dtype type, reduce_op op) {
   if (!cpu_supports(type, op))
-    return make_error(errc::unsupported, "reduce op ", to_string(op), " is not supported on ",
-                      to_string(type),
-                      type == dtype::boolean
-                          ? " tensors (a reduction of flags is not defined here); reduce them "
-                            "as uint8 and compare with zero"
-                          : " tensors (an integer average would truncate); use sum "
-                            "and divide, or a floating dtype");
+    return make_error(
+        errc::unsupported, "reduce op ", to_string(op), " is not supported on ", to_string(type),
+        type == dtype::boolean ? " tensors (a reduction of flags is not defined here); reduce them "
+                                 "as uint8 and compare with zero"
+                               : " tensors (an integer average would truncate); use sum "
+                                 "and divide, or a floating dtype");
   switch (type) {
     case dtype::float32:
       return for_op<dtype::float32>(op);

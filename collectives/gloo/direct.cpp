@@ -162,8 +162,8 @@ void pipelined_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& f
     const std::size_t off = k * seg * esize, len = seg_len(mine.count, k);
     const std::size_t slot_off = (k % depth) * seg * esize;
     fold(
-        fn, n, me, data + (mine.offset * esize) + off,
-        [&](int r) { return ring(r) + slot_off; }, len);
+        fn, n, me, data + (mine.offset * esize) + off, [&](int r) { return ring(r) + slot_off; },
+        len);
     if (k + depth < my_segments)
       for (int r = 0; r < n; ++r)
         if (r != me) post_rs_recv(r, k + depth);

@@ -23,7 +23,7 @@
 namespace gloo {
 class Context;
 struct IoException;
-}
+}  // namespace gloo
 
 namespace troupe::collectives::gloo_direct {
 

@@ -33,8 +33,7 @@ bool fail_pair(gloo::transport::Pair* pair, const std::string& why) {
   return true;
 }
 
-void context::connect(gloo::rendezvous::Store& store,
-                      std::shared_ptr<gloo::transport::Device>& dev,
+void context::connect(gloo::rendezvous::Store& store, std::shared_ptr<gloo::transport::Device>& dev,
                       const interrupt_fn& interrupt) {
   std::shared_ptr<gloo::transport::Context> tc = dev->createContext(rank, size);
   tc->setTimeout(getTimeout());
@@ -106,8 +105,9 @@ void context::connect(gloo::rendezvous::Store& store,
         throw gloo::IoException("rank " + key + " published " + std::to_string(all.size()) +
                                 " bytes of pair addresses; expected " +
                                 std::to_string((size - 1) * address_size));
-      std::vector<char> address(all.begin() + static_cast<std::ptrdiff_t>(slot * address_size),
-                                all.begin() + static_cast<std::ptrdiff_t>((slot + 1) * address_size));
+      std::vector<char> address(
+          all.begin() + static_cast<std::ptrdiff_t>(slot * address_size),
+          all.begin() + static_cast<std::ptrdiff_t>((slot + 1) * address_size));
       tc->getPair(i)->connect(address);
     }
   } catch (...) {

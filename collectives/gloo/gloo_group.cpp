@@ -53,8 +53,8 @@
 #include "core/codec.hpp"
 #include "core/log.hpp"
 #include "core/metrics.hpp"
-#include "core/trace.hpp"
 #include "core/net_address.hpp"
+#include "core/trace.hpp"
 #include "store/prefix_store.hpp"
 #include "store/rendezvous.hpp"
 
@@ -191,8 +191,8 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     ho.group = describe(*this);
     ho.min_bytes = choices_.front().min_bytes;
     ho.timeout = spec().timeout;
-    auto path = gloo_hier::path::open(std::make_shared<prefix_store>(setup, "hier"),
-                                      std::move(layout), ho);
+    auto path =
+        gloo_hier::path::open(std::make_shared<prefix_store>(setup, "hier"), std::move(layout), ho);
     if (!path)
       return make_error(path.error().code(), "setting up shared memory within the hosts of ",
                         describe(*this), " failed: ", path.error().message())
@@ -258,26 +258,32 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     if (auto c = check(t, "allreduce"); !c) return failed(c);
     if (auto c = check_reduce(*this, t, o.op, "allreduce"); !c) return failed(c);
     auto fn = *cpu_reduce(t.type, o.op);
-    return submit("allreduce", o.timeout, [this, t, fn, op = o.op](const run_ctx& rc) {
-      if (t.numel == 0) return;
-      run_allreduce(rc, t, op, fn);
-      if (op == reduce_op::avg) cpu_divide(t, static_cast<std::size_t>(size()));
-    }, -1, t.nbytes());
+    return submit(
+        "allreduce", o.timeout,
+        [this, t, fn, op = o.op](const run_ctx& rc) {
+          if (t.numel == 0) return;
+          run_allreduce(rc, t, op, fn);
+          if (op == reduce_op::avg) cpu_divide(t, static_cast<std::size_t>(size()));
+        },
+        -1, t.nbytes());
   }
 
   work broadcast(tensor_view t, const broadcast_options& o) override {
     if (auto c = check(t, "broadcast"); !c) return failed(c);
     if (auto c = check_root(*this, o.root, "broadcast"); !c) return failed(c);
-    return submit("broadcast", o.timeout, [this, t, root = o.root](const run_ctx& rc) {
-      if (t.numel == 0 || size() == 1) return;
-      if (shm_) return shm_->broadcast(rc.seq, t, root, clock::now() + rc.timeout);
-      gloo::BroadcastOptions g(context_);
-      by_size(t.type, [&](auto e) { g.setOutput(ptr<decltype(e)>(t), t.numel); });
-      g.setRoot(root);
-      g.setTag(rc.tag);
-      g.setTimeout(rc.timeout);
-      gloo::broadcast(g);
-    }, -1, t.nbytes());
+    return submit(
+        "broadcast", o.timeout,
+        [this, t, root = o.root](const run_ctx& rc) {
+          if (t.numel == 0 || size() == 1) return;
+          if (shm_) return shm_->broadcast(rc.seq, t, root, clock::now() + rc.timeout);
+          gloo::BroadcastOptions g(context_);
+          by_size(t.type, [&](auto e) { g.setOutput(ptr<decltype(e)>(t), t.numel); });
+          g.setRoot(root);
+          g.setTag(rc.tag);
+          g.setTimeout(rc.timeout);
+          gloo::broadcast(g);
+        },
+        -1, t.nbytes());
   }
 
   work reduce(tensor_view t, const reduce_options& o) override {
@@ -285,37 +291,43 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     if (auto c = check_root(*this, o.root, "reduce"); !c) return failed(c);
     if (auto c = check_reduce(*this, t, o.op, "reduce"); !c) return failed(c);
     auto fn = *cpu_reduce(t.type, o.op);
-    return submit("reduce", o.timeout, [this, t, fn, o](const run_ctx& rc) {
-      if (t.numel == 0) return;
-      // Gloo uses the output as scratch on every rank: keep non-roots' tensors intact.
-      std::vector<std::byte> scratch;
-      tensor_view target = t;
-      if (rank() != o.root) {
-        scratch.assign(static_cast<std::byte*>(t.data),
-                       static_cast<std::byte*>(t.data) + t.nbytes());
-        target.data = scratch.data();
-      }
-      gloo::ReduceOptions g(context_);
-      by_size(t.type, [&](auto e) { g.setOutput(ptr<decltype(e)>(target), t.numel); });
-      g.setRoot(o.root);
-      g.setReduceFunction(fn);
-      g.setTag(rc.tag);
-      g.setTimeout(rc.timeout);
-      gloo::reduce(g);
-      if (o.op == reduce_op::avg && rank() == o.root)
-        cpu_divide(t, static_cast<std::size_t>(size()));
-    }, -1, SIZE_MAX, t.nbytes());
+    return submit(
+        "reduce", o.timeout,
+        [this, t, fn, o](const run_ctx& rc) {
+          if (t.numel == 0) return;
+          // Gloo uses the output as scratch on every rank: keep non-roots' tensors intact.
+          std::vector<std::byte> scratch;
+          tensor_view target = t;
+          if (rank() != o.root) {
+            scratch.assign(static_cast<std::byte*>(t.data),
+                           static_cast<std::byte*>(t.data) + t.nbytes());
+            target.data = scratch.data();
+          }
+          gloo::ReduceOptions g(context_);
+          by_size(t.type, [&](auto e) { g.setOutput(ptr<decltype(e)>(target), t.numel); });
+          g.setRoot(o.root);
+          g.setReduceFunction(fn);
+          g.setTag(rc.tag);
+          g.setTimeout(rc.timeout);
+          gloo::reduce(g);
+          if (o.op == reduce_op::avg && rank() == o.root)
+            cpu_divide(t, static_cast<std::size_t>(size()));
+        },
+        -1, SIZE_MAX, t.nbytes());
   }
 
   work allgather(tensor_view in, tensor_view out, const allgather_options& o) override {
     if (auto c = check(in, "allgather input"); !c) return failed(c);
     if (auto c = check(out, "allgather output"); !c) return failed(c);
     if (auto c = check_blocks(*this, in, out, true, "allgather"); !c) return failed(c);
-    return submit("allgather", o.timeout, [this, in, out](const run_ctx& rc) {
-      if (in.numel == 0) return;
-      if (shm_) return shm_->allgather(rc.seq, in, out, clock::now() + rc.timeout);
-      gloo_direct::allgather(direct_op(rc), in, out);
-    }, -1, out.nbytes());
+    return submit(
+        "allgather", o.timeout,
+        [this, in, out](const run_ctx& rc) {
+          if (in.numel == 0) return;
+          if (shm_) return shm_->allgather(rc.seq, in, out, clock::now() + rc.timeout);
+          gloo_direct::allgather(direct_op(rc), in, out);
+        },
+        -1, out.nbytes());
   }
 
   work gather(tensor_view in, tensor_view out, const gather_options& o) override {
@@ -325,18 +337,21 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     if (is_root)
       if (auto c = check(out, "gather output"); !c) return failed(c);
     if (auto c = check_blocks(*this, in, out, is_root, "gather"); !c) return failed(c);
-    return submit("gather", o.timeout, [this, in, out, is_root, root = o.root](const run_ctx& rc) {
-      if (in.numel == 0) return;
-      gloo::GatherOptions g(context_);
-      by_size(in.type, [&](auto e) {
-        g.setInput(ptr<decltype(e)>(in), in.numel);
-        if (is_root) g.setOutput(ptr<decltype(e)>(out), out.numel);
-      });
-      g.setRoot(root);
-      g.setTag(rc.tag);
-      g.setTimeout(rc.timeout);
-      gloo::gather(g);
-    }, -1, SIZE_MAX, in.nbytes());
+    return submit(
+        "gather", o.timeout,
+        [this, in, out, is_root, root = o.root](const run_ctx& rc) {
+          if (in.numel == 0) return;
+          gloo::GatherOptions g(context_);
+          by_size(in.type, [&](auto e) {
+            g.setInput(ptr<decltype(e)>(in), in.numel);
+            if (is_root) g.setOutput(ptr<decltype(e)>(out), out.numel);
+          });
+          g.setRoot(root);
+          g.setTag(rc.tag);
+          g.setTimeout(rc.timeout);
+          gloo::gather(g);
+        },
+        -1, SIZE_MAX, in.nbytes());
   }
 
   work scatter(tensor_view in, tensor_view out, const scatter_options& o) override {
@@ -346,24 +361,28 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     if (is_root)
       if (auto c = check(in, "scatter input"); !c) return failed(c);
     if (auto c = check_blocks(*this, out, in, is_root, "scatter"); !c) return failed(c);
-    return submit("scatter", o.timeout, [this, in, out, is_root, root = o.root](const run_ctx& rc) {
-      if (out.numel == 0) return;
-      gloo::ScatterOptions g(context_);
-      by_size(out.type, [&](auto e) {
-        using T = decltype(e);
-        if (is_root) {
-          std::vector<T*> blocks;
-          for (int r = 0; r < size(); ++r)
-            blocks.push_back(ptr<T>(in.slice(static_cast<std::size_t>(r) * out.numel, out.numel)));
-          g.setInputs(blocks, out.numel);
-        }
-        g.setOutput(ptr<T>(out), out.numel);
-      });
-      g.setRoot(root);
-      g.setTag(rc.tag);
-      g.setTimeout(rc.timeout);
-      gloo::scatter(g);
-    }, -1, SIZE_MAX, out.nbytes());
+    return submit(
+        "scatter", o.timeout,
+        [this, in, out, is_root, root = o.root](const run_ctx& rc) {
+          if (out.numel == 0) return;
+          gloo::ScatterOptions g(context_);
+          by_size(out.type, [&](auto e) {
+            using T = decltype(e);
+            if (is_root) {
+              std::vector<T*> blocks;
+              for (int r = 0; r < size(); ++r)
+                blocks.push_back(
+                    ptr<T>(in.slice(static_cast<std::size_t>(r) * out.numel, out.numel)));
+              g.setInputs(blocks, out.numel);
+            }
+            g.setOutput(ptr<T>(out), out.numel);
+          });
+          g.setRoot(root);
+          g.setTag(rc.tag);
+          g.setTimeout(rc.timeout);
+          gloo::scatter(g);
+        },
+        -1, SIZE_MAX, out.nbytes());
   }
 
   work reduce_scatter(tensor_view in, tensor_view out, const reduce_scatter_options& o) override {
@@ -372,23 +391,26 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     if (auto c = check_blocks(*this, out, in, true, "reduce_scatter"); !c) return failed(c);
     if (auto c = check_reduce(*this, in, o.op, "reduce_scatter"); !c) return failed(c);
     auto fn = *cpu_reduce(in.type, o.op);
-    return submit("reduce_scatter", o.timeout, [this, in, out, fn, op = o.op](const run_ctx& rc) {
-      if (out.numel == 0) return;
-      if (shm_ && size() > 1 && !overlaps(in, out)) {
-        shm_->reduce_scatter(rc.seq, in, out, op, fn, clock::now() + rc.timeout);
-        if (op == reduce_op::avg) cpu_divide(out, static_cast<std::size_t>(size()));
-        return;
-      }
-      // Gloo has no reduce-scatter taking a reduce function: allreduce a copy, keep a block.
-      std::vector<std::byte> scratch(static_cast<std::byte*>(in.data),
-                                     static_cast<std::byte*>(in.data) + in.nbytes());
-      tensor_view all = in;
-      all.data = scratch.data();
-      run_allreduce(rc, all, op, fn);
-      auto mine = all.slice(static_cast<std::size_t>(rank()) * out.numel, out.numel);
-      std::memcpy(out.data, mine.data, out.nbytes());
-      if (op == reduce_op::avg) cpu_divide(out, static_cast<std::size_t>(size()));
-    }, -1, in.nbytes());
+    return submit(
+        "reduce_scatter", o.timeout,
+        [this, in, out, fn, op = o.op](const run_ctx& rc) {
+          if (out.numel == 0) return;
+          if (shm_ && size() > 1 && !overlaps(in, out)) {
+            shm_->reduce_scatter(rc.seq, in, out, op, fn, clock::now() + rc.timeout);
+            if (op == reduce_op::avg) cpu_divide(out, static_cast<std::size_t>(size()));
+            return;
+          }
+          // Gloo has no reduce-scatter taking a reduce function: allreduce a copy, keep a block.
+          std::vector<std::byte> scratch(static_cast<std::byte*>(in.data),
+                                         static_cast<std::byte*>(in.data) + in.nbytes());
+          tensor_view all = in;
+          all.data = scratch.data();
+          run_allreduce(rc, all, op, fn);
+          auto mine = all.slice(static_cast<std::size_t>(rank()) * out.numel, out.numel);
+          std::memcpy(out.data, mine.data, out.nbytes());
+          if (op == reduce_op::avg) cpu_divide(out, static_cast<std::size_t>(size()));
+        },
+        -1, in.nbytes());
   }
 
   work all_to_all(tensor_view in, tensor_view out, const all_to_all_options& o) override {
@@ -397,46 +419,52 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     auto layout = check_all_to_all(*this, in, out, o);
     if (!layout) return failed(expected<void>(std::move(layout).error()));
     bool uneven = !o.send_counts.empty();
-    return submit("all_to_all", o.timeout, [this, in, out, l = *layout, uneven](const run_ctx& rc) {
-      if (!uneven) {
-        if (in.numel == 0) return;
-        gloo::AlltoallOptions g(context_);
-        by_size(in.type, [&](auto e) {
-          g.setInput(ptr<decltype(e)>(in), in.numel);
-          g.setOutput(ptr<decltype(e)>(out), out.numel);
-        });
-        g.setTag(rc.tag);
-        g.setTimeout(rc.timeout);
-        gloo::alltoall(g);
-        return;
-      }
-      std::vector<std::int64_t> sc(l.send_counts.begin(), l.send_counts.end());
-      std::vector<std::int64_t> rcnt(l.recv_counts.begin(), l.recv_counts.end());
-      // Gloo wants real buffers even for empty sides.
-      std::uint64_t dummy_in = 0, dummy_out = 0;
-      tensor_view i2 = in, o2 = out;
-      if (in.numel == 0) i2.data = &dummy_in;
-      if (out.numel == 0) o2.data = &dummy_out;
-      gloo::AlltoallvOptions g(context_);
-      by_size(in.type, [&](auto e) {
-        g.setInput(ptr<decltype(e)>(i2), sc);
-        g.setOutput(ptr<decltype(e)>(o2), rcnt);
-      });
-      g.setTag(rc.tag);
-      g.setTimeout(rc.timeout);
-      gloo::alltoallv(g);
-    }, -1, SIZE_MAX, in.nbytes());
+    return submit(
+        "all_to_all", o.timeout,
+        [this, in, out, l = *layout, uneven](const run_ctx& rc) {
+          if (!uneven) {
+            if (in.numel == 0) return;
+            gloo::AlltoallOptions g(context_);
+            by_size(in.type, [&](auto e) {
+              g.setInput(ptr<decltype(e)>(in), in.numel);
+              g.setOutput(ptr<decltype(e)>(out), out.numel);
+            });
+            g.setTag(rc.tag);
+            g.setTimeout(rc.timeout);
+            gloo::alltoall(g);
+            return;
+          }
+          std::vector<std::int64_t> sc(l.send_counts.begin(), l.send_counts.end());
+          std::vector<std::int64_t> rcnt(l.recv_counts.begin(), l.recv_counts.end());
+          // Gloo wants real buffers even for empty sides.
+          std::uint64_t dummy_in = 0, dummy_out = 0;
+          tensor_view i2 = in, o2 = out;
+          if (in.numel == 0) i2.data = &dummy_in;
+          if (out.numel == 0) o2.data = &dummy_out;
+          gloo::AlltoallvOptions g(context_);
+          by_size(in.type, [&](auto e) {
+            g.setInput(ptr<decltype(e)>(i2), sc);
+            g.setOutput(ptr<decltype(e)>(o2), rcnt);
+          });
+          g.setTag(rc.tag);
+          g.setTimeout(rc.timeout);
+          gloo::alltoallv(g);
+        },
+        -1, SIZE_MAX, in.nbytes());
   }
 
   work barrier(const barrier_options& o) override {
-    return submit("barrier", o.timeout, [this](const run_ctx& rc) {
-      if (size() == 1) return;
-      if (shm_) return shm_->barrier(rc.seq, clock::now() + rc.timeout);
-      gloo::BarrierOptions g(context_);
-      g.setTag(rc.tag);
-      g.setTimeout(rc.timeout);
-      gloo::barrier(g);
-    }, -1, 0);
+    return submit(
+        "barrier", o.timeout,
+        [this](const run_ctx& rc) {
+          if (size() == 1) return;
+          if (shm_) return shm_->barrier(rc.seq, clock::now() + rc.timeout);
+          gloo::BarrierOptions g(context_);
+          g.setTag(rc.tag);
+          g.setTimeout(rc.timeout);
+          gloo::barrier(g);
+        },
+        -1, 0);
   }
 
   work send(tensor_view t, int dst, const p2p_options& o) override { return p2p(t, dst, o, true); }
@@ -530,8 +558,8 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     int peer = -1;  // the other rank of a point-to-point transfer
     // The worker leaves it to its waiter until then (min: start at once); see submit().
     clock::time_point start_by = clock::time_point::min();
-    std::string_view op;                 // "allreduce", ...: a literal, for the metrics
-    std::size_t bytes = SIZE_MAX;        // the tensor's bytes; SIZE_MAX: not given
+    std::string_view op;           // "allreduce", ...: a literal, for the metrics
+    std::size_t bytes = SIZE_MAX;  // the tensor's bytes; SIZE_MAX: not given
   };
   struct p2p_wait {
     std::string what;
@@ -804,7 +832,8 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
           .add("rank", rank())
           .add("size", size());
       if (t.bytes != SIZE_MAX) traced.args().add("bytes", static_cast<std::uint64_t>(t.bytes));
-      if (t.peer >= 0) traced.args().add("peer", spec().global_ranks[static_cast<std::size_t>(t.peer)]);
+      if (t.peer >= 0)
+        traced.args().add("peer", spec().global_ranks[static_cast<std::size_t>(t.peer)]);
     }
     try {
       t.body(rc);
@@ -846,9 +875,11 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     if (fresh) {
       const metrics::labels op_size{{"op", std::string(t.op)}, {"size", std::string(size)}};
       const metrics::labels op_only{{"op", std::string(t.op)}};
-      m.seconds = &metrics::get_histogram(
-          "troupe_collective_seconds", "time a gloo collective took on this worker, by operation "
-          "and size class", metrics::latency_buckets(), op_size);
+      m.seconds =
+          &metrics::get_histogram("troupe_collective_seconds",
+                                  "time a gloo collective took on this worker, by operation "
+                                  "and size class",
+                                  metrics::latency_buckets(), op_size);
       m.bytes = &metrics::get_counter("troupe_collective_bytes_total",
                                       "tensor bytes of this worker's gloo collectives", op_only);
       m.calls = &metrics::get_counter("troupe_collective_calls_total",
@@ -985,8 +1016,8 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     metrics::counter* calls = nullptr;
   };
   std::map<std::pair<std::string_view, std::string_view>, collective_metrics> collective_metrics_;
-  bool worker_parked_ = false;          // the worker waits for a notify, not polling
-  clock::time_point last_submit_{};     // when the last operation was queued
+  bool worker_parked_ = false;       // the worker waits for a notify, not polling
+  clock::time_point last_submit_{};  // when the last operation was queued
   bool p2p_busy_ = false;
   // The transfer the p2p thread waits for (under mu_), so that abort() can end its wait.
   gloo::transport::UnboundBuffer* p2p_current_ = nullptr;

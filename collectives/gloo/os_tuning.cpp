@@ -1,8 +1,8 @@
 #include "collectives/gloo/os_tuning.hpp"
 
 #include <gloo/context.h>
-#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/pair.h>
+#include <gloo/transport/tcp/address.h>
 
 #include <dirent.h>
 #include <sched.h>

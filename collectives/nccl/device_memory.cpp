@@ -8,8 +8,7 @@
 namespace troupe::collectives::detail {
 
 expected<void*> cuda_alloc_zeroed(int device_index, std::size_t nbytes) {
-  if (auto r = cudaSetDevice(device_index); r != cudaSuccess)
-    return cuda_error(r, "cudaSetDevice");
+  if (auto r = cudaSetDevice(device_index); r != cudaSuccess) return cuda_error(r, "cudaSetDevice");
   void* p = nullptr;
   if (auto r = cudaMalloc(&p, nbytes == 0 ? 1 : nbytes); r != cudaSuccess)
     return std::move(cuda_error(r, "cudaMalloc"))

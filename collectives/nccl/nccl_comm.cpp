@@ -82,8 +82,10 @@ expected<std::unique_ptr<nccl_comm>> nccl_comm::shrink(const std::vector<int>& e
                                                        duration timeout) {
   auto fn = find_shrink();
   if (fn == nullptr)
-    return make_error(errc::unavailable, "ncclCommShrink is not available: the NCCL library in "
-                      "this process is ", format_nccl_version(library_version()),
+    return make_error(errc::unavailable,
+                      "ncclCommShrink is not available: the NCCL library in "
+                      "this process is ",
+                      format_nccl_version(library_version()),
                       " and the call needs 2.27 or newer; re-create the communicator instead");
   if (state_.load() != state::live)
     return make_error(errc::invalid_argument, "shrinking the communicator of group '", name_,
@@ -104,8 +106,8 @@ expected<std::unique_ptr<nccl_comm>> nccl_comm::shrink(const std::vector<int>& e
   if (auto ready = out->wait_ready("ncclCommShrink", timeout); !ready) {
     out->abort();
     return make_error(ready.error().code(), "shrinking the communicator of group '", name_,
-                      "' into '", name, "' (excluding ", excluded.size(), " rank(s)): ",
-                      ready.error().message());
+                      "' into '", name, "' (excluding ", excluded.size(),
+                      " rank(s)): ", ready.error().message());
   }
   return out;
 }

@@ -147,8 +147,7 @@ class nccl_group final : public process_group {
     TROUPE_TRY_WORK(check(t, "allreduce"));
     TROUPE_TRY_WORK(check_reduce(*this, t, o.op, "allreduce"));
     return launch("allreduce", o.timeout, o.stream, [&](cudaStream_t s) {
-      return ncclAllReduce(t.data, t.data, t.numel, nccl_type(t.type), nccl_op(o.op), comm(),
-                           s);
+      return ncclAllReduce(t.data, t.data, t.numel, nccl_type(t.type), nccl_op(o.op), comm(), s);
     });
   }
 
@@ -278,7 +277,10 @@ class nccl_group final : public process_group {
     TROUPE_TRY_WORK(check_peer(*this, dst, "send"));
     return launch(
         "send", o.timeout, o.stream,
-        [&](cudaStream_t s) { return ncclSend(t.data, t.numel, nccl_type(t.type), dst, comm(), s); }, dst);
+        [&](cudaStream_t s) {
+          return ncclSend(t.data, t.numel, nccl_type(t.type), dst, comm(), s);
+        },
+        dst);
   }
 
   work recv(tensor_view t, int src, const p2p_options& o) override {
@@ -286,7 +288,10 @@ class nccl_group final : public process_group {
     TROUPE_TRY_WORK(check_peer(*this, src, "recv"));
     return launch(
         "recv", o.timeout, o.stream,
-        [&](cudaStream_t s) { return ncclRecv(t.data, t.numel, nccl_type(t.type), src, comm(), s); }, src);
+        [&](cudaStream_t s) {
+          return ncclRecv(t.data, t.numel, nccl_type(t.type), src, comm(), s);
+        },
+        src);
   }
 
   std::optional<troupe::error> failure() const override {
@@ -469,7 +474,11 @@ class nccl_group final : public process_group {
     // Built by appending: a string stream per operation costs more than the NCCL call.
     std::string what;
     what.reserve(op.size() + described_.size() + 28);
-    what.append(op).append(peer < 0 ? " #" : " #p").append(std::to_string(seq)).append(" on ").append(described_);
+    what.append(op)
+        .append(peer < 0 ? " #" : " #p")
+        .append(std::to_string(seq))
+        .append(" on ")
+        .append(described_);
     // The span covers queueing the kernel on the stream (host time), not the GPU's work.
     trace::span traced("collectives", op);
     if (traced.on())
@@ -547,7 +556,8 @@ class nccl_group final : public process_group {
     }
     for (auto& p : rest) {
       api_->destroy_event(p.done_event);
-      p.completer.complete(troupe::error(why.code(), strcat(p.what, " was stopped: ", why.message())));
+      p.completer.complete(
+          troupe::error(why.code(), strcat(p.what, " was stopped: ", why.message())));
     }
   }
 
@@ -650,7 +660,7 @@ class nccl_group final : public process_group {
 
   mutable std::mutex comm_mu_;  // serializes NCCL calls on comm_ (launch, split, abort, polling)
   std::atomic<std::uint64_t> seq_{0};
-  std::uint64_t p2p_seq_ = 0;  // guarded by comm_mu_
+  std::uint64_t p2p_seq_ = 0;                      // guarded by comm_mu_
   const std::string described_ = describe(*this);  // for the operations' descriptions
   // The watchdog's lock and wake-up, shared with the works' wait helpers (which may
   // outlive the group): a waiter sets `hurry` and rings, and the watchdog polls without
@@ -668,9 +678,9 @@ class nccl_group final : public process_group {
   bool stopping_ = false;
   bool quit_ = false;
   std::optional<troupe::error> failure_;
-  bool aborted_ = false;  // abort() or retire() ran; failure_ holds its error (under mu_)
-  bool retired_ = false;  // retire() ran: the communicator is kept for rebuild_native()
-  bool pending_at_retire_ = false;     // work was pending when retire() ran (under mu_)
+  bool aborted_ = false;            // abort() or retire() ran; failure_ holds its error (under mu_)
+  bool retired_ = false;            // retire() ran: the communicator is kept for rebuild_native()
+  bool pending_at_retire_ = false;  // work was pending when retire() ran (under mu_)
   bool failed_before_retire_ = false;  // the group had failed before retire() (under mu_)
   bool watchdog_holding_ = false;      // the watchdog holds a batch out of pending_ (under mu_)
   std::thread watchdog_;

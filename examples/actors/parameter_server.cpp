@@ -14,9 +14,9 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <map>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,7 +47,7 @@ struct server_state {
   int trainers_missing = 0;
   std::vector<caf::response_promise> waiting;
   std::vector<caf::response_promise> arrived;
-  std::map<int, int> pushed;  // trainer rank -> gradients applied
+  std::map<int, int> pushed;                                  // trainer rank -> gradients applied
   std::vector<std::pair<int, caf::response_promise>> parked;  // (step, pull)
   static constexpr int staleness = 2;
 
@@ -161,9 +161,10 @@ int main(int argc, char** argv) {
               const float target = static_cast<float>(world) / 2.0f;
               float worst = 0.0f;
               for (float x : w) worst = std::max(worst, std::fabs(x - target));
-              std::printf("parameter_server: %d pushes from %d trainers; weights within %.2g of the "
-                          "optimum %.2f\n",
-                          pushes, world - 1, static_cast<double>(worst), static_cast<double>(target));
+              std::printf(
+                  "parameter_server: %d pushes from %d trainers; weights within %.2g of the "
+                  "optimum %.2f\n",
+                  pushes, world - 1, static_cast<double>(worst), static_cast<double>(target));
               if (worst > 0.1f) {
                 std::printf("parameter_server: did not converge\n");
                 rc = 1;

@@ -88,7 +88,9 @@ int main(int argc, char** argv) {
                        std::fprintf(stderr, "ping_pong: %s\n", sys.render(e).c_str());
                        rc = 1;
                      });
-        us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+        us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
       }
       if (rc == 0) {
         std::sort(us.begin(), us.end());

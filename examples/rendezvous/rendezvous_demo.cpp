@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "core/cluster_env.hpp"
 #include "core/cuda_runtime.hpp"
 #include "core/log.hpp"
 #include "devicemap/derive.hpp"
 #include "devicemap/validate.hpp"
 #include "devicemap/worker_device_info.hpp"
-#include "core/cluster_env.hpp"
 #include "store/cluster_store.hpp"
 #include "store/connect.hpp"
 #include "store/rendezvous.hpp"
@@ -83,15 +83,19 @@ int run_worker(const options& o) {
     auto env = detect_cluster_env();
     if (!env) return std::fprintf(stderr, "%s\n", env.error().to_string().c_str()), 1;
     auto job = open_cluster_store(*env, o.timeout);
-    if (job) s = job->scoped;
-    else s = std::move(job).error();
+    if (job)
+      s = job->scoped;
+    else
+      s = std::move(job).error();
   } else {
     store_options so;
     so.timeout = o.timeout;
     so.connect_timeout = o.timeout;
     auto c = connect_store(o.store_url, so);
-    if (c) s = std::shared_ptr<store>(std::move(*c));
-    else s = std::move(c).error();
+    if (c)
+      s = std::shared_ptr<store>(std::move(*c));
+    else
+      s = std::move(c).error();
   }
   if (!s) {
     std::fprintf(stderr, "%s: %s\n", name_of(o.rank).c_str(), s.error().to_string().c_str());

@@ -11,8 +11,8 @@
 #include <random>
 #include <thread>
 
-#include "training/elastic_loop.hpp"
 #include "core/strcat.hpp"
+#include "training/elastic_loop.hpp"
 
 namespace troupe::examples {
 
@@ -47,7 +47,8 @@ std::vector<float> replay_elastic(const dataset& d, const std::vector<int>& worl
   std::vector<float> sum(m.g.size());
   for (std::size_t step = 0; step < worlds.size(); ++step) {
     const int world = worlds[step];
-    const int from = static_cast<int>(step % static_cast<std::size_t>(steps_per_epoch)) * global_batch;
+    const int from =
+        static_cast<int>(step % static_cast<std::size_t>(steps_per_epoch)) * global_batch;
     for (int r = 0; r < world; ++r) {
       const auto [b, e] = training::split_evenly(global_batch, r, world);
       m.zero_grad();
@@ -71,8 +72,7 @@ int train_elastic(world& w, const elastic_settings& s) {
                            " samples per step, more than --samples ", s.samples));
   const int steps_per_epoch = s.samples / global_batch;
   const std::int64_t steps = static_cast<std::int64_t>(s.epochs) * steps_per_epoch;
-  const std::uint64_t seed =
-      s.seed != 0 ? s.seed : std::hash<std::string>{}(w.env().run_id) | 1u;
+  const std::uint64_t seed = s.seed != 0 ? s.seed : std::hash<std::string>{}(w.env().run_id) | 1u;
   const std::uint64_t data_seed = 7, model_seed = 11;
   auto data = make_dataset(s.samples, s.features, s.classes, data_seed);
   // One seed for every member: the loop's state broadcast makes a newcomer equal to the
@@ -87,16 +87,18 @@ int train_elastic(world& w, const elastic_settings& s) {
     std::uint64_t mix = seed * 0x9E3779B97F4A7C15ull;  // spread nearby seeds apart
     mix ^= mix >> 29;
     victim = 1 + static_cast<int>(mix % static_cast<std::uint64_t>(launched - 1));
-    kill_step = steps / 4 + static_cast<std::int64_t>(
-                                (mix >> 20) % static_cast<std::uint64_t>(std::max<std::int64_t>(1, steps / 2)));
+    kill_step = steps / 4 +
+                static_cast<std::int64_t>(
+                    (mix >> 20) % static_cast<std::uint64_t>(std::max<std::int64_t>(1, steps / 2)));
   }
   const bool doomed = w.env().rank == victim && w.env().restart_count == 0;
   std::mt19937_64 jitter(seed ^ static_cast<std::uint64_t>(w.env().rank));
   if (w.rank() == 0 && w.env().restart_count == 0) {
-    std::printf("elastic training of a %d-%d-%d MLP: %lld steps of %d samples (%d epochs of %d "
-                "samples), each split over the members of the current epoch; seed %llu\n",
-                s.features, s.hidden, s.classes, static_cast<long long>(steps), global_batch,
-                s.epochs, s.samples, static_cast<unsigned long long>(seed));
+    std::printf(
+        "elastic training of a %d-%d-%d MLP: %lld steps of %d samples (%d epochs of %d "
+        "samples), each split over the members of the current epoch; seed %llu\n",
+        s.features, s.hidden, s.classes, static_cast<long long>(steps), global_batch, s.epochs,
+        s.samples, static_cast<unsigned long long>(seed));
     if (victim >= 0)
       std::printf("worker%d will kill itself with SIGKILL at step %lld (--kill-one)\n", victim,
                   static_cast<long long>(kill_step));
@@ -189,8 +191,8 @@ int train_elastic(world& w, const elastic_settings& s) {
   const bool complete = first_step == 0;
   std::vector<float> replayed;
   if (complete)
-    replayed = replay_elastic(data, worlds, global_batch, s.lr, model_seed, s.features,
-                              s.hidden, s.classes);
+    replayed = replay_elastic(data, worlds, global_batch, s.lr, model_seed, s.features, s.hidden,
+                              s.classes);
   double max_diff = 0;
   for (std::size_t i = 0; i < replayed.size(); ++i)
     max_diff = std::max(max_diff, static_cast<double>(std::fabs(replayed[i] - model.w[i])));
@@ -203,15 +205,16 @@ int train_elastic(world& w, const elastic_settings& s) {
   if (auto a = g.allreduce(tensor_view::of(std::span<double>(differ, 2)), ao).wait(s.timeout); !a)
     return fail(me, "comparing weights: " + a.error().to_string());
   ao.op = reduce_op::max;
-  if (auto a = g.allreduce(tensor_view::of(std::span<double>(&max_diff, 1)), ao).wait(s.timeout); !a)
+  if (auto a = g.allreduce(tensor_view::of(std::span<double>(&max_diff, 1)), ao).wait(s.timeout);
+      !a)
     return fail(me, "comparing with the replay: " + a.error().to_string());
   if (differ[0] > 0)
     return fail(me, strcat(differ[0], " workers hold weights that differ from rank 0's"));
   if (differ[1] < 1) return fail(me, "no worker ran every step, so none could replay the run");
   if (!(max_diff <= s.tolerance))
     return fail(me, strcat("the weights differ from a single-process replay of the same steps "
-                           "and world sizes by up to ", max_diff, ", above the tolerance ",
-                           s.tolerance));
+                           "and world sizes by up to ",
+                           max_diff, ", above the tolerance ", s.tolerance));
   // Nobody leaves (a new epoch, which aborts this group) before everyone is done with it.
   const std::string done = strcat("train_demo/done/", v.epoch.number, "/");
   if (auto d = w.store()->set(done + me, std::string_view("1")); !d)
@@ -221,12 +224,12 @@ int train_elastic(world& w, const elastic_settings& s) {
   if (auto met = w.store()->wait(everyone, s.timeout); !met)
     return fail(me, "waiting for the others to finish: " + met.error().to_string());
   if (g.rank() == 0) {
-    std::printf("all %d worker(s) hold identical weights; max |w - w_replay| = %.2g (tolerance "
-                "%.0e) over %lld steps: the elastic run matches a single-process replay of its "
-                "world sizes; steps discarded here: %lld, groups: %lld\n",
-                g.size(), max_diff, s.tolerance, static_cast<long long>(steps),
-                static_cast<long long>((*loop)->discarded()),
-                static_cast<long long>((*loop)->groups()));
+    std::printf(
+        "all %d worker(s) hold identical weights; max |w - w_replay| = %.2g (tolerance "
+        "%.0e) over %lld steps: the elastic run matches a single-process replay of its "
+        "world sizes; steps discarded here: %lld, groups: %lld\n",
+        g.size(), max_diff, s.tolerance, static_cast<long long>(steps),
+        static_cast<long long>((*loop)->discarded()), static_cast<long long>((*loop)->groups()));
     std::fflush(stdout);
   }
   if (auto sd = w.shutdown(); !sd) return fail(me, "shutdown: " + sd.error().to_string());

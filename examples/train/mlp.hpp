@@ -50,7 +50,8 @@ inline dataset make_dataset(int n, int features, int classes, std::uint64_t seed
     for (int c = 0; c < classes; ++c) {
       float v = 0.1f * r.uniform();
       for (int f = 0; f < features; ++f)
-        v += teacher[static_cast<std::size_t>(c * features + f)] * d.x[static_cast<std::size_t>(i * features + f)];
+        v += teacher[static_cast<std::size_t>(c * features + f)] *
+             d.x[static_cast<std::size_t>(i * features + f)];
       if (v > best_v) best_v = v, best = c;
     }
     d.y.push_back(best);
@@ -79,7 +80,8 @@ class mlp {
     w.resize(total);
     g.assign(total, 0.f);
     rng r{seed};
-    float s1 = std::sqrt(2.f / static_cast<float>(in)), s2 = std::sqrt(1.f / static_cast<float>(hidden));
+    float s1 = std::sqrt(2.f / static_cast<float>(in)),
+          s2 = std::sqrt(1.f / static_cast<float>(hidden));
     for (std::size_t i = 0; i < sizes_[0]; ++i) w[i] = s1 * r.uniform();
     for (std::size_t i = 0; i < sizes_[2]; ++i) w[offsets_[2] + i] = s2 * r.uniform();
   }
@@ -100,7 +102,8 @@ class mlp {
   float train_batch(const dataset& d, int begin, int end,
                     const std::function<void(std::size_t)>& ready = {}) {
     int n = end - begin;
-    std::vector<float> h(static_cast<std::size_t>(n * hidden_)), dlogits(static_cast<std::size_t>(n * out_));
+    std::vector<float> h(static_cast<std::size_t>(n * hidden_)),
+        dlogits(static_cast<std::size_t>(n * out_));
     float loss = 0;
     for (int i = 0; i < n; ++i) {
       const float* x = &d.x[static_cast<std::size_t>((begin + i) * in_)];
@@ -122,14 +125,16 @@ class mlp {
       for (int c = 0; c < out_; ++c) sum += (dl[c] = std::exp(dl[c] - mx));
       int label = d.y[static_cast<std::size_t>(begin + i)];
       loss += -std::log(dl[label] / sum);
-      for (int c = 0; c < out_; ++c) dl[c] = (dl[c] / sum - (c == label ? 1.f : 0.f)) / static_cast<float>(n);
+      for (int c = 0; c < out_; ++c)
+        dl[c] = (dl[c] / sum - (c == label ? 1.f : 0.f)) / static_cast<float>(n);
     }
     // fc2: dW2 = dlogits^T h, db2 = sum dlogits
     for (int i = 0; i < n; ++i)
       for (int c = 0; c < out_; ++c) {
         float dl = dlogits[static_cast<std::size_t>(i * out_ + c)];
         g[offsets_[3] + static_cast<std::size_t>(c)] += dl;
-        for (int j = 0; j < hidden_; ++j) gw2(c, j) += dl * h[static_cast<std::size_t>(i * hidden_ + j)];
+        for (int j = 0; j < hidden_; ++j)
+          gw2(c, j) += dl * h[static_cast<std::size_t>(i * hidden_ + j)];
       }
     if (ready) ready(3), ready(2);
     // fc1: dh = W2^T dlogits masked by relu; dW1 = dh^T x, db1 = sum dh
@@ -138,7 +143,8 @@ class mlp {
       for (int j = 0; j < hidden_; ++j) {
         if (h[static_cast<std::size_t>(i * hidden_ + j)] <= 0) continue;
         float dh = 0;
-        for (int c = 0; c < out_; ++c) dh += w2(c, j) * dlogits[static_cast<std::size_t>(i * out_ + c)];
+        for (int c = 0; c < out_; ++c)
+          dh += w2(c, j) * dlogits[static_cast<std::size_t>(i * out_ + c)];
         g[offsets_[1] + static_cast<std::size_t>(j)] += dh;
         for (int f = 0; f < in_; ++f) gw1(j, f) += dh * x[f];
       }
@@ -156,7 +162,9 @@ class mlp {
 
  private:
   float w1(int j, int f) const { return w[static_cast<std::size_t>(j * in_ + f)]; }
-  float w2(int c, int j) const { return w[offsets_[2] + static_cast<std::size_t>(c * hidden_ + j)]; }
+  float w2(int c, int j) const {
+    return w[offsets_[2] + static_cast<std::size_t>(c * hidden_ + j)];
+  }
   float& gw1(int j, int f) { return g[static_cast<std::size_t>(j * in_ + f)]; }
   float& gw2(int c, int j) { return g[offsets_[2] + static_cast<std::size_t>(c * hidden_ + j)]; }
 

@@ -21,10 +21,10 @@
 #include <cstring>
 #include <string>
 
-#include "training/ddp.hpp"
 #include "core/log.hpp"
 #include "elastic_train.hpp"
 #include "mlp.hpp"
+#include "training/ddp.hpp"
 #include "world/world.hpp"
 
 namespace {
@@ -75,13 +75,15 @@ int train(const options& o) {
     return examples::train_elastic(*w, o);
   }
   if (o.kill_one)
-    return fail(rank, "--kill-one needs elastic training: run under troupe-run --failure-policy "
-                      "replace --max-restarts 1 (TROUPE_ELASTIC=1)");
+    return fail(rank,
+                "--kill-one needs elastic training: run under troupe-run --failure-policy "
+                "replace --max-restarts 1 (TROUPE_ELASTIC=1)");
 
   const std::uint64_t data_seed = 7, model_seed = 11;
   auto data = examples::make_dataset(o.samples, o.features, o.classes, data_seed);
   // Each rank starts from different weights; DDP gives every rank rank 0's.
-  examples::mlp model(o.features, o.hidden, o.classes, model_seed + static_cast<std::uint64_t>(rank));
+  examples::mlp model(o.features, o.hidden, o.classes,
+                      model_seed + static_cast<std::uint64_t>(rank));
   training::ddp_options dopt;
   dopt.timeout = o.timeout;
   auto hook = training::find_comm_hook(o.hook);
@@ -93,11 +95,12 @@ int train(const options& o) {
 
   auto [begin, end] = examples::shard(o.samples, rank, world);
   if (rank == 0)
-    std::printf("training a %d-%d-%d MLP on %d samples with %d worker(s); shard of rank 0: %d "
-                "samples, of rank %d: %d (uneven on purpose, Join keeps them in step)\n",
-                o.features, o.hidden, o.classes, o.samples, world, end - begin, world - 1,
-                examples::shard(o.samples, world - 1, world).second -
-                    examples::shard(o.samples, world - 1, world).first);
+    std::printf(
+        "training a %d-%d-%d MLP on %d samples with %d worker(s); shard of rank 0: %d "
+        "samples, of rank %d: %d (uneven on purpose, Join keeps them in step)\n",
+        o.features, o.hidden, o.classes, o.samples, world, end - begin, world - 1,
+        examples::shard(o.samples, world - 1, world).second -
+            examples::shard(o.samples, world - 1, world).first);
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
     auto t0 = std::chrono::steady_clock::now();
     double stats[3] = {0, 0, 0};  // loss sum, batches, samples
@@ -127,8 +130,8 @@ int train(const options& o) {
     if (auto s = d.reduce({stats, dtype::float64, 3, device::cpu()}, reduce_op::sum); !s)
       return fail(rank, s.error().to_string());
     if (rank == 0)
-      std::printf("epoch %d/%d: loss %.4f, %.0f samples/s\n", epoch, o.epochs,
-                  stats[0] / stats[1], stats[2] / secs);
+      std::printf("epoch %d/%d: loss %.4f, %.0f samples/s\n", epoch, o.epochs, stats[0] / stats[1],
+                  stats[2] / secs);
     std::fflush(stdout);
   }
 
@@ -144,14 +147,16 @@ int train(const options& o) {
   double max_diff = 0;
   for (std::size_t i = 0; i < ref.size(); ++i)
     max_diff = std::max(max_diff, static_cast<double>(std::fabs(ref[i] - model.w[i])));
-  if (differ > 0) return fail(rank, strcat(differ, " ranks hold weights that differ from rank 0's"));
+  if (differ > 0)
+    return fail(rank, strcat(differ, " ranks hold weights that differ from rank 0's"));
   if (!(max_diff <= o.tolerance))
     return fail(rank, strcat("the weights differ from a single-process run by up to ", max_diff,
                              ", above the tolerance ", o.tolerance));
   if (rank == 0)
-    std::printf("all %d worker(s) hold identical weights; max |w - w_single_process| = %.2g "
-                "(tolerance %.0e): the distributed run matches a single-process run\n",
-                world, max_diff, o.tolerance);
+    std::printf(
+        "all %d worker(s) hold identical weights; max |w - w_single_process| = %.2g "
+        "(tolerance %.0e): the distributed run matches a single-process run\n",
+        world, max_diff, o.tolerance);
   return 0;
 }
 
@@ -160,8 +165,8 @@ int train(const options& o) {
 int main(int argc, char** argv) {
   const auto started = std::chrono::system_clock::now();  // for --recovery-report
   options o;
-  o.started_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch())
-                     .count();
+  o.started_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--kill-one" || a == "--recovery-report") {
@@ -173,15 +178,18 @@ int main(int argc, char** argv) {
     char* endp = nullptr;
     if (a == "--epochs" || a == "--samples" || a == "--batch") {
       long n = std::strtol(v.c_str(), &endp, 10);
-      if (*endp != '\0' || n < 1 || n > 10'000'000) return usage(a + " takes a whole number >= 1, got '" + v + "'");
+      if (*endp != '\0' || n < 1 || n > 10'000'000)
+        return usage(a + " takes a whole number >= 1, got '" + v + "'");
       (a == "--epochs" ? o.epochs : a == "--samples" ? o.samples : o.batch) = static_cast<int>(n);
     } else if (a == "--seed") {
       unsigned long long n = std::strtoull(v.c_str(), &endp, 10);
-      if (*endp != '\0' || n == 0) return usage("--seed takes a whole number >= 1, got '" + v + "'");
+      if (*endp != '\0' || n == 0)
+        return usage("--seed takes a whole number >= 1, got '" + v + "'");
       o.seed = n;
     } else if (a == "--tolerance") {
       o.tolerance = std::strtod(v.c_str(), &endp);
-      if (*endp != '\0' || !(o.tolerance > 0)) return usage("--tolerance takes a positive number, got '" + v + "'");
+      if (*endp != '\0' || !(o.tolerance > 0))
+        return usage("--tolerance takes a positive number, got '" + v + "'");
     } else if (a == "--hook") {
       if (auto h = training::find_comm_hook(v); !h) return usage(h.error().message());
       o.hook = v;

@@ -34,8 +34,8 @@ class accept_pause {
     auto now = std::chrono::steady_clock::now();
     if (now - last_log_ >= std::chrono::seconds(1)) {
       TROUPE_LOG(log_level::warn, "rpc", what, ": accept failed ", failures_,
-                 " time(s) since the last report: ", ec.message(), "; retrying in ",
-                 delay_.count(), " ms (raise the open-file limit, ulimit -n, if this persists)");
+                 " time(s) since the last report: ", ec.message(), "; retrying in ", delay_.count(),
+                 " ms (raise the open-file limit, ulimit -n, if this persists)");
       failures_ = 0;
       last_log_ = now;
     }

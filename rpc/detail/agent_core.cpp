@@ -36,7 +36,8 @@ expected<std::shared_ptr<agent_core>> agent_core::create(std::string name, int r
                       format_duration(opts.rpc_timeout));
   if (opts.num_worker_threads == 0)
     return make_error(errc::invalid_argument, "num_worker_threads must be at least 1");
-  auto core = std::shared_ptr<agent_core>(new agent_core(std::move(name), rank, world_size, std::move(opts)));
+  auto core = std::shared_ptr<agent_core>(
+      new agent_core(std::move(name), rank, world_size, std::move(opts)));
   auto d = deadline::after(core->opts_.init_timeout);
   auto fail = [&](error e) -> expected<std::shared_ptr<agent_core>> {
     core->stop_local(e);
@@ -46,7 +47,8 @@ expected<std::shared_ptr<agent_core>> agent_core::create(std::string name, int r
     core->store_ = core->opts_.store;
   } else {
     if (core->opts_.init_method.empty())
-      return fail(make_error(errc::invalid_argument, "no store to meet through: set options.init_method "
+      return fail(make_error(errc::invalid_argument,
+                             "no store to meet through: set options.init_method "
                              "(e.g. \"tcp://127.0.0.1:29500\") or options.store"));
     store_options so;
     so.timeout = core->opts_.init_timeout;
@@ -59,8 +61,8 @@ expected<std::shared_ptr<agent_core>> agent_core::create(std::string name, int r
   if (core->opts_.tls.enabled()) {
     auto ctx = tls::context::make(core->opts_.tls);
     if (!ctx)
-      return fail(make_error(ctx.error().code(), "worker '", core->name_, "' cannot use TLS: ",
-                             ctx.error().message()));
+      return fail(make_error(ctx.error().code(), "worker '", core->name_,
+                             "' cannot use TLS: ", ctx.error().message()));
     core->tls_ = std::move(*ctx);
   }
   if (core->opts_.device_count >= 0) {
@@ -69,7 +71,8 @@ expected<std::shared_ptr<agent_core>> agent_core::create(std::string name, int r
     auto n = cuda_device_count();
     core->device_count_ = n ? *n : 0;
   }
-  core->pool_ = std::make_unique<worker_pool>(core->opts_.num_worker_threads, core->opts_.busy_poll);
+  core->pool_ =
+      std::make_unique<worker_pool>(core->opts_.num_worker_threads, core->opts_.busy_poll);
   if (auto r = core->start_io(); !r) return fail(std::move(r).error());
   if (auto r = core->ensure_token(d); !r) return fail(std::move(r).error());
   auto joined = world_size ? core->init_static(d) : core->init_dynamic(d);
@@ -110,9 +113,9 @@ expected<void> agent_core::start_io() {
   if (acceptor_->local_endpoint().address().is_unspecified()) {
     auto here = local_address();
     if (!here)
-      return make_error(here.error().code(), "worker '", name_, "' listens on ", host_,
-                        " but cannot tell which of its addresses to advertise: ",
-                        here.error().message());
+      return make_error(
+          here.error().code(), "worker '", name_, "' listens on ", host_,
+          " but cannot tell which of its addresses to advertise: ", here.error().message());
     host_ = *here;
   }
   work_.emplace(io_.get_executor());
@@ -126,7 +129,8 @@ expected<void> agent_core::start_io() {
     if (tcp) {
       auto s = new_tls_session(false);
       if (!s) {
-        TROUPE_LOG(log_level::error, "rpc", "worker '", name_, "' dropped a connection: ", s.error().message());
+        TROUPE_LOG(log_level::error, "rpc", "worker '", name_,
+                   "' dropped a connection: ", s.error().message());
         return;
       }
       tls = std::move(*s);
@@ -141,16 +145,17 @@ expected<void> agent_core::start_io() {
   };
   auto pause = std::make_shared<accept_pause>(io_);
   *accept = [this, weak, adopt, pause, accept_w = std::weak_ptr<std::function<void()>>(accept)] {
-    acceptor_->async_accept(asio::make_strand(io_), [this, weak, adopt, pause, accept_w](
-                                                        const boost::system::error_code& ec,
-                                                        asio::ip::tcp::socket sock) {
-      auto self = weak.lock();
-      if (!self || stopping_.load() || ec == asio::error::operation_aborted) return;
-      if (ec) return pause->retry_after_failure(ec, "rpc", accept_w);
-      pause->succeeded();
-      adopt(connection::socket_type(std::move(sock)), true);
-      if (auto again = accept_w.lock()) (*again)();
-    });
+    acceptor_->async_accept(asio::make_strand(io_),
+                            [this, weak, adopt, pause, accept_w](
+                                const boost::system::error_code& ec, asio::ip::tcp::socket sock) {
+                              auto self = weak.lock();
+                              if (!self || stopping_.load() || ec == asio::error::operation_aborted)
+                                return;
+                              if (ec) return pause->retry_after_failure(ec, "rpc", accept_w);
+                              pause->succeeded();
+                              adopt(connection::socket_type(std::move(sock)), true);
+                              if (auto again = accept_w.lock()) (*again)();
+                            });
   };
   accept_loop_ = accept;
   (*accept)();
@@ -160,9 +165,9 @@ expected<void> agent_core::start_io() {
     *accept_local = [this, weak, adopt, local_pause,
                      again_w = std::weak_ptr<std::function<void()>>(accept_local)] {
       local_acceptor_->async_accept(
-          asio::make_strand(io_), [this, weak, adopt, local_pause, again_w](
-                                      const boost::system::error_code& ec,
-                                      asio::local::stream_protocol::socket sock) {
+          asio::make_strand(io_),
+          [this, weak, adopt, local_pause, again_w](const boost::system::error_code& ec,
+                                                    asio::local::stream_protocol::socket sock) {
             auto self = weak.lock();
             if (!self || stopping_.load() || ec == asio::error::operation_aborted) return;
             if (ec) return local_pause->retry_after_failure(ec, "rpc (local socket)", again_w);
@@ -311,7 +316,8 @@ std::optional<connection::socket_type> agent_core::dial_locally(const member& m,
   // A listening Unix socket accepts or refuses at once (a full backlog would make a
   // blocking connect wait, so it is non-blocking: EAGAIN falls back to TCP as well).
   if (!ec) sock.non_blocking(true, ec);
-  if (!ec) sock.connect(asio::local::stream_protocol::endpoint(local_socket_name(m.host, m.port)), ec);
+  if (!ec)
+    sock.connect(asio::local::stream_protocol::endpoint(local_socket_name(m.host, m.port)), ec);
   if (ec) return std::nullopt;
   sock.non_blocking(false, ec);
   return connection::socket_type(std::move(sock));
@@ -330,7 +336,8 @@ expected<std::shared_ptr<connection>> agent_core::dial(const member& m, deadline
   asio::ip::tcp::endpoint ep(addr, m.port);
   std::promise<boost::system::error_code> connected;
   auto fut = connected.get_future();
-  sock.async_connect(ep, [&connected](const boost::system::error_code& e) { connected.set_value(e); });
+  sock.async_connect(ep,
+                     [&connected](const boost::system::error_code& e) { connected.set_value(e); });
   if (fut.wait_until(d.time_point()) != std::future_status::ready) {
     asio::post(sock.get_executor(), [&sock] {
       boost::system::error_code ignored;
@@ -354,9 +361,9 @@ expected<std::unique_ptr<tls::session>> agent_core::new_tls_session(bool client)
 }
 
 expected<std::shared_ptr<connection>> agent_core::handshake(const member& m,
-                                                             connection::socket_type sock,
-                                                             std::unique_ptr<tls::session> tls,
-                                                             deadline d) {
+                                                            connection::socket_type sock,
+                                                            std::unique_ptr<tls::session> tls,
+                                                            deadline d) {
   auto c = std::make_shared<connection>(std::move(sock), weak_from_this(), true, opts_.limits,
                                         opts_.max_queued_bytes, std::move(tls));
   c->set_peer(m.info);
@@ -386,20 +393,23 @@ expected<std::shared_ptr<connection>> agent_core::handshake(const member& m,
   std::string theirs, proof;
   if (challenge->type != wire::kind::handshake_challenge ||
       !deserialize(challenge->message, nullptr, theirs, proof))
-    return fail(make_error(errc::protocol_error, "worker '", m.info.name, "' at ", m.host, ":", m.port,
+    return fail(make_error(errc::protocol_error, "worker '", m.info.name, "' at ", m.host, ":",
+                           m.port,
                            " did not answer the handshake with a challenge; is it a troupe RPC "
                            "agent of this version?")
                     .with_worker(m.info.name));
   auto want = wire::handshake_proof("acceptor", token_, mine, theirs, opts_.group, self_.name);
   if (!equal_constant_time(std::as_bytes(std::span(want.data(), want.size())),
                            std::as_bytes(std::span(proof.data(), proof.size()))))
-    return fail(make_error(errc::unauthorized, "the worker at ", m.host, ":", m.port, " claiming to be '",
-                           m.info.name, "' could not prove this job's token: another job's worker, "
+    return fail(make_error(errc::unauthorized, "the worker at ", m.host, ":", m.port,
+                           " claiming to be '", m.info.name,
+                           "' could not prove this job's token: another job's worker, "
                            "or a different job secret (TROUPE_JOB_SECRET) or job_token")
                     .with_worker(m.info.name));
   wire::frame_builder answer(wire::kind::handshake_auth, 0);
-  TROUPE_TRY(serialize(answer.message(), nullptr,
-                       wire::handshake_proof("caller", token_, mine, theirs, opts_.group, self_.name)));
+  TROUPE_TRY(
+      serialize(answer.message(), nullptr,
+                wire::handshake_proof("caller", token_, mine, theirs, opts_.group, self_.name)));
   TROUPE_TRY(answer.finish());
   auto r = exchange(std::move(answer));
   if (!r) return fail(std::move(r).error());
@@ -416,8 +426,9 @@ expected<void> agent_core::wait_outstanding(deadline d) {
     }
     if (n == 0) return ok();
     if (d.expired())
-      return make_error(errc::timeout, n, " calls (or connections with one-way calls not yet written) of worker '", name_,
-                        "' were still outstanding at the shutdown deadline");
+      return make_error(errc::timeout, n,
+                        " calls (or connections with one-way calls not yet written) of worker '",
+                        name_, "' were still outstanding at the shutdown deadline");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
@@ -445,7 +456,8 @@ void agent_core::await_shutdown_notices(deadline d) {
   for (;;) {
     bool all_seen = true;
     for (auto& c : all)  // connections that never identified their peer get no notice
-      if (!c->shutdown_notice_seen() && !c->sticky_error() && !c->peer().name.empty()) all_seen = false;
+      if (!c->shutdown_notice_seen() && !c->sticky_error() && !c->peer().name.empty())
+        all_seen = false;
     if (all_seen || d.expired()) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -511,9 +523,12 @@ expected<void> agent_core::shutdown(duration timeout) {
     auto b = barrier(*store_, strcat(opts_.group, "/shutdown"), rank_, *world_size_, d.remaining());
     send_shutdown_notices();
     // One-way calls the others sent us before their notice are read before we close.
-    await_shutdown_notices(deadline(std::min(d.time_point(), clock::now() + std::chrono::seconds(2))));
-    if (!waited) result = std::move(waited).error();
-    else if (!b) result = std::move(b).error();
+    await_shutdown_notices(
+        deadline(std::min(d.time_point(), clock::now() + std::chrono::seconds(2))));
+    if (!waited)
+      result = std::move(waited).error();
+    else if (!b)
+      result = std::move(b).error();
     stop_local(make_error(errc::peer_left, "worker '", name_, "' shut down"));
   }
   std::lock_guard<std::mutex> lk(lifecycle_mu_);
@@ -526,14 +541,16 @@ ipc_lender* agent_core::lender_for(const std::string& peer) {
   std::shared_lock lk(members_mu_);
   auto them = members_.find(peer);
   auto me = members_.find(name_);
-  if (them == members_.end() || me == members_.end() || them->second.host_key.empty()) return nullptr;
+  if (them == members_.end() || me == members_.end() || them->second.host_key.empty())
+    return nullptr;
   if (them->second.host_key != me->second.host_key || device_count_ <= 0) return nullptr;
   return &loans_;
 }
 
 void agent_core::release_loan(std::uint64_t id) {
   auto self = shared_from_this();
-  if (!pool_ || !pool_->post([self, id] { (void)self->loans_.release(id); })) (void)loans_.release(id);
+  if (!pool_ || !pool_->post([self, id] { (void)self->loans_.release(id); }))
+    (void)loans_.release(id);
 }
 
 std::function<void(std::uint64_t)> agent_core::releaser(const std::shared_ptr<connection>& c) {
@@ -545,7 +562,8 @@ std::function<void(std::uint64_t)> agent_core::releaser(const std::shared_ptr<co
 
 std::optional<device_map> agent_core::reverse_map_for(const std::string& caller) const {
   std::shared_lock lk(members_mu_);
-  if (auto it = setup_.reverse_maps.find(caller); it != setup_.reverse_maps.end()) return it->second;
+  if (auto it = setup_.reverse_maps.find(caller); it != setup_.reverse_maps.end())
+    return it->second;
   return std::nullopt;
 }
 

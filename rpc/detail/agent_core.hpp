@@ -94,9 +94,9 @@ class agent_core final : public connection_owner,
   /// was queued before it); `mode` applies to one-way calls. A full send queue blocks the
   /// caller until `timeout` (connection::send).
   /// With tracing on and `fn` given, the call is recorded as a client span (docs/tracing.md).
-  future<wire::frame> send_request(const worker_info& to, wire::frame_builder&& fb, duration timeout,
-                                   bool expect_reply = true, write_mode mode = write_mode::now,
-                                   std::string_view fn = {});
+  future<wire::frame> send_request(const worker_info& to, wire::frame_builder&& fb,
+                                   duration timeout, bool expect_reply = true,
+                                   write_mode mode = write_mode::now, std::string_view fn = {});
   /// Estimates this process's clock offset against worker `to` with `samples` pings (each
   /// answered with the peer's clock) and records it in the trace (core/trace.hpp): the
   /// sample with the shortest round trip wins, its half round trip is the uncertainty.
@@ -147,8 +147,7 @@ class agent_core final : public connection_owner,
   std::optional<connection::socket_type> dial_locally(const member& m,
                                                       const asio::ip::address& addr);
   expected<std::shared_ptr<connection>> handshake(const member& m, connection::socket_type sock,
-                                                  std::unique_ptr<tls::session> tls,
-                                                  deadline d);
+                                                  std::unique_ptr<tls::session> tls, deadline d);
   void listen_locally();
   expected<void> wait_outstanding(deadline d);
   void stop_local(const error& why);
@@ -169,16 +168,18 @@ class agent_core final : public connection_owner,
   // the previous one. The caller holds members_mu_ exclusively; never blocks otherwise.
   void forget_member(std::map<std::string, member>::iterator it);
   void handle_membership(const std::shared_ptr<connection>& c, wire::frame&& f);
-  expected<void> announce(const member& who, std::uint8_t op, const std::vector<member>& to, deadline d);
+  expected<void> announce(const member& who, std::uint8_t op, const std::vector<member>& to,
+                          deadline d);
 
   // Frames (dispatch.cpp).
   void handle_handshake(const std::shared_ptr<connection>& c, wire::frame&& f);
   void handle_handshake_auth(const std::shared_ptr<connection>& c, wire::frame&& f);
   void refuse_handshake(const std::shared_ptr<connection>& c, const error& why);
   void handle_request(const std::shared_ptr<connection>& c, wire::frame&& f);
-  void run_request(const std::shared_ptr<connection>& c, std::shared_ptr<const function_table::entry> fn,
-                   call_info info, std::uint64_t id, std::uint8_t flags, std::uint64_t rref_id,
-                   deadline d, wire::frame&& f, std::size_t args_offset);
+  void run_request(const std::shared_ptr<connection>& c,
+                   std::shared_ptr<const function_table::entry> fn, call_info info,
+                   std::uint64_t id, std::uint8_t flags, std::uint64_t rref_id, deadline d,
+                   wire::frame&& f, std::size_t args_offset);
   void handle_response(const std::shared_ptr<connection>& c, wire::frame&& f);
   void handle_rref(const std::shared_ptr<connection>& c, wire::frame&& f);
   void reply_error(const std::shared_ptr<connection>& c, std::uint64_t id, error e);
@@ -208,13 +209,14 @@ class agent_core final : public connection_owner,
   const std::optional<int> world_size_;
   rpc_backend_options opts_;
   worker_info self_;
-  future<wire::frame> send_request_now(const worker_info& to, wire::frame_builder&& fb, duration timeout,
-                                       bool expect_reply, write_mode mode);
+  future<wire::frame> send_request_now(const worker_info& to, wire::frame_builder&& fb,
+                                       duration timeout, bool expect_reply, write_mode mode);
   std::shared_ptr<function_table> functions_;
   std::shared_ptr<store> store_;
   int device_count_ = 0;
   std::string token_;
-  // The job's TLS identity for TCP connections (options.tls, else the TROUPE_TLS_CERT/KEY/CA settings); null: plain.
+  // The job's TLS identity for TCP connections (options.tls, else the TROUPE_TLS_CERT/KEY/CA
+  // settings); null: plain.
   std::shared_ptr<const tls::context> tls_;
   // A TLS session for a new TCP connection (null when plain).
   expected<std::unique_ptr<tls::session>> new_tls_session(bool client) const;
@@ -301,7 +303,8 @@ class agent_core final : public connection_owner,
 /// as a remote value has no single receiver).
 class message_refs final : public rref_context {
  public:
-  message_refs(agent_core& core, std::string receiver) : core_(core), receiver_(std::move(receiver)) {}
+  message_refs(agent_core& core, std::string receiver)
+      : core_(core), receiver_(std::move(receiver)) {}
   expected<std::uint64_t> fork_rref(const std::shared_ptr<rref_holder>& h) override;
   expected<std::shared_ptr<rref_holder>> adopt_rref(const worker_info& owner, std::uint64_t id,
                                                     std::uint64_t fork) override {

@@ -27,7 +27,8 @@ std::uint64_t call_flow_id(std::int32_t caller, std::uint64_t call) noexcept {
 future<wire::frame> agent_core::send_request(const worker_info& to, wire::frame_builder&& fb,
                                              duration timeout, bool expect_reply, write_mode mode,
                                              std::string_view fn) {
-  if (fn.empty() || !trace::enabled()) return send_request_now(to, std::move(fb), timeout, expect_reply, mode);
+  if (fn.empty() || !trace::enabled())
+    return send_request_now(to, std::move(fb), timeout, expect_reply, mode);
   const auto start = trace::now_ns();
   const auto tid = trace::thread_id();
   std::uint64_t bytes = fb.message().size() - wire::header_size;
@@ -38,8 +39,8 @@ future<wire::frame> agent_core::send_request(const worker_info& to, wire::frame_
   std::string name = "call ";  // not strcat: a string stream costs more than the event
   name += fn;
   return send_request_now(to, std::move(fb), timeout, expect_reply, mode)
-      .handle([start, tid, a = std::move(a), flow, name = std::move(name)](
-                  expected<wire::frame>&& r) mutable -> expected<wire::frame> {
+      .handle([start, tid, a = std::move(a), flow,
+               name = std::move(name)](expected<wire::frame>&& r) mutable -> expected<wire::frame> {
         if (r) {
           std::uint64_t back = r->message.size();
           for (const auto& t : r->tensors) back += t.nbytes();
@@ -70,7 +71,8 @@ future<wire::frame> agent_core::send_request_now(const worker_info& to, wire::fr
     if (it == members_.end()) {
       lk.unlock();
       auto f = find(worker_ref(to.name));
-      return context(f ? make_error(errc::internal, "membership changed during the call") : f.error());
+      return context(f ? make_error(errc::internal, "membership changed during the call")
+                       : f.error());
     }
     m = it->second;
   }
@@ -79,8 +81,8 @@ future<wire::frame> agent_core::send_request_now(const worker_info& to, wire::fr
     have_fwd = true;
   }
   // One-way calls stage: nothing tells their sender when a lent tensor could be reused.
-  if (auto p = prepare_outgoing(fb.tensors(), name_, to.name, have_fwd ? &fwd : nullptr, route_kind::request,
-                                expect_reply ? lender_for(to.name) : nullptr);
+  if (auto p = prepare_outgoing(fb.tensors(), name_, to.name, have_fwd ? &fwd : nullptr,
+                                route_kind::request, expect_reply ? lender_for(to.name) : nullptr);
       !p)
     return context(std::move(p).error());
   if (auto fin = fb.finish(opts_.limits); !fin) return context(std::move(fin).error());
@@ -90,14 +92,16 @@ future<wire::frame> agent_core::send_request_now(const worker_info& to, wire::fr
     std::lock_guard<std::mutex> lk(conns_mu_);
     if (auto it = outbound_.find(to.name); it != outbound_.end()) existing = it->second;
   }
-  auto finish_send = [d, expect_reply, mode](const std::shared_ptr<connection>& c, wire::frame_builder&& b) {
+  auto finish_send = [d, expect_reply, mode](const std::shared_ptr<connection>& c,
+                                             wire::frame_builder&& b) {
     if (!expect_reply) {
       // Tensor views that own nothing must stay valid until the future is ready: that is
       // when their bytes are written, which may be after the frame was queued.
       bool borrowed = false;
       for (const auto& t : b.payload()) borrowed = borrowed || (!t.owner() && t.nbytes() > 0);
       if (!borrowed) {
-        if (auto s = c->send(std::move(b), mode, d); !s) return make_error_future<wire::frame>(std::move(s).error());
+        if (auto s = c->send(std::move(b), mode, d); !s)
+          return make_error_future<wire::frame>(std::move(s).error());
         return make_ready_future(wire::frame{});
       }
       promise<void> written;
@@ -109,8 +113,10 @@ future<wire::frame> agent_core::send_request_now(const worker_info& to, wire::fr
     promise<wire::frame> p;
     auto fut = p.get_future();
     auto id = b.id();
-    if (auto r = c->add_pending(id, std::move(p), d); !r) return make_error_future<wire::frame>(std::move(r).error());
-    if (auto s = c->send(std::move(b), write_mode::now, d); !s) c->complete(id, std::move(s).error());
+    if (auto r = c->add_pending(id, std::move(p), d); !r)
+      return make_error_future<wire::frame>(std::move(r).error());
+    if (auto s = c->send(std::move(b), write_mode::now, d); !s)
+      c->complete(id, std::move(s).error());
     return fut;
   };
   if (existing) return finish_send(existing, std::move(fb));
@@ -118,15 +124,16 @@ future<wire::frame> agent_core::send_request_now(const worker_info& to, wire::fr
     // Dialing blocks: do it on a worker thread, never on an I/O thread.
     promise<wire::frame> p;
     auto fut = p.get_future();
-    auto task = [self = shared_from_this(), m, d, b = std::move(fb), p = std::move(p), finish_send]() mutable {
+    auto task = [self = shared_from_this(), m, d, b = std::move(fb), p = std::move(p),
+                 finish_send]() mutable {
       auto c = self->connection_to(m, d);
       if (!c) {
         p.set_error(std::move(c).error());
         return;
       }
-      finish_send(*c, std::move(b)).on_complete([p = std::move(p)](expected<wire::frame>&& r) mutable {
-        p.set(std::move(r));
-      });
+      finish_send(*c, std::move(b))
+          .on_complete(
+              [p = std::move(p)](expected<wire::frame>&& r) mutable { p.set(std::move(r)); });
     };
     if (!pool_->post(std::move(task)))
       return context(make_error(errc::shut_down, "worker '", name_, "' is shut down"));
@@ -137,17 +144,20 @@ future<wire::frame> agent_core::send_request_now(const worker_info& to, wire::fr
   return finish_send(*c, std::move(fb));
 }
 
-future<wire::frame> agent_core::fetch_rref(const worker_info& owner, std::uint64_t id, duration timeout) {
+future<wire::frame> agent_core::fetch_rref(const worker_info& owner, std::uint64_t id,
+                                           duration timeout) {
   std::shared_ptr<connection> c;
   {
     std::lock_guard<std::mutex> lk(conns_mu_);
     if (auto it = outbound_.find(owner.name); it != outbound_.end()) c = it->second;
   }
   if (!c)
-    return make_error_future<wire::frame>(
-        make_error(errc::peer_left, "the owner '", owner.name, "' of remote reference ", id,
-                   " is no longer connected").with_worker(owner.name));
-  wire::frame_builder fb(wire::kind::rref_fetch, next_call_.fetch_add(1, std::memory_order_relaxed));
+    return make_error_future<wire::frame>(make_error(errc::peer_left, "the owner '", owner.name,
+                                                     "' of remote reference ", id,
+                                                     " is no longer connected")
+                                              .with_worker(owner.name));
+  wire::frame_builder fb(wire::kind::rref_fetch,
+                         next_call_.fetch_add(1, std::memory_order_relaxed));
   (void)serialize(fb.message(), nullptr, id);
   (void)fb.finish();
   promise<wire::frame> p;
@@ -162,20 +172,23 @@ future<wire::frame> agent_core::fetch_rref(const worker_info& owner, std::uint64
   // The fetch's span, from the request leaving until the value (or the error) is back;
   // its arrow ends at the owner's "serve rref fetch" span.
   trace::args a;
-  a.add("rref", id).add("peer", owner.name).add("call", call_id).add("bytes", std::uint64_t{sizeof(id)});
-  return std::move(fut).handle([start, tid = trace::thread_id(), a = std::move(a),
-                                flow = call_flow_id(self_.id, call_id)](
-                                   expected<wire::frame>&& r) mutable -> expected<wire::frame> {
-    if (r) {
-      std::uint64_t back = r->message.size();
-      for (const auto& t : r->tensors) back += t.nbytes();
-      a.add("reply_bytes", back);
-    } else {
-      a.add("error", r.error().message());
-    }
-    trace::complete("rpc", "rref fetch", start, trace::now_ns(), a, {flow, 0}, tid);
-    return std::move(r);
-  });
+  a.add("rref", id)
+      .add("peer", owner.name)
+      .add("call", call_id)
+      .add("bytes", std::uint64_t{sizeof(id)});
+  return std::move(fut).handle(
+      [start, tid = trace::thread_id(), a = std::move(a), flow = call_flow_id(self_.id, call_id)](
+          expected<wire::frame>&& r) mutable -> expected<wire::frame> {
+        if (r) {
+          std::uint64_t back = r->message.size();
+          for (const auto& t : r->tensors) back += t.nbytes();
+          a.add("reply_bytes", back);
+        } else {
+          a.add("error", r.error().message());
+        }
+        trace::complete("rpc", "rref fetch", start, trace::now_ns(), a, {flow, 0}, tid);
+        return std::move(r);
+      });
 }
 
 void agent_core::release_rref(const worker_info& owner, std::uint64_t id, std::uint64_t fork) {
@@ -199,8 +212,8 @@ void agent_core::add_rref_share(const worker_info& owner, std::uint64_t id, std:
   }
   if (!c || stopping_.load()) {
     // The receiver will learn it from to_here (the owner is not connected).
-    TROUPE_LOG(log_level::debug, "rpc", "remote reference ", id, " sent to '", holder, "' but its owner '",
-               owner.name, "' is not connected");
+    TROUPE_LOG(log_level::debug, "rpc", "remote reference ", id, " sent to '", holder,
+               "' but its owner '", owner.name, "' is not connected");
     return;
   }
   wire::frame_builder fb(wire::kind::rref_add, 0);
@@ -214,29 +227,34 @@ bool agent_core::connected_to(const std::string& w) const {
 }
 
 expected<std::uint64_t> agent_core::fork_rref(const std::shared_ptr<rref_holder>&) {
-  return make_error(errc::unsupported, "worker '", name_, "' cannot send a remote_ref here: only RPC "
+  return make_error(errc::unsupported, "worker '", name_,
+                    "' cannot send a remote_ref here: only RPC "
                     "arguments and results carry remote references");
 }
 
-expected<std::shared_ptr<rref_holder>> agent_core::adopt_rref(const worker_info& owner, std::uint64_t id,
+expected<std::shared_ptr<rref_holder>> agent_core::adopt_rref(const worker_info& owner,
+                                                              std::uint64_t id,
                                                               std::uint64_t fork) {
   if (owner.name.empty() || fork == 0)
-    return make_error(errc::protocol_error, "a received remote reference names no owner or no fork");
-  return std::make_shared<rref_holder>(shared_from_this(), owner, id, make_ready_future(wire::frame{}), true,
-                                       fork);
+    return make_error(errc::protocol_error,
+                      "a received remote reference names no owner or no fork");
+  return std::make_shared<rref_holder>(shared_from_this(), owner, id,
+                                       make_ready_future(wire::frame{}), true, fork);
 }
 
 expected<std::uint64_t> message_refs::fork_rref(const std::shared_ptr<rref_holder>& h) {
   if (receiver_.empty())
-    return make_error(errc::unsupported, "a remote_ref cannot be kept inside a remote value (agent::remote): "
+    return make_error(errc::unsupported,
+                      "a remote_ref cannot be kept inside a remote value (agent::remote): "
                       "it has no single receiver; return it from rpc_sync/rpc_async instead");
   if (!h->counted())
     return make_error(errc::invalid_argument, "remote reference ", h->id(),
                       " cannot be sent: the call that should have created it was never sent "
                       "(call to_here on it for the reason)");
   if (!core_.connected_to(h->owner().name))
-    return make_error(errc::unavailable, "remote reference ", h->id(), " cannot be sent: its owner '",
-                      h->owner().name, "' is not connected to this worker (it left or died, or has "
+    return make_error(errc::unavailable, "remote reference ", h->id(),
+                      " cannot be sent: its owner '", h->owner().name,
+                      "' is not connected to this worker (it left or died, or has "
                       "just joined); fetch the value with to_here and send that instead")
         .with_worker(h->owner().name);
   auto fork = core_.next_rref_id();

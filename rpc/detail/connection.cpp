@@ -1,8 +1,8 @@
 #include "rpc/detail/connection.hpp"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <arpa/inet.h>
 #include <sys/socket.h>
 
 #include "core/log.hpp"
@@ -56,7 +56,7 @@ connection::connection(socket_type sock, std::weak_ptr<connection_owner> owner, 
       port = ntohs(in6->sin6_port);
     }
     remote_ = ::inet_ntop(peer.ss_family, addr, text, sizeof text) ? strcat(text, ":", port)
-                                                                    : std::string("unknown");
+                                                                   : std::string("unknown");
   }
 }
 
@@ -67,12 +67,14 @@ void connection::start(duration handshake_timeout) {
   asio::post(socket_.get_executor(), [self, handshake_timeout] {
     if (!self->outbound_) {
       self->handshake_timer_.expires_after(handshake_timeout);
-      self->handshake_timer_.async_wait([self, handshake_timeout](const boost::system::error_code& ec) {
-        if (ec) return;
-        if (self->peer().name.empty())
-          self->do_close(make_error(errc::protocol_error, "connection from ", self->remote_,
-                                    " sent no handshake within ", format_duration(handshake_timeout)));
-      });
+      self->handshake_timer_.async_wait(
+          [self, handshake_timeout](const boost::system::error_code& ec) {
+            if (ec) return;
+            if (self->peer().name.empty())
+              self->do_close(make_error(errc::protocol_error, "connection from ", self->remote_,
+                                        " sent no handshake within ",
+                                        format_duration(handshake_timeout)));
+          });
     }
     if (self->tls_) self->tls_start();
     self->read_more();
@@ -113,10 +115,10 @@ void connection::note_shutdown_notice() {
 error connection::describe_loss(std::string_view what) const {
   auto p = peer();
   std::string who = p.name.empty() ? strcat("peer at ", remote_) : strcat("worker '", p.name, "'");
-  error e = peer_leaving_
-                ? make_error(errc::peer_left, who, " left the group (it shut down) before answering")
-                : make_error(errc::connection_lost, "connection to ", who, " (", remote_, ") lost: ",
-                             what, "; the worker may have died");
+  error e = peer_leaving_ ? make_error(errc::peer_left, who,
+                                       " left the group (it shut down) before answering")
+                          : make_error(errc::connection_lost, "connection to ", who, " (", remote_,
+                                       ") lost: ", what, "; the worker may have died");
   if (!p.name.empty()) e.with_worker(p.name);
   return e;
 }
@@ -126,10 +128,9 @@ void connection::read_more() {
   auto window = decoder_.payload_window();
   // TLS reads ciphertext into read_buf_; tls_input decrypts straight into the window.
   if (!tls_ && window.size() >= direct_read_min) {
-    socket_.async_read_some(asio::buffer(window.data(), window.size()),
-                            [self](const boost::system::error_code& ec, std::size_t n) {
-                              self->on_read(ec, n, true);
-                            });
+    socket_.async_read_some(
+        asio::buffer(window.data(), window.size()),
+        [self](const boost::system::error_code& ec, std::size_t n) { self->on_read(ec, n, true); });
   } else {
     socket_.async_read_some(asio::buffer(read_buf_),
                             [self](const boost::system::error_code& ec, std::size_t n) {
@@ -168,7 +169,8 @@ void connection::on_read(const boost::system::error_code& ec, std::size_t n, boo
     nothing_read_ = false;
   }
   if (!r) {
-    TROUPE_LOG(log_level::warn, "rpc", "closing connection from ", remote_, ": ", r.error().message());
+    TROUPE_LOG(log_level::warn, "rpc", "closing connection from ", remote_, ": ",
+               r.error().message());
     do_close(std::move(r).error());
     return;
   }

@@ -39,8 +39,8 @@
 
 #include <utility>  // before Asio, for g++ 12
 
-#include <boost/asio.hpp>
 #include <atomic>
+#include <boost/asio.hpp>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -211,14 +211,14 @@ class connection : public std::enable_shared_from_this<connection> {
 
   // TLS (null for a plain connection); see the class comment.
   std::unique_ptr<tls::session> tls_;
-  mutable std::mutex tls_mu_;          // every call on tls_
+  mutable std::mutex tls_mu_;           // every call on tls_
   std::atomic<bool> tls_ready_{false};  // its handshake completed
   std::vector<std::byte> plain_in_;     // strand: decrypted bytes for the decoder
   std::vector<std::byte> cipher_out_;   // the active writer's ciphertext to send
   std::size_t cipher_sent_ = 0;         // of cipher_out_
   std::vector<std::byte> stage_;        // the writer's small pieces, encrypted as one record
 
-  mutable std::mutex wmu_;  // the write side, the sticky error and the closed flag
+  mutable std::mutex wmu_;       // the write side, the sticky error and the closed flag
   std::condition_variable wcv_;  // a writer finished, or the queue has room again
   std::deque<out_frame> queue_;
   std::size_t queued_bytes_ = 0;

@@ -29,7 +29,8 @@ constexpr std::string_view tls_settings = "TROUPE_TLS_CERT, TROUPE_TLS_KEY and T
 bool plain_rpc(std::span<const std::byte> b) {
   if (b.size() < 4) return false;
   std::uint32_t m = 0;
-  for (int i = 3; i >= 0; --i) m = (m << 8) | std::to_integer<std::uint32_t>(b[static_cast<std::size_t>(i)]);
+  for (int i = 3; i >= 0; --i)
+    m = (m << 8) | std::to_integer<std::uint32_t>(b[static_cast<std::size_t>(i)]);
   return m == wire::magic;
 }
 }  // namespace
@@ -40,10 +41,12 @@ error connection::tls_mismatch(bool closed_in_handshake) const {
                       ": this worker does not use TLS; set ", tls_settings,
                       " on every worker of the job, or on none");
   if (closed_in_handshake)
-    return make_error(errc::unauthorized, "the peer at ", remote_,
-                      " closed the connection during the TLS handshake: it does not use TLS, or it "
-                      "refused this worker's certificate; set ", tls_settings,
-                      " on every worker of the job (certificates signed by the same CA), or on none");
+    return make_error(
+        errc::unauthorized, "the peer at ", remote_,
+        " closed the connection during the TLS handshake: it does not use TLS, or it "
+        "refused this worker's certificate; set ",
+        tls_settings,
+        " on every worker of the job (certificates signed by the same CA), or on none");
   if (outbound_)
     return make_error(errc::unauthorized, "the peer at ", remote_,
                       " answered without TLS: it does not use TLS and this worker does; set ",
@@ -76,10 +79,11 @@ bool connection::tls_input(std::size_t n) {
       // Tell the plain caller why, in its own protocol, before closing.
       TROUPE_LOG(log_level::warn, "rpc", e.message());
       wire::frame_builder fb(wire::kind::error, 0);
-      error theirs = make_error(errc::unauthorized,
-                                "the peer requires TLS and refused this connection without it: set ",
-                                tls_settings, " on every worker of the job (certificates signed by "
-                                "the job's CA), or on none");
+      error theirs = make_error(
+          errc::unauthorized, "the peer requires TLS and refused this connection without it: set ",
+          tls_settings,
+          " on every worker of the job (certificates signed by "
+          "the job's CA), or on none");
       if (serialize(fb.message(), nullptr, theirs) && fb.finish())
         (void)::send(socket_.native_handle(), fb.head().data(), fb.head().size(),
                      MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -95,14 +99,17 @@ bool connection::tls_input(std::size_t n) {
     tls_->put_input(in);
     if (!tls_->established()) {
       auto h = tls_->handshake();
-      if (!h) failure = std::move(h).error();
-      else became_ready = *h;
+      if (!h)
+        failure = std::move(h).error();
+      else
+        became_ready = *h;
       if (became_ready) negotiated = tls_->describe();
     }
   }
   if (failure) {
-    error e = make_error(failure->code(), outbound_ ? "connecting to the peer at " : "connection from ",
-                         remote_, ": ", failure->message());
+    error e =
+        make_error(failure->code(), outbound_ ? "connecting to the peer at " : "connection from ",
+                   remote_, ": ", failure->message());
     if (!outbound_) TROUPE_LOG(log_level::warn, "rpc", e.message());
     do_close(std::move(e), true);  // sends our alert first
     return false;
@@ -124,13 +131,15 @@ bool connection::tls_input(std::size_t n) {
       }
       expected<void> r;
       if (!got) {
-        r = make_error(got.error().code(), "connection with ", remote_, ": ", got.error().message());
+        r = make_error(got.error().code(), "connection with ", remote_, ": ",
+                       got.error().message());
       } else if (*got == 0) {
         break;
       } else {
         r = direct ? decoder_.payload_written(*got, ready_)
                    : decoder_.feed(std::span<const std::byte>(plain_in_.data(), *got), ready_);
-        if (!r) r = make_error(r.error().code(), "connection with ", remote_, ": ", r.error().message());
+        if (!r)
+          r = make_error(r.error().code(), "connection with ", remote_, ": ", r.error().message());
       }
       if (!r) {
         if (r.error().code() == errc::connection_lost) {

@@ -29,7 +29,8 @@ std::size_t connection::queued_bytes() const {
 
 error connection::queue_full_error() const {
   auto p = peer();
-  std::string who = p.name.empty() ? strcat("the peer at ", remote_) : strcat("worker '", p.name, "'");
+  std::string who =
+      p.name.empty() ? strcat("the peer at ", remote_) : strcat("worker '", p.name, "'");
   error e = make_error(errc::timeout, "the send queue to ", who, " stayed full (", queued_bytes_,
                        " bytes waiting, limit ", max_queued_,
                        ") until the call's deadline: it reads slower than this worker sends; send "
@@ -47,11 +48,13 @@ expected<void> connection::send(wire::frame_builder&& f, write_mode mode, deadli
     // errors, acknowledgements) could pile up without bound behind a peer that sends and
     // never reads. Past twice the limit that peer is dropped.
     auto p = peer();
-    std::string who = p.name.empty() ? strcat("the peer at ", remote_) : strcat("worker '", p.name, "'");
-    error e = make_error(errc::unavailable, who, " does not read what this worker sends: ",
-                         queued_bytes_, " bytes wait in its send queue, twice the limit (",
-                         max_queued_, " bytes, rpc_backend_options::max_queued_bytes); dropped "
-                         "the connection");
+    std::string who =
+        p.name.empty() ? strcat("the peer at ", remote_) : strcat("worker '", p.name, "'");
+    error e =
+        make_error(errc::unavailable, who, " does not read what this worker sends: ", queued_bytes_,
+                   " bytes wait in its send queue, twice the limit (", max_queued_,
+                   " bytes, rpc_backend_options::max_queued_bytes); dropped "
+                   "the connection");
     lk.unlock();
     TROUPE_LOG(log_level::warn, "rpc", e.message());
     do_close(e, false);
@@ -178,8 +181,9 @@ void connection::end_write(std::unique_lock<std::mutex>&, write_result r,
     waiting_writable_ = true;
     auto self = shared_from_this();
     asio::post(socket_.get_executor(), [self] {
-      self->socket_.async_wait(socket_type::wait_write,
-                               [self](const boost::system::error_code& ec) { self->on_writable(ec); });
+      self->socket_.async_wait(
+          socket_type::wait_write,
+          [self](const boost::system::error_code& ec) { self->on_writable(ec); });
     });
     return;
   }
@@ -198,7 +202,7 @@ void connection::on_writable(const boost::system::error_code& ec) {
     do_close(failure);
     return;
   }
-  if (writing_) return;  // that writer hands what is left on when it ends
+  if (writing_) return;           // that writer hands what is left on when it ends
   (void)write_turn(lk, pushed_);  // a failure closes the connection
 }
 
@@ -246,7 +250,8 @@ void connection::do_close(error why, bool drain_first) {
       if (!queue_.empty() && (!tls_ || tls_ready_.load())) {
         auto p = peer();
         TROUPE_LOG(log_level::warn, "rpc", queue_.size(), " frames (", queued_bytes_,
-                   " bytes) queued for ", p.name.empty() ? remote_ : strcat("worker '", p.name, "'"),
+                   " bytes) queued for ",
+                   p.name.empty() ? remote_ : strcat("worker '", p.name, "'"),
                    " were not sent: ", error_->message());
       }
       for (auto& f : queue_)

@@ -26,25 +26,32 @@ void agent_core::on_frame(const std::shared_ptr<connection>& c, wire::frame&& f)
       if (f.type == kind::handshake_auth && c->challenge_state())
         return handle_handshake_auth(c, std::move(f));
       return c->close(make_error(errc::protocol_error, "connection from ", c->remote_address(),
-                                 " sent a ", wire::to_string(f.type), " frame before its handshake"));
+                                 " sent a ", wire::to_string(f.type),
+                                 " frame before its handshake"));
     }
     switch (f.type) {
-      case kind::request: return handle_request(c, std::move(f));
+      case kind::request:
+        return handle_request(c, std::move(f));
       case kind::rref_fetch:
       case kind::rref_add:
-      case kind::rref_release: return handle_rref(c, std::move(f));
+      case kind::rref_release:
+        return handle_rref(c, std::move(f));
       case kind::membership: {
         auto self = shared_from_this();
-        auto task = [self, c, fr = std::move(f)]() mutable { self->handle_membership(c, std::move(fr)); };
+        auto task = [self, c, fr = std::move(f)]() mutable {
+          self->handle_membership(c, std::move(fr));
+        };
         if (!pool_->post(std::move(task)))
           reply_error(c, 0, make_error(errc::shut_down, "worker '", name_, "' is shutting down"));
         return;
       }
-      case kind::ipc_release: return release_loan(f.id);
+      case kind::ipc_release:
+        return release_loan(f.id);
       case kind::shutdown: {
         c->note_shutdown_notice();
         std::lock_guard<std::mutex> lk(conns_mu_);
-        if (auto it = outbound_.find(c->peer().name); it != outbound_.end()) it->second->mark_peer_leaving();
+        if (auto it = outbound_.find(c->peer().name); it != outbound_.end())
+          it->second->mark_peer_leaving();
         return;
       }
       default:
@@ -56,9 +63,13 @@ void agent_core::on_frame(const std::shared_ptr<connection>& c, wire::frame&& f)
     case kind::handshake_ok:
     case kind::handshake_challenge:
     case kind::response:
-    case kind::error: return handle_response(c, std::move(f));
-    case kind::shutdown: c->note_shutdown_notice(); return;
-    case kind::ipc_release: return release_loan(f.id);
+    case kind::error:
+      return handle_response(c, std::move(f));
+    case kind::shutdown:
+      c->note_shutdown_notice();
+      return;
+    case kind::ipc_release:
+      return release_loan(f.id);
     default:
       return c->close(make_error(errc::protocol_error, "worker '", c->peer().name, "' sent a ",
                                  wire::to_string(f.type), " frame on a connection we opened"));
@@ -71,7 +82,8 @@ void agent_core::on_closed(const std::shared_ptr<connection>& c, const error& wh
     std::lock_guard<std::mutex> lk(conns_mu_);
     inbound_.erase(c);
     if (dynamic() && !peer.empty()) {
-      if (auto it = outbound_.find(peer); it != outbound_.end() && it->second == c) outbound_.erase(it);
+      if (auto it = outbound_.find(peer); it != outbound_.end() && it->second == c)
+        outbound_.erase(it);
     }
   }
   // Only the loss of a connection we opened means the peer died: an inbound connection
@@ -125,10 +137,11 @@ void agent_core::handle_handshake(const std::shared_ptr<connection>& c, wire::fr
   worker_info who;
   auto r = deserialize(f.message, nullptr, protocol, nonce, who, group);
   if (!r)
-    return refuse_handshake(c, make_error(errc::protocol_error, "malformed handshake: ", r.error().message()));
+    return refuse_handshake(
+        c, make_error(errc::protocol_error, "malformed handshake: ", r.error().message()));
   if (protocol != wire::version)
-    return refuse_handshake(c, make_error(errc::protocol_error, "protocol version ", protocol, " is not ",
-                                          int(wire::version)));
+    return refuse_handshake(c, make_error(errc::protocol_error, "protocol version ", protocol,
+                                          " is not ", int(wire::version)));
   if (who.name.empty())
     return refuse_handshake(c, make_error(errc::protocol_error, "handshake without a worker name"));
   if (nonce.size() < 16)
@@ -136,10 +149,12 @@ void agent_core::handle_handshake(const std::shared_ptr<connection>& c, wire::fr
                                           " bytes; at least 16 are required"));
   auto mine = make_nonce();
   if (!mine) return refuse_handshake(c, mine.error());
-  connection::pending_handshake p{who, group, std::move(nonce),
-                                  std::string(reinterpret_cast<const char*>(mine->data()), mine->size())};
+  connection::pending_handshake p{
+      who, group, std::move(nonce),
+      std::string(reinterpret_cast<const char*>(mine->data()), mine->size())};
   wire::frame_builder ch(wire::kind::handshake_challenge, 0);
-  std::string proof = wire::handshake_proof("acceptor", token_, p.caller_nonce, p.acceptor_nonce, group, who.name);
+  std::string proof =
+      wire::handshake_proof("acceptor", token_, p.caller_nonce, p.acceptor_nonce, group, who.name);
   if (!serialize(ch.message(), nullptr, p.acceptor_nonce, proof) || !ch.finish())
     return refuse_handshake(c, make_error(errc::protocol_error, "cannot encode the challenge"));
   c->challenge_state() = std::move(p);
@@ -151,9 +166,10 @@ void agent_core::handle_handshake_auth(const std::shared_ptr<connection>& c, wir
   c->challenge_state().reset();
   std::string proof;
   if (auto r = deserialize(f.message, nullptr, proof); !r)
-    return refuse_handshake(c, make_error(errc::protocol_error, "malformed handshake proof: ", r.error().message()));
-  if (!same_proof(proof, wire::handshake_proof("caller", token_, p.caller_nonce, p.acceptor_nonce, p.group,
-                                               p.who.name)))
+    return refuse_handshake(
+        c, make_error(errc::protocol_error, "malformed handshake proof: ", r.error().message()));
+  if (!same_proof(proof, wire::handshake_proof("caller", token_, p.caller_nonce, p.acceptor_nonce,
+                                               p.group, p.who.name)))
     return refuse_handshake(
         c, make_error(errc::unauthorized, "worker '", name_, "' refused a connection from ",
                       c->remote_address(), " claiming to be '", p.who.name,
@@ -177,8 +193,8 @@ void agent_core::handle_response(const std::shared_ptr<connection>& c, wire::fra
   if (f.type == wire::kind::error) {
     error e;
     if (auto r = deserialize(f.message, nullptr, e); !r)
-      e = make_error(errc::protocol_error, "worker '", c->peer().name, "' sent a malformed error: ",
-                     r.error().message());
+      e = make_error(errc::protocol_error, "worker '", c->peer().name,
+                     "' sent a malformed error: ", r.error().message());
     c->complete(f.id, std::move(e));
     return;
   }
@@ -190,8 +206,10 @@ void agent_core::handle_response(const std::shared_ptr<connection>& c, wire::fra
   auto task = [self = shared_from_this(), c, fr = std::move(f)]() mutable {
     auto placed = place_incoming(fr.tensors, self->name_, self->device_count_, releaser(c));
     auto id = fr.id;
-    if (!placed) c->complete(id, std::move(placed).error());
-    else c->complete(id, std::move(fr));
+    if (!placed)
+      c->complete(id, std::move(placed).error());
+    else
+      c->complete(id, std::move(fr));
   };
   if (!pool_->post(std::move(task)))
     c->complete(f.id, make_error(errc::shut_down, "worker '", name_, "' is shutting down"));
@@ -205,7 +223,8 @@ void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::fram
   std::uint32_t timeout_ms = 0;
   binary_deserializer d(f.message);
   if (auto e = d(fn_name, flags, rref_id, timeout_ms)) {
-    reply_error(c, f.id, make_error(errc::protocol_error, "malformed request: ", e.err().message()));
+    reply_error(c, f.id,
+                make_error(errc::protocol_error, "malformed request: ", e.err().message()));
     return;
   }
   const bool no_reply = flags & request_no_reply;
@@ -236,7 +255,8 @@ void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::fram
                  .with_worker(name_);
     if (flags & request_as_remote) store_rref_value(rref_id, e);
     if (no_reply)
-      TROUPE_LOG(log_level::warn, "rpc", "dropped a one-way call from '", c->peer().name, "': ", e.message());
+      TROUPE_LOG(log_level::warn, "rpc", "dropped a one-way call from '", c->peer().name,
+                 "': ", e.message());
     else
       reply_error(c, f.id, std::move(e));
     return;
@@ -244,7 +264,8 @@ void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::fram
   call_info info{c->peer(), fn_name, f.id};
   auto until = deadline::after(duration(timeout_ms));
   if (fn->options.run_inline && !needs_placement(f.tensors)) {
-    run_request(c, std::move(fn), std::move(info), f.id, flags, rref_id, until, std::move(f), args_offset);
+    run_request(c, std::move(fn), std::move(info), f.id, flags, rref_id, until, std::move(f),
+                args_offset);
     return;
   }
   auto id = f.id;
@@ -254,13 +275,15 @@ void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::fram
                       args_offset);
   };
   if (!pool_->post(std::move(task)))
-    reply_error(c, id, make_error(errc::shut_down, "worker '", name_, "' is shutting down").with_worker(name_));
+    reply_error(
+        c, id,
+        make_error(errc::shut_down, "worker '", name_, "' is shutting down").with_worker(name_));
 }
 
 void agent_core::run_request(const std::shared_ptr<connection>& c,
                              std::shared_ptr<const function_table::entry> fn, call_info info,
-                             std::uint64_t id, std::uint8_t flags, std::uint64_t rref_id, deadline d,
-                             wire::frame&& f, std::size_t args_offset) {
+                             std::uint64_t id, std::uint8_t flags, std::uint64_t rref_id,
+                             deadline d, wire::frame&& f, std::size_t args_offset) {
   const bool as_remote = flags & request_as_remote;
   const bool no_reply = flags & request_no_reply;
   const std::string label = trace::enabled() ? "serve " + info.function : std::string();
@@ -268,7 +291,11 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
   if (traced.on()) {
     std::uint64_t bytes = f.message.size();
     for (const auto& t : f.tensors) bytes += t.nbytes();
-    traced.args().add("function", info.function).add("peer", info.caller.name).add("call", id).add("bytes", bytes);
+    traced.args()
+        .add("function", info.function)
+        .add("peer", info.caller.name)
+        .add("call", id)
+        .add("bytes", bytes);
     traced.set_flow({0, call_flow_id(info.caller.id, id)});
   }
   auto fail = [&](error e) {
@@ -278,8 +305,8 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
     e.with_operation(strcat("rpc '", info.function, "'"));
     if (as_remote) store_rref_value(rref_id, e);
     if (no_reply) {
-      TROUPE_LOG(log_level::debug, "rpc", "a one-way call from '", info.caller.name, "' failed: ",
-                 e.to_string());
+      TROUPE_LOG(log_level::debug, "rpc", "a one-way call from '", info.caller.name,
+                 "' failed: ", e.to_string());
       return;
     }
     reply_error(c, id, std::move(e));
@@ -294,8 +321,12 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
   // References received among the arguments become this worker's shares; references in
   // the result become the caller's (announced just before the reply is sent).
   message_refs refs(*this, as_remote ? std::string() : info.caller.name);
-  incoming_call ic{&info, std::span<const std::byte>(f.message).subspan(args_offset), &f.tensors,
-                   &reply.message(), &reply.tensors(), &refs};
+  incoming_call ic{&info,
+                   std::span<const std::byte>(f.message).subspan(args_offset),
+                   &f.tensors,
+                   &reply.message(),
+                   &reply.tensors(),
+                   &refs};
   expected<void> r;
   try {
     r = fn->fn(ic);
@@ -321,8 +352,9 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
   }
   std::optional<device_map> back;
   if (!reply.tensors().empty()) back = reverse_map_for(info.caller.name);
-  if (auto p = prepare_outgoing(reply.tensors(), name_, info.caller.name, back ? &*back : nullptr,
-                                route_kind::reply, needs_placement(reply.tensors()) ? lender_for(info.caller.name) : nullptr);
+  if (auto p = prepare_outgoing(
+          reply.tensors(), name_, info.caller.name, back ? &*back : nullptr, route_kind::reply,
+          needs_placement(reply.tensors()) ? lender_for(info.caller.name) : nullptr);
       !p)
     return fail(std::move(p).error());
   if (auto fin = reply.finish(opts_.limits); !fin) return fail(std::move(fin).error());
@@ -345,7 +377,8 @@ void agent_core::store_rref_value(std::uint64_t id, expected<wire::frame> value)
   for (const auto& w : waiters) answer_fetch(w, id, value);
 }
 
-void agent_core::answer_fetch(const rref_waiter& w, std::uint64_t id, const expected<wire::frame>& value) {
+void agent_core::answer_fetch(const rref_waiter& w, std::uint64_t id,
+                              const expected<wire::frame>& value) {
   // The owner's side of a fetch: from its arrival (a parked fetch waited for the value
   // meanwhile) until just before the answer leaves; the fetcher's arrow ends here.
   auto traced = [&](std::string_view error, std::uint64_t bytes) {
@@ -367,8 +400,8 @@ void agent_core::answer_fetch(const rref_waiter& w, std::uint64_t id, const expe
   const auto& fetcher = w.c->peer().name;
   std::optional<device_map> back;
   if (needs_placement(fb.tensors())) back = reverse_map_for(fetcher);
-  if (auto p = prepare_outgoing(fb.tensors(), name_, fetcher, back ? &*back : nullptr, route_kind::reply,
-                                back ? lender_for(fetcher) : nullptr);
+  if (auto p = prepare_outgoing(fb.tensors(), name_, fetcher, back ? &*back : nullptr,
+                                route_kind::reply, back ? lender_for(fetcher) : nullptr);
       !p) {
     traced(p.error().message(), 0);
     return reply_error(w.c, w.req, std::move(p).error());
@@ -386,15 +419,21 @@ void agent_core::handle_rref(const std::shared_ptr<connection>& c, wire::frame&&
   binary_deserializer d(f.message);
   inspect_error e;
   switch (f.type) {
-    case wire::kind::rref_add: e = d(id, fork, holder); break;
-    case wire::kind::rref_release: e = d(id, fork); break;
-    default: e = d(id);
+    case wire::kind::rref_add:
+      e = d(id, fork, holder);
+      break;
+    case wire::kind::rref_release:
+      e = d(id, fork);
+      break;
+    default:
+      e = d(id);
   }
   if (e || d.remaining() != 0) {
     if (f.type == wire::kind::rref_fetch)
-      return reply_error(c, f.id, make_error(errc::protocol_error, "malformed ", wire::to_string(f.type)));
-    return c->close(make_error(errc::protocol_error, "worker '", c->peer().name, "' sent a malformed ",
-                               wire::to_string(f.type)));
+      return reply_error(c, f.id,
+                         make_error(errc::protocol_error, "malformed ", wire::to_string(f.type)));
+    return c->close(make_error(errc::protocol_error, "worker '", c->peer().name,
+                               "' sent a malformed ", wire::to_string(f.type)));
   }
   std::unique_lock lk(rrefs_mu_);
   auto it = rrefs_.find(id);
@@ -402,7 +441,8 @@ void agent_core::handle_rref(const std::shared_ptr<connection>& c, wire::frame&&
     case wire::kind::rref_release:
       // A release may overtake the add of its fork (they travel on different connections):
       // remember it, and the add cancels it.
-      if (it == rrefs_.end() || it->second.shares.erase(fork) == 0) early_releases_.emplace(id, fork);
+      if (it == rrefs_.end() || it->second.shares.erase(fork) == 0)
+        early_releases_.emplace(id, fork);
       if (it != rrefs_.end() && it->second.shares.empty()) rrefs_.erase(it);
       return;
     case wire::kind::rref_add:
@@ -485,8 +525,8 @@ void agent_core::drop_rref_shares_of(const std::string& worker) {
     }
   }
   if (dropped > 0)
-    TROUPE_LOG(log_level::info, "rpc", "dropped ", dropped, " remote-reference shares held by '", worker,
-               "' (gone); freed ", freed, " values");
+    TROUPE_LOG(log_level::info, "rpc", "dropped ", dropped, " remote-reference shares held by '",
+               worker, "' (gone); freed ", freed, " values");
 }
 
 std::size_t agent_core::owned_rrefs() const {

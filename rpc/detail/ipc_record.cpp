@@ -51,7 +51,8 @@ expected<tensor> encode_ipc_record(const ipc_record& r, device target) {
   put<std::uint64_t>(p + 40, r.event);
   put<std::uint8_t>(p + 48, static_cast<std::uint8_t>(r.type));
   put<std::uint8_t>(p + 49, static_cast<std::uint8_t>(r.shape.size()));
-  for (std::size_t i = 0; i < r.shape.size(); ++i) put<std::int64_t>(p + shape_at + 8 * i, r.shape[i]);
+  for (std::size_t i = 0; i < r.shape.size(); ++i)
+    put<std::int64_t>(p + shape_at + 8 * i, r.shape[i]);
   std::memcpy(p + mem_handle_at, r.mem_handle.data(), 64);
   std::memcpy(p + event_handle_at, r.event_handle.data(), 64);
   return t.with_device(target).as_ipc_record();
@@ -62,7 +63,8 @@ expected<ipc_record> decode_ipc_record(const tensor& t) {
     return make_error(errc::protocol_error, "malformed CUDA IPC record: ", what...);
   };
   if (t.type() != dtype::uint8 || t.nbytes() != ipc_record_size || t.data() == nullptr)
-    return bad(t.nbytes(), " bytes of ", to_string(t.type()), " instead of ", ipc_record_size, " bytes");
+    return bad(t.nbytes(), " bytes of ", to_string(t.type()), " instead of ", ipc_record_size,
+               " bytes");
   const auto* p = static_cast<const std::byte*>(t.data());
   if (get<std::uint32_t>(p) != record_magic) return bad("wrong magic");
   if (auto v = get<std::uint32_t>(p + 4); v != record_version)
@@ -85,7 +87,8 @@ expected<ipc_record> decode_ipc_record(const tensor& t) {
   for (std::size_t i = 0; i < rank; ++i) {
     auto d = get<std::int64_t>(p + shape_at + 8 * i);
     if (d < 0) return bad("negative dimension ", d);
-    if (d != 0 && n > max_bytes / static_cast<std::uint64_t>(d)) return bad("a shape over 2^48 bytes");
+    if (d != 0 && n > max_bytes / static_cast<std::uint64_t>(d))
+      return bad("a shape over 2^48 bytes");
     n *= static_cast<std::uint64_t>(d);
     r.shape.push_back(d);
   }

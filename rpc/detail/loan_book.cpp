@@ -42,8 +42,11 @@ std::size_t loan_book::expire(clock::time_point now) {
     }
   }
   if (!gone.empty())
-    TROUPE_LOG(log_level::warn, "rpc", gone.size(), " GPU tensor(s) lent through CUDA IPC were not "
-               "released within ", format_duration(expiry_), "; dropped them (a receiver died or "
+    TROUPE_LOG(log_level::warn, "rpc", gone.size(),
+               " GPU tensor(s) lent through CUDA IPC were not "
+               "released within ",
+               format_duration(expiry_),
+               "; dropped them (a receiver died or "
                "stalled mid-copy)");
   return gone.size();
 }

@@ -2,8 +2,8 @@
 #include <random>
 
 #include "core/log.hpp"
-#include "core/trace.hpp"
 #include "core/net_address.hpp"
+#include "core/trace.hpp"
 #include "rpc/detail/agent_core.hpp"
 #include "store/connect.hpp"
 #include "store/membership_token.hpp"
@@ -26,7 +26,8 @@ std::string random_token() {
 
 // The check every member runs on the same records: no loopback address in a group whose
 // members run on more than one host.
-expected<void> check_addresses(const std::vector<const member*>& members, const std::string& group) {
+expected<void> check_addresses(const std::vector<const member*>& members,
+                               const std::string& group) {
   std::vector<advertised_address> v;
   for (const auto* m : members)
     v.push_back({strcat("worker '", m->info.name, "'"), m->host_key, m->host_name, m->host});
@@ -45,7 +46,8 @@ bytes encode_member(const member& m) {
 expected<member> decode_member(std::span<const std::byte> data) {
   member m;
   bytes dev;
-  TROUPE_TRY(deserialize(data, nullptr, m.info, m.host, m.port, dev, m.host_key, m.host_name, m.tag));
+  TROUPE_TRY(
+      deserialize(data, nullptr, m.info, m.host, m.port, dev, m.host_key, m.host_name, m.tag));
   auto d = decode_worker_device_info(dev);
   if (!d) return std::move(d).error();
   m.devices = std::move(*d);
@@ -74,7 +76,8 @@ expected<void> agent_core::ensure_token(deadline d) {
     return ok();
   }
   auto mine = to_bytes(random_token());
-  auto v = store_->compare_set(strcat(opts_.group, "/job_token"), std::nullopt, mine, d.remaining());
+  auto v =
+      store_->compare_set(strcat(opts_.group, "/job_token"), std::nullopt, mine, d.remaining());
   if (!v) return std::move(v).error();
   token_ = troupe::to_string(std::span<const std::byte>(*v));
   return ok();
@@ -83,7 +86,8 @@ expected<void> agent_core::ensure_token(deadline d) {
 expected<void> agent_core::apply_members(std::map<std::string, member> all) {
   std::vector<worker_device_info> infos;
   for (auto& [n, m] : all) infos.push_back(m.devices);
-  auto s = resolve_device_setup(name_, infos, dynamic() ? group_kind::dynamic_group : group_kind::static_group);
+  auto s = resolve_device_setup(name_, infos,
+                                dynamic() ? group_kind::dynamic_group : group_kind::static_group);
   if (!s) return std::move(s).error();
   std::unique_lock lk(members_mu_);
   members_ = std::move(all);
@@ -95,7 +99,8 @@ void agent_core::forget_member(std::map<std::string, member>::iterator it) {
   members_.erase(it);
   std::vector<worker_device_info> infos;
   for (auto& [n, m] : members_) infos.push_back(m.devices);
-  if (auto s = resolve_device_setup(name_, infos, group_kind::dynamic_group)) setup_ = std::move(*s);
+  if (auto s = resolve_device_setup(name_, infos, group_kind::dynamic_group))
+    setup_ = std::move(*s);
 }
 
 expected<void> agent_core::warm_up(deadline d) {
@@ -119,7 +124,8 @@ expected<void> agent_core::init_static(deadline d) {
     auto m = decode_member((*gathered)[r]);
     if (!m) return std::move(m).error();
     if (m->info.id != static_cast<int>(r))
-      return make_error(errc::protocol_error, "rank ", r, " published the record of id ", m->info.id);
+      return make_error(errc::protocol_error, "rank ", r, " published the record of id ",
+                        m->info.id);
     infos.push_back(m->devices);
     all.emplace(m->info.name, std::move(*m));
   }
@@ -140,7 +146,8 @@ expected<void> agent_core::init_static(deadline d) {
       for (const auto& w : workers())
         if (w.id == 0) {
           if (auto r = record_clock_offset(w, 16, d); !r)
-            TROUPE_LOG(log_level::warn, "trace", "no clock offset against rank 0: ", r.error().message());
+            TROUPE_LOG(log_level::warn, "trace",
+                       "no clock offset against rank 0: ", r.error().message());
         }
     }
   }
@@ -157,18 +164,20 @@ expected<void> agent_core::record_clock_offset(const worker_info& to, int sample
     if (!reply) return std::move(reply).error();
     std::int64_t theirs = 0;
     if (auto r = deserialize(reply->message, nullptr, theirs); !r)
-      return make_error(errc::protocol_error, "worker '", to.name, "' answered a ping without its clock");
+      return make_error(errc::protocol_error, "worker '", to.name,
+                        "' answered a ping without its clock");
     if (best_rtt < 0 || t1 - t0 < best_rtt) {
       best_rtt = t1 - t0;
       best_offset = t0 + (t1 - t0) / 2 - theirs;
     }
   }
-  trace::set_clock(best_offset, best_rtt / 2, strcat("rpc ping to '", to.name, "', best of ", samples));
+  trace::set_clock(best_offset, best_rtt / 2,
+                   strcat("rpc ping to '", to.name, "', best of ", samples));
   return ok();
 }
 
-expected<void> agent_core::announce(const member& who, std::uint8_t op, const std::vector<member>& to,
-                                    deadline d) {
+expected<void> agent_core::announce(const member& who, std::uint8_t op,
+                                    const std::vector<member>& to, deadline d) {
   std::vector<future<wire::frame>> acks;
   auto rec = encode_member(who);
   for (const auto& m : to) {
@@ -191,7 +200,8 @@ expected<void> agent_core::announce(const member& who, std::uint8_t op, const st
 expected<void> agent_core::init_dynamic(deadline d) {
   membership_token_options mo;
   mo.op_timeout = std::max(d.remaining(), duration(1));
-  auto guard = acquire_membership_token(*store_, strcat(opts_.group, "/membership"), name_, d.remaining(), mo);
+  auto guard = acquire_membership_token(*store_, strcat(opts_.group, "/membership"), name_,
+                                        d.remaining(), mo);
   if (!guard) return std::move(guard).error();
   std::string members_key = strcat(opts_.group, "/members");
   std::vector<std::string> names;
@@ -281,7 +291,8 @@ void agent_core::handle_membership(const std::shared_ptr<connection>& c, wire::f
   auto m = decode_member(rec);
   if (!m) return reply_error(c, id, m.error());
   if (op != op_join && op != op_leave)
-    return reply_error(c, id, make_error(errc::protocol_error, "unknown membership operation ", int(op)));
+    return reply_error(c, id,
+                       make_error(errc::protocol_error, "unknown membership operation ", int(op)));
   std::map<std::string, member> all;
   {
     std::shared_lock lk(members_mu_);
@@ -305,17 +316,22 @@ void agent_core::handle_membership(const std::shared_ptr<connection>& c, wire::f
   }
   if (stale) {
     stale->mark_peer_leaving();
-    stale->close(make_error(errc::peer_left, "worker '", m->info.name, "' left the group").with_worker(m->info.name));
+    stale->close(make_error(errc::peer_left, "worker '", m->info.name, "' left the group")
+                     .with_worker(m->info.name));
   }
-  if (auto r = apply_members(std::move(all)); !r) return reply_error(c, id, r.error().with_worker(name_));
-  TROUPE_LOG(log_level::info, "rpc", "worker '", m->info.name, "' ", op == op_join ? "joined" : "left");
+  if (auto r = apply_members(std::move(all)); !r)
+    return reply_error(c, id, r.error().with_worker(name_));
+  TROUPE_LOG(log_level::info, "rpc", "worker '", m->info.name, "' ",
+             op == op_join ? "joined" : "left");
   if (op == op_leave && m->info.name != name_) drop_rref_shares_of(m->info.name);
   if (m->info.name != name_ && (op == op_join || known))
-    notify_membership({op == op_join ? membership_change::joined : membership_change::left, m->info, {}});
+    notify_membership(
+        {op == op_join ? membership_change::joined : membership_change::left, m->info, {}});
   wire::frame_builder ack(wire::kind::response, id);
   if (ack.finish()) (void)c->send(std::move(ack));
   // Connect to a newcomer now, so that its death is noticed even before the first call.
-  if (op == op_join && m->info.name != name_) (void)connection_to(*m, deadline::after(std::chrono::seconds(5)));
+  if (op == op_join && m->info.name != name_)
+    (void)connection_to(*m, deadline::after(std::chrono::seconds(5)));
 }
 
 bool agent_core::expel(const std::string& name, std::string_view tag, const error& why) {
@@ -346,7 +362,8 @@ bool agent_core::expel(const std::string& name, std::string_view tag, const erro
 
 expected<void> agent_core::leave(duration timeout) {
   if (!dynamic())
-    return make_error(errc::unsupported, "leave() is for dynamic groups (initialized without a "
+    return make_error(errc::unsupported,
+                      "leave() is for dynamic groups (initialized without a "
                       "world size); a static group ends with shutdown()");
   {
     std::lock_guard<std::mutex> lk(lifecycle_mu_);
@@ -359,7 +376,8 @@ expected<void> agent_core::leave(duration timeout) {
   TROUPE_LOG(log_level::info, "rpc", "worker '", name_, "' outstanding calls done");
   membership_token_options mo;
   mo.op_timeout = std::max(d.remaining(), duration(1));
-  auto guard = acquire_membership_token(*store_, strcat(opts_.group, "/membership"), name_, d.remaining(), mo);
+  auto guard = acquire_membership_token(*store_, strcat(opts_.group, "/membership"), name_,
+                                        d.remaining(), mo);
   if (guard) {
     std::vector<member> others;
     {
@@ -386,7 +404,8 @@ expected<void> agent_core::leave(duration timeout) {
   }
   send_shutdown_notices();
   stop_local(make_error(errc::peer_left, "worker '", name_, "' left the group").with_worker(name_));
-  TROUPE_LOG(log_level::info, "rpc", "worker '", name_, "' left: ", result ? "ok" : result.error().to_string());
+  TROUPE_LOG(log_level::info, "rpc", "worker '", name_,
+             "' left: ", result ? "ok" : result.error().to_string());
   return result;
 }
 

@@ -14,8 +14,8 @@ namespace troupe::detail {
 
 namespace asio = boost::asio;
 
-server_connection::server_connection(asio::io_context& loop, stream_socket socket,
-                                     std::string peer, std::shared_ptr<server_core> core,
+server_connection::server_connection(asio::io_context& loop, stream_socket socket, std::string peer,
+                                     std::shared_ptr<server_core> core,
                                      std::unique_ptr<tls::session> tls)
     : loop_(loop),
       socket_(std::move(socket)),
@@ -107,8 +107,7 @@ void server_connection::wait_readable() {
   auto buffer = read_buffer();
   std::size_t room = buffer.size();
   socket_.async_read_some(
-      buffer,
-      [self = shared_from_this(), room](boost::system::error_code ec, std::size_t got) {
+      buffer, [self = shared_from_this(), room](boost::system::error_code ec, std::size_t got) {
         if (self->closed_) return;
         self->on_read(ec, got, room);
       });
@@ -445,11 +444,11 @@ bool server_connection::overflows_locked(std::size_t more) {
   if (queued == 0 || queued + more <= core_->options.max_unread_output) return false;
   overflowed_ = true;
   asio::post(loop_, [self = shared_from_this(), queued, more] {
-    self->close(strcat("it has not read ", queued, " bytes of replies and notifications, and ",
-                       more, " more would pass max_unread_output (",
-                       self->core_->options.max_unread_output,
-                       " bytes): a client that does not read is dropped and its queue freed"),
-                true);
+    self->close(
+        strcat("it has not read ", queued, " bytes of replies and notifications, and ", more,
+               " more would pass max_unread_output (", self->core_->options.max_unread_output,
+               " bytes): a client that does not read is dropped and its queue freed"),
+        true);
   });
   return true;
 }

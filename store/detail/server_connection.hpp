@@ -35,8 +35,7 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   /// names the other end in log lines. `tls`: the connection's TLS session (server side),
   /// null for a plain connection.
   server_connection(boost::asio::io_context& loop, stream_socket socket, std::string peer,
-                    std::shared_ptr<server_core> core,
-                    std::unique_ptr<tls::session> tls = nullptr);
+                    std::shared_ptr<server_core> core, std::unique_ptr<tls::session> tls = nullptr);
 
   /// Any thread: starts the hello timer and reading, on the connection's loop.
   void start();
@@ -125,10 +124,10 @@ class server_connection : public std::enable_shared_from_this<server_connection>
   bool challenged_ = false;
   std::string client_nonce_;
   std::string server_nonce_;
-  bool closing_ = false;  // refuse the peer once the outbox is flushed
+  bool closing_ = false;     // refuse the peer once the outbox is flushed
   bool overflowed_ = false;  // passed max_unread_output: nothing more is queued; closing
   bool closed_ = false;
-  bool first_read_ = true;  // nothing received yet: the first bytes say TLS or plain
+  bool first_read_ = true;             // nothing received yet: the first bytes say TLS or plain
   std::unique_ptr<tls::session> tls_;  // guarded by out_mu_; null: plain
   bytes cipher_in_;                    // TLS: ciphertext read, on the loop only
 };

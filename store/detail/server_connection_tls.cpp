@@ -92,9 +92,9 @@ bool server_connection::tls_drain() {
 // A TLS server whose client opened with something else: a plain troupe store client gets
 // a plain error reply (it reads it as the answer to its hello), anyone else the close.
 void server_connection::refuse_plain_client(std::span<const std::byte> first) {
-  const bool store_client = first.size() >= wire::length_size + 1 &&
-                            first[wire::length_size] ==
-                                std::byte{static_cast<std::uint8_t>(wire::kind::hello)};
+  const bool store_client =
+      first.size() >= wire::length_size + 1 &&
+      first[wire::length_size] == std::byte{static_cast<std::uint8_t>(wire::kind::hello)};
   TROUPE_LOG(log_level::warn, "store", core_->name, ": refusing ", peer_,
              ": a connection without TLS", store_client ? " (a troupe store client)" : "",
              "; this server requires TLS: set TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA "

@@ -99,8 +99,8 @@ std::string handshake_proof(std::string_view role, std::string_view secret,
                             std::string_view client_nonce, std::string_view server_nonce) {
   auto span_of = [](std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); };
   static constexpr std::string_view domain = "troupe store handshake ";
-  auto tag = hmac_sha256(secret, {span_of(domain), span_of(role), span_of(client_nonce),
-                                  span_of(server_nonce)});
+  auto tag = hmac_sha256(
+      secret, {span_of(domain), span_of(role), span_of(client_nonce), span_of(server_nonce)});
   return std::string(reinterpret_cast<const char*>(tag.data()), tag.size());
 }
 

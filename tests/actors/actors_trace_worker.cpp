@@ -56,33 +56,40 @@ int main(int argc, char** argv) {
   const int rank = w->rank(), n = w->size();
   auto nd = node::make(sys, *w, types);
   if (!nd) return std::fprintf(stderr, "node: %s\n", nd.error().to_string().c_str()), 2;
-  if (!(*nd)->publish(sys.spawn(echo_actor), "echo") || !(*nd)->publish(sys.spawn(counter_actor), "counter"))
+  if (!(*nd)->publish(sys.spawn(echo_actor), "echo") ||
+      !(*nd)->publish(sys.spawn(counter_actor), "counter"))
     return failed(rank, "publish");
 
   const std::string next = "worker" + std::to_string((rank + 1) % n);
   auto echo = (*nd)->await_actor(next + "/echo", 30s);
   auto counter = (*nd)->await_actor(next + "/counter", 30s);
-  if (!echo || !counter) return failed(rank, "lookup: " + (echo ? counter : echo).error().to_string());
+  if (!echo || !counter)
+    return failed(rank, "lookup: " + (echo ? counter : echo).error().to_string());
 
   caf::scoped_actor self{sys};
   int rc = 0;
   for (std::int32_t i = 0; i < repeat && rc == 0; ++i) {
     self->send(*counter, i);
     self->request(*echo, 10s, ping_atom::value, i)
-        .receive([&](std::int32_t v) { rc = v == i + 1 ? 0 : failed(rank, "echo answered " + std::to_string(v)); },
-                 [&](caf::error& e) { rc = failed(rank, "echo: " + sys.render(e)); });
+        .receive(
+            [&](std::int32_t v) {
+              rc = v == i + 1 ? 0 : failed(rank, "echo answered " + std::to_string(v));
+            },
+            [&](caf::error& e) { rc = failed(rank, "echo: " + sys.render(e)); });
   }
   if (rc == 0) {
     self->request(*counter, 10s, get_atom::value)
         .receive(
             [&](const std::vector<std::int32_t>& got) {
               for (std::int32_t i = 0; i < repeat; ++i)
-                if (static_cast<int>(got.size()) != repeat || got[i] != i) rc = failed(rank, "the counter's sends");
+                if (static_cast<int>(got.size()) != repeat || got[i] != i)
+                  rc = failed(rank, "the counter's sends");
             },
             [&](caf::error& e) { rc = failed(rank, "counter: " + sys.render(e)); });
   }
   // Serve the others until every rank is done: the static agent's shutdown waits for all.
-  if (auto s = w->shutdown(); !s && rc == 0) rc = failed(rank, "shutdown: " + s.error().to_string());
+  if (auto s = w->shutdown(); !s && rc == 0)
+    rc = failed(rank, "shutdown: " + s.error().to_string());
   (*nd)->shutdown();
   if (rc == 0) std::printf("rank %d of %d: ok\n", rank, n);
   return rc;

@@ -81,7 +81,8 @@ int main() {
   const std::string me = "worker" + std::to_string(w->env().rank);
   const bool first_start = w->env().restart_count == 0;
   auto* eg = w->elastic();
-  if (eg == nullptr || !w->rpc()) return check_failed(me, "init did not make an elastic world with RPC");
+  if (eg == nullptr || !w->rpc())
+    return check_failed(me, "init did not make an elastic world with RPC");
   w->rpc()->add_membership_listener([&seen](const rpc::membership_event& e) {
     if (e.worker.name != "worker1") return;
     std::lock_guard lk(seen.mu);
@@ -103,7 +104,8 @@ int main() {
     v = eg->rebuild(30s);
   }
   if (!v || v->epoch.size() != 3) return check_failed(me, "the world never held three");
-  auto meet = [&](const std::string& what, const std::vector<std::string>& names) -> expected<void> {
+  auto meet = [&](const std::string& what,
+                  const std::vector<std::string>& names) -> expected<void> {
     TROUPE_TRY(w->store()->set("test/" + what + "/" + me, std::string_view("1")));
     std::vector<std::string> keys;
     for (const auto& name : names) keys.push_back("test/" + what + "/" + name);
@@ -169,17 +171,22 @@ int main() {
       if (!seen.rpc_reason) return check_failed(me, "the RPC agent never said worker1 failed");
       if (!seen.down_reason) return check_failed(me, "no down message for worker1/echo");
       if (seen.rpc_failed != 1)
-        return check_failed(me, "the RPC agent said worker1 failed " + std::to_string(seen.rpc_failed) + " times");
+        return check_failed(
+            me, "the RPC agent said worker1 failed " + std::to_string(seen.rpc_failed) + " times");
       if (rpc_epoch != group_epoch)
         return check_failed(me, "the RPC agent's reason names another epoch than the group's (" +
-                                    std::to_string(*group_epoch) + "): " + seen.rpc_reason->to_string());
+                                    std::to_string(*group_epoch) +
+                                    "): " + seen.rpc_reason->to_string());
       if (down_epoch != group_epoch)
         return check_failed(me, "the down message names another epoch than the group's (" +
-                                    std::to_string(*group_epoch) + "): " + seen.down_reason->to_string());
+                                    std::to_string(*group_epoch) +
+                                    "): " + seen.down_reason->to_string());
     }
-    std::printf("%s: group, rpc and monitors saw worker1 leave in epoch %llu (the group's work failed "
-                "with: %s)\n", me.c_str(), static_cast<unsigned long long>(*group_epoch),
-                group_failure.empty() ? "nothing pending" : group_failure.c_str());
+    std::printf(
+        "%s: group, rpc and monitors saw worker1 leave in epoch %llu (the group's work failed "
+        "with: %s)\n",
+        me.c_str(), static_cast<unsigned long long>(*group_epoch),
+        group_failure.empty() ? "nothing pending" : group_failure.c_str());
     std::fflush(stdout);
 
     // The replacement: the group whole again, RPC's join, and its echo answering.
@@ -189,7 +196,8 @@ int main() {
       if (v->epoch.size() == 3) break;
       (void)eg->wait_for_change(v->epoch.number, 500ms);
     }
-    if (!v || v->epoch.size() != 3) return check_failed(me, "the replacement never joined the group");
+    if (!v || v->epoch.size() != 3)
+      return check_failed(me, "the replacement never joined the group");
   }
   if (auto m = meet("replaced", {"worker0", "worker1", "worker2"}); !m)
     return check_failed(me, "meeting: " + m.error().to_string());
@@ -201,19 +209,23 @@ int main() {
                                     std::to_string(seen.rpc_joined_after_failure) + " times");
     }
     auto echo = (*n)->remote_actor("worker1/echo");
-    if (!echo) return check_failed(me, "remote_actor of the replacement: " + echo.error().to_string());
+    if (!echo)
+      return check_failed(me, "remote_actor of the replacement: " + echo.error().to_string());
     caf::scoped_actor self{sys};
     std::int32_t answer = 0;
     std::string failure;
     self->request(*echo, std::chrono::seconds(20), ping_atom::value, std::int32_t{41})
         .receive([&](std::int32_t x) { answer = x; },
                  [&](caf::error& e) { failure = from_caf_error(e).to_string(); });
-    if (answer != 42) return check_failed(me, "the replacement's echo answered " + std::to_string(answer) + " " + failure);
+    if (answer != 42)
+      return check_failed(
+          me, "the replacement's echo answered " + std::to_string(answer) + " " + failure);
   }
   // Everyone got here in this epoch; meet before anyone leaves (a leave is an epoch).
   if (auto m = meet("done", {"worker0", "worker1", "worker2"}); !m)
     return check_failed(me, "meeting: " + m.error().to_string());
-  std::printf("%s: ok in epoch %llu\n", me.c_str(), static_cast<unsigned long long>(v->epoch.number));
+  std::printf("%s: ok in epoch %llu\n", me.c_str(),
+              static_cast<unsigned long long>(v->epoch.number));
   std::fflush(stdout);
   (*n)->shutdown();
   if (auto s = w->shutdown(); !s) return check_failed(me, "shutdown: " + s.error().to_string());

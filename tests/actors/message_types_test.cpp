@@ -49,9 +49,9 @@ using ping_atom = caf::atom_constant<caf::atom("ping")>;
 TEST_CASE("built-in elements and a registered user type survive the round trip") {
   message_types types;
   REQUIRE(types.add<point>("point"));
-  auto m = caf::make_message(ping_atom::value, std::int32_t{-7}, std::uint64_t{1} << 40, 2.5,
-                             "hello"s, true, point{3, 4, "corner"},
-                             std::vector<std::string>{"a", "b"});
+  auto m =
+      caf::make_message(ping_atom::value, std::int32_t{-7}, std::uint64_t{1} << 40, 2.5, "hello"s,
+                        true, point{3, 4, "corner"}, std::vector<std::string>{"a", "b"});
   troupe::bytes out;
   REQUIRE(types.encode(m, out, nullptr));
   auto back = types.decode(out, nullptr);
@@ -125,7 +125,8 @@ TEST_CASE("truncated and corrupted message bytes fail with protocol_error, never
   message_types types;
   REQUIRE(types.add<point>("point"));
   troupe::bytes good;
-  REQUIRE(types.encode(caf::make_message("abc"s, point{1, 2, "p"}, std::int64_t{5}), good, nullptr));
+  REQUIRE(
+      types.encode(caf::make_message("abc"s, point{1, 2, "p"}, std::int64_t{5}), good, nullptr));
   for (std::size_t n = 0; n < good.size(); ++n) {
     auto r = types.decode(std::span(good).first(n), nullptr);
     CHECK_FALSE(r.has_value());

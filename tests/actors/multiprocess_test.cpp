@@ -72,7 +72,9 @@ struct driver {
     REQUIRE_MESSAGE(kv->wait(ready, 30s), "worker " << name << " did not publish its actors");
     return p;
   }
-  void let_leave(const std::string& name) { REQUIRE(kv->set("leave/" + name, std::string_view("1"))); }
+  void let_leave(const std::string& name) {
+    REQUIRE(kv->set("leave/" + name, std::string_view("1")));
+  }
 };
 
 template <class T>
@@ -86,12 +88,14 @@ expected<T> request(caf::actor_system& sys, const caf::actor& to, caf::message m
 }
 
 // Waits for the down message of `watched`; returns its reason, or nullopt on timeout.
-std::optional<caf::error> wait_down(caf::scoped_actor& self, const caf::actor& watched, duration limit) {
+std::optional<caf::error> wait_down(caf::scoped_actor& self, const caf::actor& watched,
+                                    duration limit) {
   std::optional<caf::error> reason;
-  self->receive([&](caf::down_msg& d) {
-                  if (d.source == watched.address()) reason = d.reason;
-                },
-                caf::after(limit) >> [] {});
+  self->receive(
+      [&](caf::down_msg& d) {
+        if (d.source == watched.address()) reason = d.reason;
+      },
+      caf::after(limit) >> [] {});
   return reason;
 }
 
@@ -102,8 +106,10 @@ TEST_CASE("requests and sends reach remote named actors in both directions") {
   pid_t w = d.start_worker("w1");
   auto echo = d.n->remote_actor("w1/echo");
   REQUIRE_MESSAGE(echo, (echo ? "" : echo.error().to_string()));
-  CHECK(request<std::int32_t>(*d.sys, *echo, caf::make_message(ping_atom::value, std::int32_t{6})).value() == 7);
-  CHECK(request<std::string>(*d.sys, *echo, caf::make_message(std::string("hello"))).value() == "hello");
+  CHECK(request<std::int32_t>(*d.sys, *echo, caf::make_message(ping_atom::value, std::int32_t{6}))
+            .value() == 7);
+  CHECK(request<std::string>(*d.sys, *echo, caf::make_message(std::string("hello"))).value() ==
+        "hello");
   auto p = request<point>(*d.sys, *echo, caf::make_message(point{1, 2, "p"}));
   REQUIRE(p);
   CHECK(p->x == 2);
@@ -145,16 +151,19 @@ TEST_CASE("messages from one sender arrive in the order they were sent") {
     // Plain sends leave in combined writes and run at the end of a read on the far side;
     // a request right behind them still sees every one of them.
     if (i % 250 == 249) {
-      auto so_far = request<std::vector<std::int32_t>>(*d.sys, *counter, caf::make_message(get_atom::value));
+      auto so_far =
+          request<std::vector<std::int32_t>>(*d.sys, *counter, caf::make_message(get_atom::value));
       if (!so_far || so_far->size() != static_cast<std::size_t>(i + 1)) ++wrong;
     }
   }
   CHECK(wrong == 0);
-  auto seen = request<std::vector<std::int32_t>>(*d.sys, *counter, caf::make_message(get_atom::value));
+  auto seen =
+      request<std::vector<std::int32_t>>(*d.sys, *counter, caf::make_message(get_atom::value));
   REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
   REQUIRE(seen->size() == static_cast<std::size_t>(n));
   bool in_order = true;
-  for (std::int32_t i = 0; i < n; ++i) in_order = in_order && (*seen)[static_cast<std::size_t>(i)] == i;
+  for (std::int32_t i = 0; i < n; ++i)
+    in_order = in_order && (*seen)[static_cast<std::size_t>(i)] == i;
   CHECK(in_order);
   d.let_leave("w1");
   CHECK(exited_zero(wait_children({w}, 20s)[w]));
@@ -200,7 +209,8 @@ TEST_CASE("a monitor fires when the remote actor exits, and a later request fail
   self->send(*mortal, quit_atom::value);
   auto reason = wait_down(self, *mortal, 10s);
   CHECK(reason.has_value());
-  auto late = request<std::int32_t>(*d.sys, *mortal, caf::make_message(ping_atom::value, std::int32_t{1}));
+  auto late =
+      request<std::int32_t>(*d.sys, *mortal, caf::make_message(ping_atom::value, std::int32_t{1}));
   CHECK_FALSE(late);
   d.let_leave("w1");
   CHECK(exited_zero(wait_children({w}, 20s)[w]));

@@ -45,14 +45,17 @@ typename Inspector::result_type inspect(Inspector& f, never_registered& n) {
   return f(n.v);
 }
 
-using calculator = caf::typed_actor<caf::replies_to<add_atom, std::int32_t, std::int32_t>::with<std::int32_t>>;
+using calculator =
+    caf::typed_actor<caf::replies_to<add_atom, std::int32_t, std::int32_t>::with<std::int32_t>>;
 
 /// Replies: (ping, n) -> n + 1; string -> same string; point -> point mirrored.
 inline caf::behavior echo_actor(caf::event_based_actor*) {
   return {
       [](ping_atom, std::int32_t n) { return n + 1; },
       [](const std::string& s) { return s; },
-      [](const point& p) { return point{p.y, p.x, p.label + "'"}; },
+      [](const point& p) {
+        return point{p.y, p.x, p.label + "'"};
+      },
   };
 }
 

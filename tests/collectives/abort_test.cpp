@@ -44,7 +44,9 @@ std::string check_aborted(const expected<void>& r, std::string_view op) {
 
 }  // namespace
 
-TEST_CASE("an aborted group fails its pending allreduce at once with the abort's error, and every later one too") {
+TEST_CASE(
+    "an aborted group fails its pending allreduce at once with the abort's error, and every later "
+    "one too") {
   std::atomic<bool> done{false};
   auto out = on_ranks(2, [&](process_group& g) -> std::string {
     if (g.rank() == 1) {

@@ -189,7 +189,9 @@ TEST_CASE("four ranks allreduce in a loop on the group of their epoch and every 
   j.stop_all({"worker0", "worker1", "worker2", "worker3"});
 }
 
-TEST_CASE("a rank killed with SIGKILL mid-loop fails the survivors' pending allreduce with membership_changed within the heartbeat timeout, and they go on at world 3") {
+TEST_CASE(
+    "a rank killed with SIGKILL mid-loop fails the survivors' pending allreduce with "
+    "membership_changed within the heartbeat timeout, and they go on at world 3") {
   job j;
   for (int r = 0; r < 4; ++r) j.start("worker" + std::to_string(r));
   const std::vector<std::string> survivors{"worker0", "worker1", "worker3"};
@@ -198,7 +200,8 @@ TEST_CASE("a rank killed with SIGKILL mid-loop fails the survivors' pending allr
   const auto after = j.running(survivors, 3);
   CHECK(after > before);
   for (const auto& s : survivors) {
-    j.check_changed(s, killed, {"left: worker2 (rank ", ", host ", "to epoch " + std::to_string(after)});
+    j.check_changed(s, killed,
+                    {"left: worker2 (rank ", ", host ", "to epoch " + std::to_string(after)});
     const auto resumed = j.resumed_ms(s, after, killed);
     CHECK(resumed < heartbeat_ms + slack_ms);
     MESSAGE(s, " completed its first allreduce at world 3 ", resumed, " ms after the SIGKILL");
@@ -215,11 +218,14 @@ TEST_CASE("a worker that joins a running job is in the next epoch's group, with 
   const std::vector<std::string> all{"worker0", "worker1", "worker2", "worker3"};
   j.running(all, 4);
   for (int r = 0; r < 3; ++r)
-    j.check_changed("worker" + std::to_string(r), joined, {"came: worker3 (rank 3, host "});  // joiners come last
+    j.check_changed("worker" + std::to_string(r), joined,
+                    {"came: worker3 (rank 3, host "});  // joiners come last
   j.stop_all(all);
 }
 
-TEST_CASE("a rank killed as another joins: the build for the join ends when the death's epoch arrives, and the job goes on at world 3") {
+TEST_CASE(
+    "a rank killed as another joins: the build for the join ends when the death's epoch arrives, "
+    "and the job goes on at world 3") {
   job j;
   for (int r = 0; r < 3; ++r) j.start("worker" + std::to_string(r));
   j.running({"worker0", "worker1", "worker2"}, 3);
@@ -260,7 +266,9 @@ TEST_CASE("the last survivor keeps working alone at world size 1") {
   j.stop_all({"worker1"});
 }
 
-TEST_CASE("a rank stopped with SIGSTOP is declared dead, the survivors go on, and once continued it finds itself out") {
+TEST_CASE(
+    "a rank stopped with SIGSTOP is declared dead, the survivors go on, and once continued it "
+    "finds itself out") {
   job j;
   for (int r = 0; r < 3; ++r) j.start("worker" + std::to_string(r));
   j.running({"worker0", "worker1", "worker2"}, 3);

@@ -72,7 +72,9 @@ TEST_CASE("an elastic group refuses a missing service, store or name, and an unk
   CHECK(svc->shutdown(5s));
 }
 
-TEST_CASE("two members in threads build their epoch's group, and a leave aborts it and rebuilds at world 1") {
+TEST_CASE(
+    "two members in threads build their epoch's group, and a leave aborts it and rebuilds at world "
+    "1") {
   auto s = std::make_shared<memory_store>();
   auto a = join_membership(s, "a");
   auto b = join_membership(s, "b");
@@ -95,8 +97,8 @@ TEST_CASE("two members in threads build their epoch's group, and a leave aborts 
   CHECK(va->group->name() == "elastic/epoch-2");
   // b leaves while a waits in an allreduce that b never joins.
   std::int32_t x = 5;
-  auto pending = va->group->allreduce(tensor_view{&x, dtype::int32, 1, device::cpu()},
-                                      {reduce_op::sum, 60s});
+  auto pending =
+      va->group->allreduce(tensor_view{&x, dtype::int32, 1, device::cpu()}, {reduce_op::sum, 60s});
   (*gb)->shutdown(5s);
   REQUIRE(b->shutdown(5s));
   auto r = pending.wait(20s);

@@ -22,6 +22,4 @@ TEST_CASE("rank processes with uneven inputs all finish with the right hooks at 
   }
 }
 
-TEST_CASE("rank processes in throw mode all stop with the join error") {
-  run_ranks("throws", 4);
-}
+TEST_CASE("rank processes in throw mode all stop with the join error") { run_ranks("throws", 4); }

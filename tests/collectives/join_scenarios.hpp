@@ -26,7 +26,8 @@ class all_reducer final : public joinable {
     notified_ += w->has_value() ? 1 : 0;
     for (std::int64_t k = 0; k < per_step_; ++k) {
       std::int32_t one = 1;
-      auto r = g_.allreduce({&one, dtype::int32, 1, device::cpu()}, {reduce_op::sum, 10s}).wait(15s);
+      auto r =
+          g_.allreduce({&one, dtype::int32, 1, device::cpu()}, {reduce_op::sum, 10s}).wait(15s);
       if (!r) return r;
       seen.push_back(one);
     }
@@ -112,8 +113,7 @@ inline std::string join_uneven(process_group& g) {
   if (a.seen != want || b.seen != want) return "an all-reduce did not count the active ranks";
   if (a.notified_ != mine || b.notified_ != 0) return "not only the first joinable notified";
   if (a.main_hooks != most - mine || b.main_hooks != most - mine)
-    return strcat("main hooks ran ", a.main_hooks, "/", b.main_hooks, " times, not ",
-                  most - mine);
+    return strcat("main hooks ran ", a.main_hooks, "/", b.main_hooks, " times, not ", most - mine);
   if (j->shadowed_iterations() != most - mine) return "shadowed_iterations is wrong";
   if (a.post_hooks != 1 || b.post_hooks != 1) return "post hooks did not run once";
   if (a.last_joiner != (mine == most) || b.last_joiner != (mine == most))

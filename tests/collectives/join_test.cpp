@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "join_scenarios.hpp"
-#include "thread_ranks.hpp"
 #include "store/memory_store.hpp"
+#include "thread_ranks.hpp"
 
 using namespace troupe;
 using namespace troupe::collectives;

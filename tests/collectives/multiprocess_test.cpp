@@ -84,10 +84,10 @@ TEST_CASE("a gloo member on another host that would bind loopback fails the grou
   ranks r;
   // Rank 1 runs under another host name (a UTS namespace) in this network namespace: both
   // ranks would bind 127.0.0.1, which a real second host could never reach.
-  r.pids.push_back(start_process({"/usr/bin/unshare", "--uts", "/bin/sh", "-c",
-                                  "hostname troupe-other-host && exec \"$0\" \"$@\"",
-                                  TROUPE_COLLECTIVES_TEST_WORKER, "ops", r.server->url(), "1",
-                                  "2"}));
+  r.pids.push_back(
+      start_process({"/usr/bin/unshare", "--uts", "/bin/sh", "-c",
+                     "hostname troupe-other-host && exec \"$0\" \"$@\"",
+                     TROUPE_COLLECTIVES_TEST_WORKER, "ops", r.server->url(), "1", "2"}));
   REQUIRE(r.pids.back() > 0);
   troupe::collectives::world_options o;
   o.rank = 0;

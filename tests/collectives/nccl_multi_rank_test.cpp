@@ -49,7 +49,9 @@ class host_mirror final : public process_group {
   }
 
   std::string_view backend_name() const noexcept override { return inner_->backend_name(); }
-  bool supports(dtype type, reduce_op op) const noexcept override { return inner_->supports(type, op); }
+  bool supports(dtype type, reduce_op op) const noexcept override {
+    return inner_->supports(type, op);
+  }
 
   work allreduce(tensor_view t, const allreduce_options& o) override {
     return in_place(t, [&](tensor_view d) { return inner_->allreduce(d, o); });
@@ -61,7 +63,8 @@ class host_mirror final : public process_group {
     return in_place(t, [&](tensor_view d) { return inner_->reduce(d, o); });
   }
   work allgather(tensor_view in, tensor_view out, const allgather_options& o) override {
-    return in_out(in, out, [&](tensor_view i, tensor_view u) { return inner_->allgather(i, u, o); });
+    return in_out(in, out,
+                  [&](tensor_view i, tensor_view u) { return inner_->allgather(i, u, o); });
   }
   work gather(tensor_view in, tensor_view out, const gather_options& o) override {
     return in_out(in, out, [&](tensor_view i, tensor_view u) { return inner_->gather(i, u, o); });
@@ -70,10 +73,12 @@ class host_mirror final : public process_group {
     return in_out(in, out, [&](tensor_view i, tensor_view u) { return inner_->scatter(i, u, o); });
   }
   work reduce_scatter(tensor_view in, tensor_view out, const reduce_scatter_options& o) override {
-    return in_out(in, out, [&](tensor_view i, tensor_view u) { return inner_->reduce_scatter(i, u, o); });
+    return in_out(in, out,
+                  [&](tensor_view i, tensor_view u) { return inner_->reduce_scatter(i, u, o); });
   }
   work all_to_all(tensor_view in, tensor_view out, const all_to_all_options& o) override {
-    return in_out(in, out, [&](tensor_view i, tensor_view u) { return inner_->all_to_all(i, u, o); });
+    return in_out(in, out,
+                  [&](tensor_view i, tensor_view u) { return inner_->all_to_all(i, u, o); });
   }
   work barrier(const barrier_options& o) override { return inner_->barrier(o); }
   work send(tensor_view t, int dst, const p2p_options& o) override {
@@ -161,11 +166,14 @@ TROUPE_TEST_PEER_ROLE("nccl_rank", rank_role);
 
 }  // namespace
 
-TEST_CASE("nccl groups of several ranks, one GPU each, run every operation on every dtype with host-checked values") {
+TEST_CASE(
+    "nccl groups of several ranks, one GPU each, run every operation on every dtype with "
+    "host-checked values") {
   auto n = cuda_device_count();
   if (!n) TROUPE_SKIP_TEST("no usable CUDA device: " + n.error().to_string());
   if (*n < 2)
-    TROUPE_SKIP_TEST(strcat("needs at least 2 GPUs (NCCL refuses two ranks on one GPU); this machine has ", *n));
+    TROUPE_SKIP_TEST(
+        strcat("needs at least 2 GPUs (NCCL refuses two ranks on one GPU); this machine has ", *n));
   for (int world = 2; world <= std::min(*n, 4); world += 2) {
     CAPTURE(world);
     auto server = tcp_store_server::start({});

@@ -14,10 +14,9 @@
 namespace troupe::collectives::testing {
 
 inline const std::vector<dtype>& all_dtypes() {
-  static const std::vector<dtype> v{dtype::float32, dtype::float64, dtype::float16,
-                                    dtype::bfloat16, dtype::int32,  dtype::int64,
-                                    dtype::uint8,   dtype::int8,    dtype::int16,
-                                    dtype::boolean};
+  static const std::vector<dtype> v{dtype::float32, dtype::float64, dtype::float16, dtype::bfloat16,
+                                    dtype::int32,   dtype::int64,   dtype::uint8,   dtype::int8,
+                                    dtype::int16,   dtype::boolean};
   return v;
 }
 
@@ -189,12 +188,13 @@ inline std::string run_op_suite(process_group& g, duration timeout) {
         if (auto e = refused(std::move(w), "reduce max", t); !e.empty()) return e;
       } else if (auto e = wait(std::move(w), "reduce"); !e.empty()) {
         return e;
-      } else for (std::size_t i = 0; i < k; ++i) {
-        double want = ident(me, i);
-        if (me == 0)
-          for (int r = 0; r < n; ++r) want = std::max(want, ident(r, i));
-        if (b.get(i) != want) return mismatch("reduce", t, i, b.get(i), want);
-      }
+      } else
+        for (std::size_t i = 0; i < k; ++i) {
+          double want = ident(me, i);
+          if (me == 0)
+            for (int r = 0; r < n; ++r) want = std::max(want, ident(r, i));
+          if (b.get(i) != want) return mismatch("reduce", t, i, b.get(i), want);
+        }
     }
     // allgather and gather (to the middle rank)
     for (bool all : {true, false}) {
@@ -232,11 +232,12 @@ inline std::string run_op_suite(process_group& g, duration timeout) {
         if (auto e = refused(std::move(w), "reduce_scatter sum", t); !e.empty()) return e;
       } else if (auto e = wait(std::move(w), "reduce_scatter"); !e.empty()) {
         return e;
-      } else for (std::size_t i = 0; i < k; ++i) {
-        double want = 0;
-        for (int r = 0; r < n; ++r) want += operand(r, static_cast<std::size_t>(me) * k + i);
-        if (out.get(i) != want) return mismatch("reduce_scatter", t, i, out.get(i), want);
-      }
+      } else
+        for (std::size_t i = 0; i < k; ++i) {
+          double want = 0;
+          for (int r = 0; r < n; ++r) want += operand(r, static_cast<std::size_t>(me) * k + i);
+          if (out.get(i) != want) return mismatch("reduce_scatter", t, i, out.get(i), want);
+        }
     }
     // all_to_all, equal blocks: element i of the block for rank j is (me * 7 + j + i) % 64
     {

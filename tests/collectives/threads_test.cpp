@@ -12,8 +12,8 @@
 #include "collectives/autograd_all_to_all.hpp"
 #include "collectives/group.hpp"
 #include "op_suite.hpp"
-#include "thread_ranks.hpp"
 #include "store/memory_store.hpp"
+#include "thread_ranks.hpp"
 
 using namespace std::chrono_literals;
 using namespace troupe;
@@ -261,7 +261,8 @@ TEST_CASE("a float sum is folded in rank order, bit for bit the same on every ra
   // Values whose sums round differently in another order; sizes for the one-step
   // exchange, the pipelined path, and a pipeline long enough to reuse its receive slots.
   auto value = [](int rank, std::size_t k) {
-    return static_cast<float>(std::sin(0.001 * static_cast<double>(k) + rank) * 1000.0 + 0.1 * rank);
+    return static_cast<float>(std::sin(0.001 * static_cast<double>(k) + rank) * 1000.0 +
+                              0.1 * rank);
   };
   auto out = on_ranks(3, [&](process_group& g) -> std::string {
     for (std::size_t n : {std::size_t{1000}, std::size_t{3 * 131072 + 7}, std::size_t{2621451}}) {
@@ -298,7 +299,8 @@ TEST_CASE("large allreduces split unevenly over three ranks give every rank the 
       }
       if (auto r = g.allreduce(tensor_view::of(std::span(f)), {reduce_op::sum, 10s}).wait(15s); !r)
         return r.error().to_string();
-      if (auto r = g.allreduce(tensor_view::of(std::span(i64)), {reduce_op::max, 10s}).wait(15s); !r)
+      if (auto r = g.allreduce(tensor_view::of(std::span(i64)), {reduce_op::max, 10s}).wait(15s);
+          !r)
         return r.error().to_string();
       if (auto r = g.allreduce(tensor_view::of(std::span(d)), {reduce_op::avg, 10s}).wait(15s); !r)
         return r.error().to_string();
@@ -356,7 +358,9 @@ TEST_CASE("a collective whose waiter finds it next in line may run on the waitin
   for (auto& m : out) CHECK(m == "");
 }
 
-TEST_CASE("a small collective that its caller never waits for still runs, so a peer that waits is not held up") {
+TEST_CASE(
+    "a small collective that its caller never waits for still runs, so a peer that waits is not "
+    "held up") {
   // The group holds a small collective back a moment for its waiter; with no waiter, its
   // worker must start it by itself. Rank 0 does not touch its work until rank 1 is done.
   std::atomic<bool> peer_done{false};

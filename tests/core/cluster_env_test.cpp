@@ -98,17 +98,23 @@ TEST_CASE("a single process with RANK and WORLD_SIZE alone needs no store") {
 }
 
 TEST_CASE("every launcher's attempt gets its own store scope, so restarts never meet old records") {
-  vars troupe_run{{"TROUPE_RUN_ID", "r1"},       {"RANK", "0"},
-                  {"WORLD_SIZE", "2"},           {"TROUPE_STORE_URL", "tcp://127.0.0.1:4000"},
-                  {"TROUPE_RESTART_COUNT", "1"}, {"TROUPE_ROUND", "3"},
+  vars troupe_run{{"TROUPE_RUN_ID", "r1"},
+                  {"RANK", "0"},
+                  {"WORLD_SIZE", "2"},
+                  {"TROUPE_STORE_URL", "tcp://127.0.0.1:4000"},
+                  {"TROUPE_RESTART_COUNT", "1"},
+                  {"TROUPE_ROUND", "3"},
                   {"TROUPE_STORE_PREFIX", "troupe-run/r1/workers/3"}};
   CHECK(detect_cluster_env(troupe_run).value().store_scope == "troupe-run/r1/workers/3");
   troupe_run.erase("TROUPE_STORE_PREFIX");  // a multi-node static job: no store offered
   CHECK(detect_cluster_env(troupe_run).value().store_scope == "troupe-run/r1/round-3");
 
-  vars torchrun{{"TORCHELASTIC_RUN_ID", "job"},       {"RANK", "1"},
-                {"WORLD_SIZE", "2"},                  {"MASTER_ADDR", "127.0.0.1"},
-                {"MASTER_PORT", "29500"},             {"TORCHELASTIC_RESTART_COUNT", "2"}};
+  vars torchrun{{"TORCHELASTIC_RUN_ID", "job"},
+                {"RANK", "1"},
+                {"WORLD_SIZE", "2"},
+                {"MASTER_ADDR", "127.0.0.1"},
+                {"MASTER_PORT", "29500"},
+                {"TORCHELASTIC_RESTART_COUNT", "2"}};
   CHECK(detect_cluster_env(torchrun).value().store_scope == "torchrun/job/attempt-2");
 
   vars slurm{{"SLURM_PROCID", "0"},
@@ -138,8 +144,11 @@ TEST_CASE("TROUPE_STORE_URL names the store under any launcher; else rank 0 host
 }
 
 TEST_CASE("under torchrun's agent store, troupe's store takes the port after MASTER_PORT") {
-  vars v{{"TORCHELASTIC_RUN_ID", "job"}, {"RANK", "0"},         {"WORLD_SIZE", "2"},
-         {"MASTER_ADDR", "h"},           {"MASTER_PORT", "29500"},
+  vars v{{"TORCHELASTIC_RUN_ID", "job"},
+         {"RANK", "0"},
+         {"WORLD_SIZE", "2"},
+         {"MASTER_ADDR", "h"},
+         {"MASTER_PORT", "29500"},
          {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
   CHECK(detect_cluster_env(v).value().store_url == "tcp://h:29501");
   v["MASTER_PORT"] = "65535";

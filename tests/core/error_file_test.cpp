@@ -15,8 +15,8 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path fresh_file(const char* name) {
-  auto p = fs::temp_directory_path() / (std::string("troupe-errfile-") + name + "-" +
-                                        std::to_string(::getpid()) + ".json");
+  auto p = fs::temp_directory_path() /
+           (std::string("troupe-errfile-") + name + "-" + std::to_string(::getpid()) + ".json");
   fs::remove(p);
   return p;
 }
@@ -33,8 +33,8 @@ TEST_CASE("record_error writes torchrun's layout and read_error_file reads it ba
   std::ifstream in(file);
   std::stringstream json;
   json << in.rdbuf();
-  CHECK(json.str().rfind("{\"message\": {\"message\": \"bad \\\"value\\\"\\n\\tat\\\\here \\u0001\"",
-                         0) == 0);
+  CHECK(json.str().rfind(
+            "{\"message\": {\"message\": \"bad \\\"value\\\"\\n\\tat\\\\here \\u0001\"", 0) == 0);
   auto c = read_error_file(file.string());
   CHECK(c.message == message);
   CHECK(std::strtoll(c.timestamp.c_str(), nullptr, 10) > 1'600'000'000);

@@ -12,7 +12,10 @@ namespace {
 // A host with a loopback, one private network and a name that resolves to it.
 host_facts two_interfaces(std::vector<std::string> name_resolves_to = {"10.9.0.2"}) {
   host_facts f;
-  f.interfaces = {{"lo", "127.0.0.1"}, {"lo", "::1"}, {"eth0", "10.9.0.2"}, {"eth0", "fe80::1"},
+  f.interfaces = {{"lo", "127.0.0.1"},
+                  {"lo", "::1"},
+                  {"eth0", "10.9.0.2"},
+                  {"eth0", "fe80::1"},
                   {"ib0", "fe80::2"}};
   f.host_name = "node7";
   f.host_name_addresses = std::move(name_resolves_to);
@@ -75,7 +78,8 @@ TEST_CASE("TROUPE_SOCKET_IFNAME picks its interface's first IPv4 address") {
   CHECK(decide_local_address(v, two_interfaces()).value() == "127.0.0.1");
 }
 
-TEST_CASE("an interface that does not exist, or has no IPv4 address, is an error naming the setting") {
+TEST_CASE(
+    "an interface that does not exist, or has no IPv4 address, is an error naming the setting") {
   auto v = ranks(2);
   v["TROUPE_SOCKET_IFNAME"] = "nosuch0";
   auto a = decide_local_address(v, two_interfaces());
@@ -92,8 +96,11 @@ TEST_CASE("an interface that does not exist, or has no IPv4 address, is an error
 
 TEST_CASE("a job whose ranks all run on this host stays on loopback") {
   CHECK(decide_local_address(ranks(4), two_interfaces()).value() == "127.0.0.1");
-  vars slurm{{"SLURM_PROCID", "1"},   {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "1"},
-             {"SLURM_JOB_ID", "42"}, {"SLURM_STEP_NODELIST", "localhost"}};
+  vars slurm{{"SLURM_PROCID", "1"},
+             {"SLURM_NTASKS", "2"},
+             {"SLURM_NNODES", "1"},
+             {"SLURM_JOB_ID", "42"},
+             {"SLURM_STEP_NODELIST", "localhost"}};
   CHECK(decide_local_address(slurm, two_interfaces()).value() == "127.0.0.1");
   slurm["SLURM_NNODES"] = "2";
   CHECK(decide_local_address(slurm, two_interfaces()).value() == "10.9.0.2");

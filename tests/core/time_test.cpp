@@ -22,7 +22,8 @@ TEST_CASE("durations parse with units and print in the shortest exact unit") {
 }
 
 TEST_CASE("bad durations are refused with the input quoted") {
-  for (const char* text : {"", "-1s", "abc", "5 parsecs", "10d", "99999999999999999999h", "1.", "1.s", ".", "0.1.2"}) {
+  for (const char* text :
+       {"", "-1s", "abc", "5 parsecs", "10d", "99999999999999999999h", "1.", "1.s", ".", "0.1.2"}) {
     auto d = parse_duration(text);
     CHECK_MESSAGE(!d, text);
     if (!d) CHECK(d.error().message().find(std::string("'") + text + "'") != std::string::npos);

@@ -64,8 +64,8 @@ bool block_of(const std::string& doc, std::string& block, std::size_t& from, std
 std::map<std::string, std::string> names_in_sources(const fs::path& root) {
   static const std::regex token("TROUPE_[A-Z0-9_]+");
   std::map<std::string, std::string> out;
-  for (const char* dir :
-       {"core", "devicemap", "store", "membership", "rpc", "collectives", "actors", "launcher", "world"}) {
+  for (const char* dir : {"core", "devicemap", "store", "membership", "rpc", "collectives",
+                          "actors", "launcher", "world"}) {
     if (!fs::exists(root / dir)) continue;
     for (const auto& f : fs::recursive_directory_iterator(root / dir)) {
       const auto ext = f.path().extension();

@@ -46,7 +46,8 @@ void mutate(input& in, std::mt19937_64& rng) {
       in.resize(pick(in.size() + 1));  // truncate
       break;
     default: {
-      static constexpr std::uint32_t boundary[] = {0, 1, 0x7f, 0xff, 0xffff, 0x7fffffff, 0xffffffff};
+      static constexpr std::uint32_t boundary[] = {0,      1,          0x7f,      0xff,
+                                                   0xffff, 0x7fffffff, 0xffffffff};
       if (in.size() >= 4) {
         std::uint32_t v = boundary[rng() % std::size(boundary)];
         std::memcpy(in.data() + pick(in.size() - 3), &v, 4);

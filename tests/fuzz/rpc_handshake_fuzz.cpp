@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <string>
 
+#include "core/worker_info.hpp"
 #include "fuzz/fuzz_seeds.hpp"
 #include "rpc/serializer.hpp"
 #include "rpc/wire.hpp"
-#include "core/worker_info.hpp"
 
 using namespace troupe::rpc;
 using troupe::worker_info;

@@ -129,12 +129,30 @@ TEST_CASE("help documents every flag of the launcher") {
   auto o = parse({"--help"});
   CHECK(!o.config);
   CHECK(o.exit_code == 0);
-  for (const char* flag :
-       {"--nnodes", "--nproc-per-node", "--node-rank", "--rdzv-backend", "--rdzv-endpoint",
-        "--rdzv-id", "--rdzv-conf", "--standalone", "--max-restarts", "--monitor-interval",
-        "--role", "--log-dir", "--redirects", "--tee", "--master-addr", "--master-port",
-        "--local-ranks-filter", "--metrics-port", "--start-method", "--no-python", "--version", "PET_",
-        "TROUPE_ERROR_FILE", "TORCHELASTIC_ERROR_FILE"})
+  for (const char* flag : {"--nnodes",
+                           "--nproc-per-node",
+                           "--node-rank",
+                           "--rdzv-backend",
+                           "--rdzv-endpoint",
+                           "--rdzv-id",
+                           "--rdzv-conf",
+                           "--standalone",
+                           "--max-restarts",
+                           "--monitor-interval",
+                           "--role",
+                           "--log-dir",
+                           "--redirects",
+                           "--tee",
+                           "--master-addr",
+                           "--master-port",
+                           "--local-ranks-filter",
+                           "--metrics-port",
+                           "--start-method",
+                           "--no-python",
+                           "--version",
+                           "PET_",
+                           "TROUPE_ERROR_FILE",
+                           "TORCHELASTIC_ERROR_FILE"})
     CHECK_MESSAGE(o.message.find(flag) != std::string::npos, flag);
 }
 

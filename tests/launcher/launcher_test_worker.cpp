@@ -30,8 +30,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <string>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -192,8 +192,7 @@ int main(int argc, char** argv) {
     auto& scoped = job.scoped;
     auto& svc = job.svc;
     const std::string restart = env("TROUPE_RESTART_COUNT");
-    std::ofstream(dir + "/elastic.rank" + env("RANK") + ".restart" + restart)
-        << ::getpid() << '\n';
+    std::ofstream(dir + "/elastic.rank" + env("RANK") + ".restart" + restart) << ::getpid() << '\n';
     std::printf("elastic: worker%s pid %d restart %s joined\n", env("RANK").c_str(),
                 static_cast<int>(::getpid()), restart.c_str());
     std::fflush(stdout);
@@ -242,8 +241,8 @@ int main(int argc, char** argv) {
     ::sigaction(SIGTERM, &sa, nullptr);
     // The heartbeat timeout from TROUPE_HEARTBEAT_TIMEOUT (the service's default).
     joined_job job;
-    if (int failed = join_job_membership(job, std::chrono::milliseconds(0),
-                                         std::chrono::milliseconds(0)))
+    if (int failed =
+            join_job_membership(job, std::chrono::milliseconds(0), std::chrono::milliseconds(0)))
       return failed;
     auto& svc = job.svc;
     const std::string file = dir + "/members.rank" + env("RANK");

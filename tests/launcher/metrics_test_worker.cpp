@@ -54,12 +54,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rank %d: add on %s failed\n", rank, next.c_str());
       return 3;
     }
-    if (auto r = w->group().allreduce({payload.data(), dtype::float32, payload.size()}).wait(o.timeout); !r) {
+    if (auto r =
+            w->group().allreduce({payload.data(), dtype::float32, payload.size()}).wait(o.timeout);
+        !r) {
       std::fprintf(stderr, "rank %d: allreduce: %s\n", rank, r.error().to_string().c_str());
       return 3;
     }
     std::fill(payload.begin(), payload.end(), 1.0f);
-    std::int32_t stop = std::filesystem::exists(stop_file) || std::chrono::steady_clock::now() > until;
+    std::int32_t stop =
+        std::filesystem::exists(stop_file) || std::chrono::steady_clock::now() > until;
     if (auto r = w->group().allreduce({&stop, dtype::int32, 1}).wait(o.timeout); !r) {
       std::fprintf(stderr, "rank %d: stop allreduce: %s\n", rank, r.error().to_string().c_str());
       return 3;

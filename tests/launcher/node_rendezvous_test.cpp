@@ -286,8 +286,9 @@ bool follow_for(node_rendezvous& r, duration for_how_long, std::string& news) {
 
 }  // namespace
 
-TEST_CASE("with open rounds a late node enters the running round with the next ranks and "
-          "nobody re-forms") {
+TEST_CASE(
+    "with open rounds a late node enters the running round with the next ranks and "
+    "nobody re-forms") {
   memory_store s;
   auto rs = open_round_settings(10s);
   node_rendezvous a(s, rs);
@@ -329,8 +330,9 @@ TEST_CASE("with open rounds a late node enters the running round with the next r
   CHECK(a.running().workers == 4);
 }
 
-TEST_CASE("with open rounds a full round takes a late node once another leaves, and fewer "
-          "than MIN nodes re-form the world") {
+TEST_CASE(
+    "with open rounds a full round takes a late node once another leaves, and fewer "
+    "than MIN nodes re-form the world") {
   memory_store s;
   auto rs = open_round_settings(10s);
   node_rendezvous a(s, rs);

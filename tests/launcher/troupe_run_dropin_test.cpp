@@ -18,8 +18,8 @@ const std::string worker = TROUPE_LAUNCHER_TEST_WORKER;
 
 std::vector<std::string> standalone(const fs::path& dir, std::vector<std::string> extra,
                                     const std::string& mode = "env") {
-  std::vector<std::string> args{troupe_run, "--standalone", "--log-dir", (dir / "logs").string(),
-                                "--stop-grace", "2s"};
+  std::vector<std::string> args{
+      troupe_run, "--standalone", "--log-dir", (dir / "logs").string(), "--stop-grace", "2s"};
   args.insert(args.end(), extra.begin(), extra.end());
   args.insert(args.end(), {worker, mode, dir.string()});
   return args;
@@ -89,7 +89,8 @@ TEST_CASE("a bad PET_ value is refused naming the flag") {
   CHECK(has(p->text(), "--nnodes: '4:2'"));
 }
 
-TEST_CASE("--version prints the version and torchrun's --no-python and --start-method are accepted") {
+TEST_CASE(
+    "--version prints the version and torchrun's --no-python and --start-method are accepted") {
   auto dir = fresh_dir("dropin-version");
   auto v = start({troupe_run, "--version"}, dir / "version.txt");
   REQUIRE(v->wait(10s));
@@ -131,9 +132,9 @@ TEST_CASE("runs without an id get fresh ids and the start line names the id and 
   for (int i = 0; i < 2; ++i) {
     auto dir = fresh_dir("dropin-id" + std::to_string(i));
     const auto logs = (dir / "logs").string();
-    auto p = start({troupe_run, "--nproc-per-node", "1", "--log-dir", logs, worker, "env",
-                    dir.string()},
-                   dir / "out.txt");
+    auto p =
+        start({troupe_run, "--nproc-per-node", "1", "--log-dir", logs, worker, "env", dir.string()},
+              dir / "out.txt");
     REQUIRE(p->wait(20s));
     const auto text = p->text();
     INFO(text);
@@ -160,10 +161,10 @@ TEST_CASE("a missing program fails before the rendezvous with exit code 2") {
   auto dir = fresh_dir("dropin-noprog");
   // A node of a two-node job: were the program checked only after the rendezvous, this run
   // would wait for the second node until the join timeout.
-  auto p = start({troupe_run, "--nnodes", "2", "--rdzv-backend", "store", "--rdzv-endpoint",
-                  "127.0.0.1:1", "--rdzv-id", "j", "--rdzv-conf", "timeout=60s",
-                  "no-such-program-anywhere"},
-                 dir / "out.txt");
+  auto p = start(
+      {troupe_run, "--nnodes", "2", "--rdzv-backend", "store", "--rdzv-endpoint", "127.0.0.1:1",
+       "--rdzv-id", "j", "--rdzv-conf", "timeout=60s", "no-such-program-anywhere"},
+      dir / "out.txt");
   REQUIRE(p->wait(30s));
   CHECK(p->exit_code() == 2);
   CHECK(has(p->text(), "'no-such-program-anywhere' is not found on PATH"));
@@ -199,8 +200,9 @@ TEST_CASE("an unknown --rdzv-conf key is refused listing every known key") {
   CHECK(has(text, "heartbeat_timeout"));
 }
 
-TEST_CASE("etcd endpoints: http:// and https:// are accepted, and etcd's TLS keys need the etcd "
-          "backend and files that exist") {
+TEST_CASE(
+    "etcd endpoints: http:// and https:// are accepted, and etcd's TLS keys need the etcd "
+    "backend and files that exist") {
   auto dir = fresh_dir("dropin-etcd");
   auto p = start({troupe_run, "--rdzv-backend", "store", "--rdzv-endpoint", "https://127.0.0.1:1",
                   "--rdzv-id", "j", worker, "env", dir.string()},
@@ -210,18 +212,18 @@ TEST_CASE("etcd endpoints: http:// and https:// are accepted, and etcd's TLS key
   CHECK(has(p->text(), "TLS"));
   CHECK(has(p->text(), "--rdzv-backend etcd"));
 
-  auto missing = start({troupe_run, "--rdzv-backend", "etcd", "--rdzv-endpoint",
-                        "https://127.0.0.1:1", "--rdzv-id", "j", "--rdzv-conf",
-                        "cacert=/nonexistent/ca.pem", worker, "env", dir.string()},
-                       dir / "missing.txt");
+  auto missing = start(
+      {troupe_run, "--rdzv-backend", "etcd", "--rdzv-endpoint", "https://127.0.0.1:1", "--rdzv-id",
+       "j", "--rdzv-conf", "cacert=/nonexistent/ca.pem", worker, "env", dir.string()},
+      dir / "missing.txt");
   REQUIRE(missing->wait(10s));
   CHECK(missing->exit_code() == 2);
   CHECK(has(missing->text(), "/nonexistent/ca.pem"));
 
-  auto wrong_backend = start({troupe_run, "--rdzv-backend", "store", "--rdzv-endpoint",
-                              "127.0.0.1:1", "--rdzv-id", "j", "--rdzv-conf", "user=trainer",
-                              worker, "env", dir.string()},
-                             dir / "wrong.txt");
+  auto wrong_backend =
+      start({troupe_run, "--rdzv-backend", "store", "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-id",
+             "j", "--rdzv-conf", "user=trainer", worker, "env", dir.string()},
+            dir / "wrong.txt");
   REQUIRE(wrong_backend->wait(10s));
   CHECK(wrong_backend->exit_code() == 2);
   CHECK(has(wrong_backend->text(), "applies to --rdzv-backend etcd only"));

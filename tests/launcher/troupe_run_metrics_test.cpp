@@ -69,7 +69,8 @@ http_reply http_exchange(int port, const std::string& request) {
 }
 
 http_reply get(int port, const std::string& path) {
-  return http_exchange(port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  return http_exchange(port,
+                       "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
 }
 
 // The port troupe-run printed ("... (port N)"), or 0 while it has not.
@@ -108,14 +109,13 @@ struct parsed {
 
 parsed parse_with_prometheus_client(const std::string& text, const fs::path& dir) {
   const auto in = dir / "scrape.txt";
-  {
-    std::ofstream(in) << text;
-  }
+  { std::ofstream(in) << text; }
   auto p = start({"/usr/bin/python3", parser, in.string()}, dir / "parsed.txt");
   REQUIRE(p->wait(30s));
   INFO(p->text());
-  REQUIRE_MESSAGE(p->exit_code() != 3, "python3-prometheus-client is missing: apt-get install "
-                                       "python3-prometheus-client (scripts/install-deps.sh)");
+  REQUIRE_MESSAGE(p->exit_code() != 3,
+                  "python3-prometheus-client is missing: apt-get install "
+                  "python3-prometheus-client (scripts/install-deps.sh)");
   REQUIRE(p->exit_code() == 0);
   parsed out;
   std::istringstream lines(p->text());
@@ -138,9 +138,9 @@ parsed parse_with_prometheus_client(const std::string& text, const fs::path& dir
 
 std::vector<std::string> job(const fs::path& dir, const std::string& port,
                              std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{troupe_run,  "--standalone",          "--nproc-per-node", "2",
-                                "--metrics-port", port, "--log-dir", (dir / "logs").string(),
-                                "--stop-grace", "2s"};
+  std::vector<std::string> args{
+      troupe_run,  "--standalone",          "--nproc-per-node", "2", "--metrics-port", port,
+      "--log-dir", (dir / "logs").string(), "--stop-grace",     "2s"};
   args.insert(args.end(), extra.begin(), extra.end());
   args.insert(args.end(), {worker, (dir / "stop").string()});
   return args;
@@ -156,14 +156,17 @@ TEST_CASE("a job's metrics are served in Prometheus text format, and its counter
 
   // Both workers have pushed a snapshot with RPC and collective metrics.
   std::string first;
-  REQUIRE_MESSAGE(eventually([&] {
-                    first = get(port, "/metrics").body;
-                    return first.find("troupe_rpc_client_calls_total{rank=\"1\"}") != std::string::npos &&
-                           first.find("troupe_rpc_client_calls_total{rank=\"0\"}") != std::string::npos &&
-                           first.find("troupe_collective_seconds_bucket{rank=\"1\",op=\"allreduce\"") !=
-                               std::string::npos;
-                  }, 30s),
-                  first, "\n", p->text());
+  REQUIRE_MESSAGE(
+      eventually(
+          [&] {
+            first = get(port, "/metrics").body;
+            return first.find("troupe_rpc_client_calls_total{rank=\"1\"}") != std::string::npos &&
+                   first.find("troupe_rpc_client_calls_total{rank=\"0\"}") != std::string::npos &&
+                   first.find("troupe_collective_seconds_bucket{rank=\"1\",op=\"allreduce\"") !=
+                       std::string::npos;
+          },
+          30s),
+      first, "\n", p->text());
   const auto a = parse_with_prometheus_client(first, dir);
   INFO(first);
   // The parser strips _total from a counter's family name and keeps it on the samples.
@@ -197,12 +200,14 @@ TEST_CASE("a job's metrics are served in Prometheus text format, and its counter
 
   // A second scrape, once the workers have pushed again: the counters grew.
   parsed b;
-  REQUIRE(eventually([&] {
-    b = parse_with_prometheus_client(get(port, "/metrics").body, dir);
-    return b.sum("troupe_rpc_client_calls_total") > a.sum("troupe_rpc_client_calls_total") &&
-           b.sum("troupe_collective_calls_total", "op=allreduce") >
-               a.sum("troupe_collective_calls_total", "op=allreduce");
-  }, 20s));
+  REQUIRE(eventually(
+      [&] {
+        b = parse_with_prometheus_client(get(port, "/metrics").body, dir);
+        return b.sum("troupe_rpc_client_calls_total") > a.sum("troupe_rpc_client_calls_total") &&
+               b.sum("troupe_collective_calls_total", "op=allreduce") >
+                   a.sum("troupe_collective_calls_total", "op=allreduce");
+      },
+      20s));
   CHECK(b.sum("troupe_rpc_server_calls_total") > a.sum("troupe_rpc_server_calls_total"));
   CHECK(b.sum("troupe_rpc_sent_bytes_total") > a.sum("troupe_rpc_sent_bytes_total"));
   CHECK(b.sum("troupe_rpc_received_bytes_total") > a.sum("troupe_rpc_received_bytes_total"));
@@ -262,12 +267,14 @@ TEST_CASE("after a worker fails and the group restarts, /metrics and /status cou
   REQUIRE_MESSAGE(eventually([&] { return (port = printed_port(*p)) > 0; }, 20s), p->text());
   // The restarted workers report, as the second attempt of the run.
   nlohmann::json j;
-  REQUIRE_MESSAGE(eventually([&] {
-                    auto r = get(port, "/status");
-                    if (r.status != 200) return false;
-                    j = nlohmann::json::parse(r.body);
-                    return j.at("restarts") == 1 && j.at("workers_running") == 2;
-                  }, 30s),
+  REQUIRE_MESSAGE(eventually(
+                      [&] {
+                        auto r = get(port, "/status");
+                        if (r.status != 200) return false;
+                        j = nlohmann::json::parse(r.body);
+                        return j.at("restarts") == 1 && j.at("workers_running") == 2;
+                      },
+                      30s),
                   p->text());
   CHECK(j.at("attempt") == 1);
   CHECK(j.at("rounds") == 2);
@@ -277,10 +284,12 @@ TEST_CASE("after a worker fails and the group restarts, /metrics and /status cou
     CHECK(w.at("logs").get<std::string>().find("attempt_1") != std::string::npos);
   }
   std::string text;
-  REQUIRE(eventually([&] {
-    text = get(port, "/metrics").body;
-    return text.find("troupe_rpc_client_calls_total{rank=\"1\"}") != std::string::npos;
-  }, 30s));
+  REQUIRE(eventually(
+      [&] {
+        text = get(port, "/metrics").body;
+        return text.find("troupe_rpc_client_calls_total{rank=\"1\"}") != std::string::npos;
+      },
+      30s));
   const auto m = parse_with_prometheus_client(text, dir);
   INFO(text);
   CHECK(m.sum("troupe_run_restarts_total") == 1);
@@ -306,10 +315,12 @@ TEST_CASE("a stuck or oversized client does not keep the endpoint from answering
   REQUIRE(::send(half, partial.data(), partial.size(), MSG_NOSIGNAL) > 0);
   CHECK(get(port, "/status").status == 200);
   CHECK(get(port, "/nothing").status == 404);
-  CHECK(http_exchange(port, "POST /status HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").status == 405);
+  CHECK(
+      http_exchange(port, "POST /status HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").status ==
+      405);
   // Headers above the limit are refused with 413.
-  const std::string big = "GET /status HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(16 * 1024, 'a') +
-                          "\r\n\r\n";
+  const std::string big =
+      "GET /status HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(16 * 1024, 'a') + "\r\n\r\n";
   CHECK(http_exchange(port, big).status == 413);
   // The stuck clients are cut off by the server's timeout (5 s): their reads end with the
   // server's close, well before this client's own 20 s receive timeout.
@@ -345,8 +356,8 @@ TEST_CASE("a metrics port in use stops troupe-run at start with a message naming
   ::close(fd);
   INFO(p->text());
   CHECK(p->exit_code() == 2);
-  CHECK(p->text().find("--metrics-port " + port + ": port " + port + " on 127.0.0.1 is already in use") !=
-        std::string::npos);
+  CHECK(p->text().find("--metrics-port " + port + ": port " + port +
+                       " on 127.0.0.1 is already in use") != std::string::npos);
   CHECK(p->text().find("or 0 to let troupe-run pick one") != std::string::npos);
   CHECK(p->text().find("workers running") == std::string::npos);  // nothing was started
 }

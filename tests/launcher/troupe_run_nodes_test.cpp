@@ -108,8 +108,9 @@ TEST_CASE("two launchers rendezvous through etcd into one world of twice their w
   }
 }
 
-TEST_CASE("two launchers rendezvous through an https etcd that wants client certificates, and "
-          "their workers meet in its store") {
+TEST_CASE(
+    "two launchers rendezvous through an https etcd that wants client certificates, and "
+    "their workers meet in its store") {
   if (!etcd_server::available()) TROUPE_SKIP_TEST(etcd_server::skip_reason());
   if (!test_pki::available()) TROUPE_SKIP_TEST(test_pki::skip_reason());
   auto pki = test_pki::make();
@@ -123,12 +124,10 @@ TEST_CASE("two launchers rendezvous through an https etcd that wants client cert
   auto dir = fresh_dir("etcd-tls");
   const std::string id = "tls-nodes-" + std::to_string(::getpid());
   // As a user writes it: the https:// client URL and torchrun's TLS keys.
-  const std::string conf = ",cacert=" + (*pki)->ca() + ",cert=" + (*pki)->client_cert() +
-                           ",key=" + (*pki)->client_key();
-  auto a = start(node_args(dir, "2", "etcd", (*etcd)->url(), id, "store", {}, conf),
-                 dir / "a.txt");
-  auto b = start(node_args(dir, "2", "etcd", (*etcd)->url(), id, "store", {}, conf),
-                 dir / "b.txt");
+  const std::string conf =
+      ",cacert=" + (*pki)->ca() + ",cert=" + (*pki)->client_cert() + ",key=" + (*pki)->client_key();
+  auto a = start(node_args(dir, "2", "etcd", (*etcd)->url(), id, "store", {}, conf), dir / "a.txt");
+  auto b = start(node_args(dir, "2", "etcd", (*etcd)->url(), id, "store", {}, conf), dir / "b.txt");
   REQUIRE(a->wait(40s));
   REQUIRE(b->wait(40s));
   INFO(a->text());
@@ -303,8 +302,8 @@ TEST_CASE("an etcd endpoint written as an http:// client URL works") {
   if (etcd == nullptr) TROUPE_SKIP_TEST(etcd_server::skip_reason());
   auto dir = fresh_dir("etcd-http");
   const std::string id = "http-" + std::to_string(::getpid());
-  auto p = start(node_args(dir, "1", "etcd", "http://" + etcd->endpoint(), id, "env"),
-                 dir / "out.txt");
+  auto p =
+      start(node_args(dir, "1", "etcd", "http://" + etcd->endpoint(), id, "env"), dir / "out.txt");
   REQUIRE(p->wait(30s));
   INFO(p->text());
   CHECK(p->exit_code() == 0);
@@ -392,7 +391,7 @@ std::set<std::string> members_seen_by(const fs::path& dir, int rank) {
   std::set<std::string> out;
   if (!(in >> number >> names)) return out;
   std::size_t from = 0;
-  for (auto comma = names.find(','); ; comma = names.find(',', from)) {
+  for (auto comma = names.find(',');; comma = names.find(',', from)) {
     out.insert(names.substr(from, comma - from));
     if (comma == std::string::npos) break;
     from = comma + 1;
@@ -446,8 +445,9 @@ std::vector<std::string> replace_node_args(const fs::path& dir, const std::strin
 
 }  // namespace
 
-TEST_CASE("with --failure-policy replace a third launcher's workers join the running job and "
-          "leave it on SIGTERM, while the first two launchers' workers run on unrestarted") {
+TEST_CASE(
+    "with --failure-policy replace a third launcher's workers join the running job and "
+    "leave it on SIGTERM, while the first two launchers' workers run on unrestarted") {
   auto dir = fresh_dir("replace-arrive");
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
   const std::string id = "replace-arrive";
@@ -488,8 +488,9 @@ TEST_CASE("with --failure-policy replace a third launcher's workers join the run
   stop_and_expect_success(dir, {a.get(), b.get()});
 }
 
-TEST_CASE("with --failure-policy replace a killed launcher's workers drop out of the membership "
-          "within the heartbeat timeout, while the others run on unrestarted") {
+TEST_CASE(
+    "with --failure-policy replace a killed launcher's workers drop out of the membership "
+    "within the heartbeat timeout, while the others run on unrestarted") {
   auto dir = fresh_dir("replace-killed");
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
   const std::string id = "replace-killed";

@@ -15,8 +15,8 @@ const std::string worker = TROUPE_LAUNCHER_TEST_WORKER;
 
 std::vector<std::string> standalone(const fs::path& dir, std::vector<std::string> extra,
                                     const std::string& mode) {
-  std::vector<std::string> args{troupe_run, "--standalone", "--log-dir", (dir / "logs").string(),
-                                "--stop-grace", "2s"};
+  std::vector<std::string> args{
+      troupe_run, "--standalone", "--log-dir", (dir / "logs").string(), "--stop-grace", "2s"};
   args.insert(args.end(), extra.begin(), extra.end());
   args.insert(args.end(), {worker, mode, dir.string()});
   return args;
@@ -79,9 +79,7 @@ TEST_CASE("a job of one node gets a fresh secret that its store requires of ever
 
 TEST_CASE("--secret-file's secret, or TROUPE_JOB_SECRET, is the job's and reaches the workers") {
   auto dir = fresh_dir("secret-file");
-  {
-    std::ofstream(dir / "secret") << "  s3cret-from-file\n";
-  }
+  { std::ofstream(dir / "secret") << "  s3cret-from-file\n"; }
   auto r = record_of_waiting_job(dir, {"--secret-file", (dir / "secret").string()},
                                  [](const record& rec) {
                                    CHECK(knock(rec.at("TROUPE_STORE_URL"), "s3cret-from-file"));
@@ -98,14 +96,14 @@ TEST_CASE("--secret-file's secret, or TROUPE_JOB_SECRET, is the job's and reache
 
 TEST_CASE("a secret file that is missing or empty is refused before anything starts") {
   auto dir = fresh_dir("secret-bad");
-  auto p = start(standalone(dir, {"--secret-file", (dir / "nope").string()}, "env"),
-                 dir / "out.txt");
+  auto p =
+      start(standalone(dir, {"--secret-file", (dir / "nope").string()}, "env"), dir / "out.txt");
   REQUIRE(p->wait(20s));
   CHECK(p->exit_code() == 2);
   CHECK(p->text().find("--secret-file: cannot read the secret file") != std::string::npos);
   std::ofstream(dir / "empty").put('\n');
-  auto q = start(standalone(dir, {"--secret-file", (dir / "empty").string()}, "env"),
-                 dir / "out2.txt");
+  auto q =
+      start(standalone(dir, {"--secret-file", (dir / "empty").string()}, "env"), dir / "out2.txt");
   REQUIRE(q->wait(20s));
   CHECK(q->exit_code() == 2);
   CHECK(q->text().find("is empty") != std::string::npos);

@@ -121,12 +121,13 @@ std::string file_text(const fs::path& p) {
 
 }  // namespace
 
-TEST_CASE("with --failure-policy replace a killed worker is replaced alone and joins the running job") {
+TEST_CASE(
+    "with --failure-policy replace a killed worker is replaced alone and joins the running job") {
   auto dir = fresh_dir("replace");
   const auto t0 = std::chrono::steady_clock::now();
-  auto p = start(standalone(dir, "3", {"--max-restarts", "2", "--failure-policy", "replace"},
-                            "elastic"),
-                 dir / "out.txt");
+  auto p =
+      start(standalone(dir, "3", {"--max-restarts", "2", "--failure-policy", "replace"}, "elastic"),
+            dir / "out.txt");
   REQUIRE(p->wait(40s));
   const auto took = std::chrono::steady_clock::now() - t0;
   const auto text = p->text();

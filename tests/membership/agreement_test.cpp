@@ -51,7 +51,9 @@ service_options fast(const std::string& name, troupe::duration timeout = 2s) {
 
 }  // namespace
 
-TEST_CASE("sixteen threads joining at once converge on one epoch of sixteen with a history of one join per epoch") {
+TEST_CASE(
+    "sixteen threads joining at once converge on one epoch of sixteen with a history of one join "
+    "per epoch") {
   troupe::memory_store s;
   constexpr int n = 16;
   std::barrier start(n);
@@ -107,7 +109,9 @@ TEST_CASE("many threads declaring the same member dead at once make exactly one 
   CHECK(e->names() == "a,b,d");
 }
 
-TEST_CASE("two deaths and a join proposed at once settle on one epoch that lacks both and holds the joiner") {
+TEST_CASE(
+    "two deaths and a join proposed at once settle on one epoch that lacks both and holds the "
+    "joiner") {
   for (int trial = 0; trial < 30; ++trial) {
     CAPTURE(trial);
     troupe::memory_store s;
@@ -131,7 +135,9 @@ TEST_CASE("two deaths and a join proposed at once settle on one epoch that lacks
   }
 }
 
-TEST_CASE("services in one process see the same epochs in order and one that leaves is removed from all") {
+TEST_CASE(
+    "services in one process see the same epochs in order and one that leaves is removed from "
+    "all") {
   // Declared before the services, which call back into them until they shut down.
   std::vector<std::uint64_t> seen_by_a;
   std::mutex mu;
@@ -164,7 +170,8 @@ TEST_CASE("services in one process see the same epochs in order and one that lea
   CHECK((*c)->rank() == 1);
   // The watcher makes an epoch current before it calls the callbacks: wait (bounded) for
   // the callback of epoch 4 too.
-  for (auto until = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < until;) {
+  for (auto until = std::chrono::steady_clock::now() + 5s;
+       std::chrono::steady_clock::now() < until;) {
     {
       std::lock_guard lk(mu);
       if (!seen_by_a.empty() && seen_by_a.back() >= 4) break;
@@ -180,7 +187,8 @@ TEST_CASE("services in one process see the same epochs in order and one that lea
   CHECK(late.error().code() == errc::timeout);
 }
 
-TEST_CASE("a member whose heartbeat never advances is declared dead within the timeout, naming it") {
+TEST_CASE(
+    "a member whose heartbeat never advances is declared dead within the timeout, naming it") {
   auto s = std::make_shared<troupe::memory_store>();
   // A member that joined but never beats: as a process stopped right after joining.
   member ghost = make("ghost");
@@ -221,7 +229,8 @@ TEST_CASE("a live member is never declared dead while it beats") {
   CHECK((*b)->current().number == 2);
 }
 
-TEST_CASE("a member left out of an epoch fails its health with membership_changed naming the epoch") {
+TEST_CASE(
+    "a member left out of an epoch fails its health with membership_changed naming the epoch") {
   auto s = std::make_shared<troupe::memory_store>();
   auto a = service::join(s, fast("a"), 5s);
   auto b = service::join(s, fast("b"), 5s);

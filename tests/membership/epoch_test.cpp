@@ -57,7 +57,8 @@ TEST_CASE("the next epoch keeps survivors in rank order and appends joiners sort
   REQUIRE(next.has_value());
   CHECK(next->number == 5);
   CHECK(next->names() == "c,d,y,z");
-  for (std::size_t i = 0; i < next->size(); ++i) CHECK(next->members[i].rank == static_cast<int>(i));
+  for (std::size_t i = 0; i < next->size(); ++i)
+    CHECK(next->members[i].rank == static_cast<int>(i));
   CHECK(next->cause == "resize");
   // The same change on the same epoch gives the same epoch: ranks are not chosen locally.
   CHECK(*next_epoch(e, change) == *next);

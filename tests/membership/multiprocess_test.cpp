@@ -73,8 +73,8 @@ struct job {
     auto c = std::make_unique<child>();
     c->name = name;
     c->log = dir / (name + ".log");
-    std::vector<std::string> args{TROUPE_MEMBERSHIP_TEST_WORKER, server->url(), scope, name,
-                                  std::to_string(t_ms), std::to_string(i_ms)};
+    std::vector<std::string> args{TROUPE_MEMBERSHIP_TEST_WORKER, server->url(),       scope, name,
+                                  std::to_string(t_ms),          std::to_string(i_ms)};
     c->proc = troupe::test::child_process::start(args, {.env = env, .output = c->log.string()});
     REQUIRE_MESSAGE(c->proc.started(), "cannot start ", args[0], ": ", c->proc.start_error());
     c->pid = c->proc.pid();
@@ -181,7 +181,8 @@ std::vector<std::string> without(std::vector<std::string> v, const std::vector<s
 
 }  // namespace
 
-TEST_CASE("a rank killed with SIGKILL is left out of the next epoch that every survivor agrees on") {
+TEST_CASE(
+    "a rank killed with SIGKILL is left out of the next epoch that every survivor agrees on") {
   job j;
   auto all = names_of(4);
   for (const auto& n : all) j.start(n);
@@ -224,7 +225,8 @@ TEST_CASE("two ranks killed at once leave the survivors agreeing on one epoch wi
   j.stop_all(survivors);
 }
 
-TEST_CASE("a rank that joins while a death is being agreed is in the epoch every member agrees on") {
+TEST_CASE(
+    "a rank that joins while a death is being agreed is in the epoch every member agrees on") {
   job j;
   auto all = names_of(3);
   for (const auto& n : all) j.start(n);
@@ -235,14 +237,17 @@ TEST_CASE("a rank that joins while a death is being agreed is in the epoch every
   j.start("worker9");
   j.members.at("worker1")->wait(10s);
   std::vector<std::string> final_members{"worker0", "worker2", "worker9"};
-  auto after = j.agreed(final_members, [&](const m::epoch& e) { return has_all(e, final_members); });
+  auto after =
+      j.agreed(final_members, [&](const m::epoch& e) { return has_all(e, final_members); });
   CHECK(after.find("worker9")->rank == 2);
   CHECK(after.number == full.number + 2);
   j.check_history({"worker0", "worker2"}, full.number, after.number);
   j.stop_all(final_members);
 }
 
-TEST_CASE("a rank stopped with SIGSTOP is declared dead within the heartbeat timeout and the survivors' log names it") {
+TEST_CASE(
+    "a rank stopped with SIGSTOP is declared dead within the heartbeat timeout and the survivors' "
+    "log names it") {
   job j;
   auto all = names_of(3);
   // The heartbeat settings come from the environment here, as a job would set them.

@@ -39,7 +39,7 @@ namespace {
 
 agent* the_agent = nullptr;
 std::mutex greeted_mu;
-std::set<std::string> greeted;  // workers that called "hello" here
+std::set<std::string> greeted;   // workers that called "hello" here
 std::set<std::string> finished;  // workers that called "done" here: their calls are over
 
 std::shared_ptr<function_table> functions() {

@@ -62,7 +62,8 @@ TEST_CASE("per-call timeouts and the default timeout fail slow calls promptly") 
     o.rpc_timeout = std::chrono::milliseconds(300);
   });
   auto t0 = clock::now();
-  auto r = g[0]->rpc_sync<int>(call_options{std::chrono::milliseconds(100)}, "w1", "sleep_ms", 1000);
+  auto r =
+      g[0]->rpc_sync<int>(call_options{std::chrono::milliseconds(100)}, "w1", "sleep_ms", 1000);
   auto took = clock::now() - t0;
   REQUIRE_FALSE(r);
   CHECK(r.error().code() == errc::timeout);
@@ -84,7 +85,8 @@ TEST_CASE("per-call timeouts and the default timeout fail slow calls promptly") 
 TEST_CASE("async calls pipeline and complete in any order") {
   auto g = make_group(2);
   std::vector<future<int>> fs;
-  for (int i = 0; i < 200; ++i) fs.push_back(g[i % 2]->rpc_async<int>(i % 3 == 0 ? "w0" : "w1", "add", i, i));
+  for (int i = 0; i < 200; ++i)
+    fs.push_back(g[i % 2]->rpc_async<int>(i % 3 == 0 ? "w0" : "w1", "add", i, i));
   auto all = when_all(std::move(fs)).get(std::chrono::seconds(10));
   REQUIRE(all);
   for (int i = 0; i < 200; ++i) CHECK((*all)[static_cast<std::size_t>(i)] == 2 * i);
@@ -119,7 +121,8 @@ TEST_CASE("a remote reference is fetched with to_here and freed when its last ho
   }
   // Both references were dropped: the owner frees the values.
   auto d = deadline::after(std::chrono::seconds(3));
-  while (b.owned_remote_refs() != 0 && !d.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (b.owned_remote_refs() != 0 && !d.expired())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   CHECK(b.owned_remote_refs() == 0);
   // A remote call that fails hands its error to to_here, with the owner's name.
   auto bad = a.remote<int>("w1", "fail", std::string("no value"));
@@ -148,7 +151,8 @@ TEST_CASE("tensors cross the wire outside the arguments, strided views packed on
   REQUIRE(packed);
   CHECK(packed->is_contiguous());
   auto s = packed->as_span<std::int32_t>();
-  CHECK(std::vector<std::int32_t>(s.begin(), s.end()) == std::vector<std::int32_t>{1, 3, 5, 2, 4, 6});
+  CHECK(std::vector<std::int32_t>(s.begin(), s.end()) ==
+        std::vector<std::int32_t>{1, 3, 5, 2, 4, 6});
   shutdown_all(g);
 }
 
@@ -171,11 +175,13 @@ TEST_CASE("shutdown with calls in flight lets them finish, then meets the others
 
 TEST_CASE("a function registered to run inline answers from the I/O thread") {
   auto fns = std::make_shared<function_table>();
-  REQUIRE(fns->add("id", [](int x) { return x; }, function_options{true}));
+  REQUIRE(fns->add(
+      "id", [](int x) { return x; }, function_options{true}));
   auto dup = fns->add("id", [](int x) { return x; });
   REQUIRE_FALSE(dup);
   CHECK(dup.error().code() == errc::already_exists);
-  auto g = make_group(2, std::make_shared<memory_store>(), [&](int, rpc_backend_options& o) { o.functions = fns; });
+  auto g = make_group(2, std::make_shared<memory_store>(),
+                      [&](int, rpc_backend_options& o) { o.functions = fns; });
   CHECK(*g[0]->rpc_sync<int>("w1", "id", 7) == 7);
   shutdown_all(g);
 }
@@ -196,8 +202,10 @@ TEST_CASE("one-way calls run on the callee in the order sent and send nothing ba
     return static_cast<int>(seen->size());
   }));
   REQUIRE(fns->add("boom", [](int) -> int { throw std::runtime_error("one-way failure"); }));
-  auto g = make_group(2, std::make_shared<memory_store>(), [&](int, rpc_backend_options& o) { o.functions = fns; });
-  for (int i = 0; i < 500; ++i) REQUIRE(g[0]->notify("w1", "record", i).get(std::chrono::seconds(5)));
+  auto g = make_group(2, std::make_shared<memory_store>(),
+                      [&](int, rpc_backend_options& o) { o.functions = fns; });
+  for (int i = 0; i < 500; ++i)
+    REQUIRE(g[0]->notify("w1", "record", i).get(std::chrono::seconds(5)));
   // A failing one-way call is logged on the callee; the caller learns nothing and goes on.
   REQUIRE(g[0]->notify("w1", "boom", 1).get(std::chrono::seconds(5)));
   // An ordinary call after them on the same connection sees every one of them done.
@@ -215,7 +223,9 @@ TEST_CASE("one-way calls run on the callee in the order sent and send nothing ba
   shutdown_all(g);
 }
 
-TEST_CASE("under an outside membership a broken worker stays until expelled by its tag, and its calls fail with the reason") {
+TEST_CASE(
+    "under an outside membership a broken worker stays until expelled by its tag, and its calls "
+    "fail with the reason") {
   auto store = std::make_shared<memory_store>();
   std::vector<std::unique_ptr<agent>> g;
   for (int r = 0; r < 3; ++r) {

@@ -59,9 +59,7 @@ TEST_CASE("the cache never holds more than its bound; the rest is released at on
   }
   CHECK(pool->cached_bytes() == (16 << 10));
   CHECK(heap.released == 1);
-  {
-    auto big = pool->get(1 << 20).value();
-  }
+  { auto big = pool->get(1 << 20).value(); }
   CHECK(pool->cached_bytes() == (16 << 10));  // a 1 MiB block does not fit: released
   CHECK(heap.released == 2);
 }

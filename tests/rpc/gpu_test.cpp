@@ -58,9 +58,11 @@ cudaStream_t producer_stream() {
 expected<tensor> gpu_pattern(std::size_t count, std::uint32_t seed) {
   auto mem = device_words(count);
   if (!mem) return make_error(errc::unavailable, "cudaMalloc of ", count * 4, " bytes failed");
-  if (auto e = troupe_test::fill_after_spin(mem.get(), count, seed, producer_stream(), spin_ms); !e.empty())
+  if (auto e = troupe_test::fill_after_spin(mem.get(), count, seed, producer_stream(), spin_ms);
+      !e.empty())
     return make_error(errc::unavailable, "launching the fill kernel failed: ", e);
-  auto t = tensor::wrap(mem.get(), dtype::int32, {static_cast<std::int64_t>(count)}, *device::cuda(0), {}, mem);
+  auto t = tensor::wrap(mem.get(), dtype::int32, {static_cast<std::int64_t>(count)},
+                        *device::cuda(0), {}, mem);
   if (!t) return t;
   return t->with_stream(producer_stream());
 }
@@ -76,14 +78,17 @@ tensor cpu_pattern(std::size_t count, std::uint32_t seed) {
 // failed.
 std::string describe(const tensor& t, std::uint32_t seed) {
   const auto count = static_cast<std::size_t>(t.numel());
-  const auto bad = t.dev().is_cuda() ? troupe_test::count_mismatches_on_device(t.data(), count, seed)
-                                     : troupe_test::count_mismatches_on_host(t.data(), count, seed);
+  const auto bad = t.dev().is_cuda()
+                       ? troupe_test::count_mismatches_on_device(t.data(), count, seed)
+                       : troupe_test::count_mismatches_on_host(t.data(), count, seed);
   return t.dev().to_string() + " " + std::to_string(bad);
 }
 
 std::shared_ptr<function_table> peer_functions() {
   auto f = std::make_shared<function_table>();
-  (void)f->add("describe", [](tensor t, std::int64_t seed) { return describe(t, static_cast<std::uint32_t>(seed)); });
+  (void)f->add("describe", [](tensor t, std::int64_t seed) {
+    return describe(t, static_cast<std::uint32_t>(seed));
+  });
   (void)f->add("echo", [](tensor t) { return t; });
   (void)f->add("make", [](std::int64_t count, std::int64_t seed) -> expected<tensor> {
     return gpu_pattern(static_cast<std::size_t>(count), static_cast<std::uint32_t>(seed));
@@ -184,8 +189,8 @@ device_map map_of(device from, device to) {
 }
 
 // 4 bytes to 256 MiB, with sizes that are not a multiple of a page.
-const std::vector<std::size_t> word_counts{1, 1025, std::size_t{1} << 18, (std::size_t{16} << 20) / 4 + 3,
-                                           (std::size_t{256} << 20) / 4};
+const std::vector<std::size_t> word_counts{
+    1, 1025, std::size_t{1} << 18, (std::size_t{16} << 20) / 4 + 3, (std::size_t{256} << 20) / 4};
 
 }  // namespace
 
@@ -211,7 +216,8 @@ void round_trips(pair_of_workers& w, std::uint32_t seed, const expected_placemen
   for (auto count : word_counts) {
     CAPTURE(count);
     ++seed;
-    auto seen = w.self->rpc_sync<std::string>("w1", "describe", make_here(count, seed), std::int64_t{seed});
+    auto seen =
+        w.self->rpc_sync<std::string>("w1", "describe", make_here(count, seed), std::int64_t{seed});
     REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
     CHECK(*seen == e.at_peer);
     auto back = w.self->rpc_sync<tensor>("w1", "echo", make_here(count, seed + 1));
@@ -219,7 +225,8 @@ void round_trips(pair_of_workers& w, std::uint32_t seed, const expected_placemen
     CHECK(describe(*back, seed + 1) == e.echoed);
     if (!e.made_by_peer) continue;
     // Made by a kernel on the peer's non-blocking stream and returned at once.
-    auto made = w.self->rpc_sync<tensor>("w1", "make", static_cast<std::int64_t>(count), std::int64_t{seed + 2});
+    auto made = w.self->rpc_sync<tensor>("w1", "make", static_cast<std::int64_t>(count),
+                                         std::int64_t{seed + 2});
     REQUIRE_MESSAGE(made, (made ? "" : made.error().to_string()));
     CHECK(describe(*made, seed + 2) == *e.made_by_peer);
   }
@@ -227,25 +234,33 @@ void round_trips(pair_of_workers& w, std::uint32_t seed, const expected_placemen
 
 }  // namespace
 
-TEST_CASE("rpc with map cuda:0 -> cuda:0 lends kernel-written GPU tensors through CUDA IPC both ways with their values") {
+TEST_CASE(
+    "rpc with map cuda:0 -> cuda:0 lends kernel-written GPU tensors through CUDA IPC both ways "
+    "with their values") {
   if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
   pair_of_workers w(map_of(*device::cuda(0), *device::cuda(0)), true);
   round_trips(w, 7, {true, "cuda:0 0", "cuda:0 0", "cuda:0 0"});
 }
 
-TEST_CASE("rpc with map cuda:0 -> cuda:0 and CUDA IPC off stages kernel-written GPU tensors both ways with their values") {
+TEST_CASE(
+    "rpc with map cuda:0 -> cuda:0 and CUDA IPC off stages kernel-written GPU tensors both ways "
+    "with their values") {
   if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
   pair_of_workers w(map_of(*device::cuda(0), *device::cuda(0)), false);
   round_trips(w, 7, {true, "cuda:0 0", "cuda:0 0", "cuda:0 0"});
 }
 
-TEST_CASE("rpc with map cpu -> cuda:0 places host tensors on the peer's GPU and returns its GPU tensors to the host") {
+TEST_CASE(
+    "rpc with map cpu -> cuda:0 places host tensors on the peer's GPU and returns its GPU tensors "
+    "to the host") {
   if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
   pair_of_workers w(map_of(device::cpu(), *device::cuda(0)));
   round_trips(w, 100, {false, "cuda:0 0", "cpu 0", "cpu 0"});
 }
 
-TEST_CASE("rpc with map cuda:0 -> cpu stages kernel-written GPU tensors to the peer's host and returns host tensors to the GPU") {
+TEST_CASE(
+    "rpc with map cuda:0 -> cpu stages kernel-written GPU tensors to the peer's host and returns "
+    "host tensors to the GPU") {
   if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
   pair_of_workers w(map_of(*device::cuda(0), device::cpu()));
   round_trips(w, 200, {true, "cpu 0", "cuda:0 0", std::nullopt});
@@ -255,13 +270,13 @@ TEST_CASE("a remote reference to a GPU tensor made on the peer brings its values
   if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
   pair_of_workers w(map_of(*device::cuda(0), *device::cuda(0)));
   const std::size_t count = (std::size_t{4} << 20) / 4;
-  auto ref = w.self->remote<tensor>("w1", "make", static_cast<std::int64_t>(count), std::int64_t{300});
+  auto ref =
+      w.self->remote<tensor>("w1", "make", static_cast<std::int64_t>(count), std::int64_t{300});
   auto here = ref.to_here(call_timeout);
   REQUIRE_MESSAGE(here, (here ? "" : here.error().to_string()));
   CHECK(describe(*here, 300) == "cuda:0 0");
   // Sent back to its owner as an argument, the same values arrive there.
-  auto seen = w.self->rpc_sync<std::string>("w1", "describe", *here,
-                                            std::int64_t{300});
+  auto seen = w.self->rpc_sync<std::string>("w1", "describe", *here, std::int64_t{300});
   REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
   CHECK(*seen == "cuda:0 0");
 }
@@ -277,7 +292,9 @@ TEST_CASE("a GPU tensor with no map entry for its device is refused before anyth
   CHECK(r.error().message().find("cuda:0") != std::string::npos);
 }
 
-TEST_CASE("a GPU tensor from a stream-ordered pool, which CUDA IPC cannot share, is staged with its values") {
+TEST_CASE(
+    "a GPU tensor from a stream-ordered pool, which CUDA IPC cannot share, is staged with its "
+    "values") {
   if (auto why = skip_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
   pair_of_workers w(map_of(*device::cuda(0), *device::cuda(0)));
   const std::size_t count = (std::size_t{1} << 20) + 5;
@@ -287,7 +304,8 @@ TEST_CASE("a GPU tensor from a stream-ordered pool, which CUDA IPC cannot share,
   REQUIRE(troupe_test::fill_after_spin(p, count, 900, producer_stream(), spin_ms).empty());
   auto t = tensor::wrap(p, dtype::int32, {static_cast<std::int64_t>(count)}, *device::cuda(0));
   REQUIRE(t);
-  auto seen = w.self->rpc_sync<std::string>("w1", "describe", t->with_stream(producer_stream()), std::int64_t{900});
+  auto seen = w.self->rpc_sync<std::string>("w1", "describe", t->with_stream(producer_stream()),
+                                            std::int64_t{900});
   REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
   CHECK(*seen == "cuda:0 0");
   REQUIRE(cudaFreeAsync(p, producer_stream()) == cudaSuccess);
@@ -320,7 +338,8 @@ TEST_CASE("two agents of one process pass GPU tensors through the lent pointer i
     auto seen = (*w0)->rpc_sync<std::string>("w1", "describe", *t, std::int64_t{500});
     REQUIRE_MESSAGE(seen, (seen ? "" : seen.error().to_string()));
     CHECK(*seen == "cuda:0 0");
-    auto made = (*w0)->rpc_sync<tensor>("w1", "make", static_cast<std::int64_t>(count), std::int64_t{501});
+    auto made =
+        (*w0)->rpc_sync<tensor>("w1", "make", static_cast<std::int64_t>(count), std::int64_t{501});
     REQUIRE_MESSAGE(made, (made ? "" : made.error().to_string()));
     CHECK(describe(*made, 501) == "cuda:0 0");
   }

@@ -121,7 +121,8 @@ TEST_CASE("a receiver releases every lent tensor it was handed, even when it can
   first.loan_id = 11;
   auto second = sample();
   second.loan_id = 12;
-  std::vector<tensor> ts{tensor::zeros(dtype::uint8, {4}), *encode_ipc_record(first, *device::cuda(0)),
+  std::vector<tensor> ts{tensor::zeros(dtype::uint8, {4}),
+                         *encode_ipc_record(first, *device::cuda(0)),
                          *encode_ipc_record(second, *device::cuda(3))};
   std::vector<std::uint64_t> released;
   // This worker has one device: cuda:3 is refused, cuda:0 cannot be opened here (no GPU,

@@ -65,15 +65,18 @@ bool eventually(Pred p, duration limit = std::chrono::seconds(10)) {
 TEST_CASE("a static group of four calls every worker in every direction") {
   auto store = start_store();
   std::vector<pid_t> pids;
-  for (int r = 0; r < 4; ++r) pids.push_back(spawn("static_all", store->url(), "w" + std::to_string(r), r, "4"));
+  for (int r = 0; r < 4; ++r)
+    pids.push_back(spawn("static_all", store->url(), "w" + std::to_string(r), r, "4"));
   auto st = wait_children(pids, std::chrono::seconds(40));
   for (auto p : pids) CHECK(exited_zero(st[p]));
 }
 
-TEST_CASE("a device-map error fails init on every worker with the same message naming the culprit") {
+TEST_CASE(
+    "a device-map error fails init on every worker with the same message naming the culprit") {
   auto store = start_store();
   std::vector<pid_t> pids;
-  for (int r = 0; r < 3; ++r) pids.push_back(spawn("bad_map", store->url(), "w" + std::to_string(r), r, "3"));
+  for (int r = 0; r < 3; ++r)
+    pids.push_back(spawn("bad_map", store->url(), "w" + std::to_string(r), r, "3"));
   auto st = wait_children(pids, std::chrono::seconds(30));
   for (auto p : pids) {
     REQUIRE(st[p] != -1);
@@ -103,7 +106,8 @@ TEST_CASE("a dynamic group takes a fifth worker, calls it, lets it leave, and re
   REQUIRE_MESSAGE(driver, (driver ? "" : driver.error().to_string()));
   auto& d = **driver;
   std::vector<pid_t> pids;
-  for (int i = 1; i <= 3; ++i) pids.push_back(spawn("serve_dynamic", url, "w" + std::to_string(i), 0, "-"));
+  for (int i = 1; i <= 3; ++i)
+    pids.push_back(spawn("serve_dynamic", url, "w" + std::to_string(i), 0, "-"));
   REQUIRE(eventually([&] { return d.workers().size() == 4; }, std::chrono::seconds(20)));
   // The fifth worker joins; everyone learns about it.
   pid_t fifth = spawn("serve_dynamic", url, "w5", 0, "-");
@@ -218,7 +222,8 @@ std::string why_no_uts_namespace() {
 
 }  // namespace
 
-TEST_CASE("a worker on another host that advertises loopback fails init naming it and what to set") {
+TEST_CASE(
+    "a worker on another host that advertises loopback fails init naming it and what to set") {
   if (auto why = why_no_uts_namespace(); !why.empty()) TROUPE_SKIP_TEST(why);
   auto store = start_store();
   // Worker 1 runs under another host name (a UTS namespace), in this network namespace so

@@ -14,25 +14,29 @@ device cuda(int i) { return *device::cuda(i); }
 
 TEST_CASE("the tcp backend is registered by default and duplicate names are refused") {
   CHECK(backend_registered("tcp"));
-  auto dup = register_backend("tcp", construct_options_handler([](duration, std::string, const backend_settings&) {
-    return expected<rpc_backend_options>(rpc_backend_options{});
-  }), init_backend_handler([](std::string, int, std::optional<int>, rpc_backend_options) {
-    return expected<std::unique_ptr<agent>>(error(errc::unsupported, "test"));
-  }));
+  auto dup = register_backend(
+      "tcp", construct_options_handler([](duration, std::string, const backend_settings&) {
+        return expected<rpc_backend_options>(rpc_backend_options{});
+      }),
+      init_backend_handler([](std::string, int, std::optional<int>, rpc_backend_options) {
+        return expected<std::unique_ptr<agent>>(error(errc::unsupported, "test"));
+      }));
   REQUIRE_FALSE(dup);
   CHECK(dup.error().code() == errc::already_exists);
-  auto o = construct_rpc_backend_options("tcp", std::chrono::seconds(7), "tcp://127.0.0.1:1",
-                                         {{"num_worker_threads", "3"}, {"devices", "cuda:0,cuda:1"},
-                                          {"max_queued_bytes", "1048576"}});
+  auto o = construct_rpc_backend_options(
+      "tcp", std::chrono::seconds(7), "tcp://127.0.0.1:1",
+      {{"num_worker_threads", "3"}, {"devices", "cuda:0,cuda:1"}, {"max_queued_bytes", "1048576"}});
   REQUIRE(o);
   CHECK(o->rpc_timeout == std::chrono::seconds(7));
   CHECK(o->num_worker_threads == 3);
   CHECK(o->max_queued_bytes == 1048576u);
-  auto not_a_count = construct_rpc_backend_options("tcp", std::chrono::seconds(1), "", {{"max_queued_bytes", "lots"}});
+  auto not_a_count = construct_rpc_backend_options("tcp", std::chrono::seconds(1), "",
+                                                   {{"max_queued_bytes", "lots"}});
   REQUIRE_FALSE(not_a_count);
   CHECK(not_a_count.error().message().find("max_queued_bytes") != std::string::npos);
   CHECK(o->devices.size() == 2);
-  auto bad = construct_rpc_backend_options("tcp", std::chrono::seconds(1), "", {{"colour", "blue"}});
+  auto bad =
+      construct_rpc_backend_options("tcp", std::chrono::seconds(1), "", {{"colour", "blue"}});
   REQUIRE_FALSE(bad);
   CHECK(bad.error().message().find("colour") != std::string::npos);
   auto unknown = init_rpc("w0", 0, 1, rpc_backend_options{}, "carrier-pigeon");
@@ -55,7 +59,8 @@ TEST_CASE("a custom backend is registered once and used by name") {
         return init_rpc(std::move(name), rank, world, std::move(o), "tcp");
       });
   REQUIRE(r);
-  auto o = construct_rpc_backend_options("tcp-tuned", std::chrono::seconds(5), "memory://custom-backend-test");
+  auto o = construct_rpc_backend_options("tcp-tuned", std::chrono::seconds(5),
+                                         "memory://custom-backend-test");
   REQUIRE(o);
   CHECK(o->num_worker_threads == 1);
   o->device_count = 0;

@@ -72,12 +72,14 @@ void add_ref_functions(function_table& t, int rank, std::shared_ptr<shared_state
     if (r.valid()) return 1;
     return std::nullopt;
   });
-  (void)t.add("store_ref_remotely", [rank, s](int v) { return s->at(rank).remote<int>("w1", "add", v, 0); });
+  (void)t.add("store_ref_remotely",
+              [rank, s](int v) { return s->at(rank).remote<int>("w1", "add", v, 0); });
 }
 
 std::vector<std::unique_ptr<agent>> make_ref_group(int n, std::shared_ptr<shared_state> s) {
-  auto g = make_group(n, std::make_shared<memory_store>(),
-                      [s](int rank, rpc_backend_options& o) { add_ref_functions(*o.functions, rank, s); });
+  auto g = make_group(n, std::make_shared<memory_store>(), [s](int rank, rpc_backend_options& o) {
+    add_ref_functions(*o.functions, rank, s);
+  });
   std::lock_guard lk(s->mu);
   for (auto& a : g) s->agents.push_back(a.get());
   return g;
@@ -85,13 +87,15 @@ std::vector<std::unique_ptr<agent>> make_ref_group(int n, std::shared_ptr<shared
 
 bool owned_becomes(agent& a, std::size_t n, duration limit = std::chrono::seconds(3)) {
   auto d = deadline::after(limit);
-  while (a.owned_remote_refs() != n && !d.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (a.owned_remote_refs() != n && !d.expired())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return a.owned_remote_refs() == n;
 }
 
 }  // namespace
 
-TEST_CASE("a reference passed on twice is fetched by every holder and freed after the last drops it") {
+TEST_CASE(
+    "a reference passed on twice is fetched by every holder and freed after the last drops it") {
   auto s = std::make_shared<shared_state>();
   auto g = make_ref_group(4, s);
   auto& owner = *g[1];

@@ -36,7 +36,8 @@ std::atomic<long> told{0};  // the sum of one-way "tell" calls received
 // init returns): wait for the agent, bounded.
 agent& wait_agent() {
   auto d = deadline::after(std::chrono::seconds(10));
-  while (!the_agent.load() && !d.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (!the_agent.load() && !d.expired())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (!the_agent.load()) std::abort();
   return *the_agent.load();
 }
@@ -99,12 +100,14 @@ int static_all(agent& a) {
     auto nested = a.rpc_sync<int>(w.name, "call_other", next, 5, me.id);
     if (!nested || *nested != 5 + me.id) return fail("nested call through " + w.name);
     auto err = a.rpc_sync<int>(w.name, "fail", std::string("on purpose"));
-    if (err || err.error().worker() != w.name || err.error().message().find("on purpose") == std::string::npos)
+    if (err || err.error().worker() != w.name ||
+        err.error().message().find("on purpose") == std::string::npos)
       return fail("callee error from " + w.name);
   }
   // Pipelined async calls to everyone.
   std::vector<future<int>> fs;
-  for (int i = 0; i < 64; ++i) fs.push_back(a.rpc_async<int>(all[static_cast<std::size_t>(i) % all.size()].name, "add", i, 1));
+  for (int i = 0; i < 64; ++i)
+    fs.push_back(a.rpc_async<int>(all[static_cast<std::size_t>(i) % all.size()].name, "add", i, 1));
   auto got = when_all(std::move(fs)).get(std::chrono::seconds(20));
   if (!got) return fail("async: " + got.error().to_string());
   for (int i = 0; i < 64; ++i)
@@ -130,7 +133,8 @@ int main(int argc, char** argv) {
   o.shutdown_timeout = std::chrono::seconds(20);
   o.functions = make_functions();
   o.device_count = 0;
-  if (const char* tcp = std::getenv("RPC_TEST_TCP_ONLY"); tcp && std::string(tcp) == "1") o.local_socket = false;
+  if (const char* tcp = std::getenv("RPC_TEST_TCP_ONLY"); tcp && std::string(tcp) == "1")
+    o.local_socket = false;
   if (mode == "bad_map" && rank == 1) {
     device_map m;
     (void)m.set(*device::cuda(0), *device::cuda(3));
@@ -156,7 +160,8 @@ int main(int argc, char** argv) {
     (void)(*s)->wait(keys, std::chrono::seconds(60));
   } else if (mode == "serve_dynamic") {
     auto until = deadline::after(std::chrono::seconds(60));
-    while (!leave_requested && !until.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    while (!leave_requested && !until.expired())
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     if (auto l = (*a)->leave(); !l) {
       std::cerr << name << ": leave failed: " << l.error().to_string() << std::endl;
       rc = 3;

@@ -46,7 +46,8 @@ typename Inspector::result_type inspect(Inspector& f, shape& s) {
 
 // The hook the actors layer uses for CAF's annotations, shown here on a local family.
 template <class T>
-struct troupe::rpc::is_annotation<T, std::enable_if_t<std::is_base_of_v<demo::foreign_annotation, T>>>
+struct troupe::rpc::is_annotation<T,
+                                  std::enable_if_t<std::is_base_of_v<demo::foreign_annotation, T>>>
     : std::true_type {};
 
 using namespace troupe;
@@ -69,12 +70,14 @@ TEST_CASE("built-in types survive a round trip") {
   CHECK(round_trip(demo::color::green) == demo::color::green);
   CHECK(round_trip(std::string("hello")) == "hello");
   CHECK(round_trip(to_bytes("raw")) == to_bytes("raw"));
-  CHECK(round_trip(std::vector<std::string>{"a", "", "ccc"}) == std::vector<std::string>{"a", "", "ccc"});
+  CHECK(round_trip(std::vector<std::string>{"a", "", "ccc"}) ==
+        std::vector<std::string>{"a", "", "ccc"});
   CHECK(round_trip(std::array<int, 3>{1, 2, 3}) == std::array<int, 3>{1, 2, 3});
   CHECK(round_trip(std::optional<int>{}) == std::nullopt);
   CHECK(round_trip(std::optional<int>{5}) == 5);
   CHECK(round_trip(std::pair<int, std::string>{1, "x"}) == std::pair<int, std::string>{1, "x"});
-  CHECK(round_trip(std::tuple<int, bool, double>{1, false, 2.0}) == std::tuple<int, bool, double>{1, false, 2.0});
+  CHECK(round_trip(std::tuple<int, bool, double>{1, false, 2.0}) ==
+        std::tuple<int, bool, double>{1, false, 2.0});
   std::unordered_map<std::string, int> um{{"a", 1}, {"b", 2}};
   CHECK(round_trip(um) == um);
   CHECK(round_trip(*device::cuda(3)) == *device::cuda(3));

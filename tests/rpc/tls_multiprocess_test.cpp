@@ -38,7 +38,8 @@ pid_t spawn_tls_worker(const std::string& mode, const std::string& url, const st
   ::setenv("TROUPE_TLS_KEY", pki()->server_key().c_str(), 1);
   ::setenv("TROUPE_TLS_CA", pki()->ca().c_str(), 1);
   pid_t p = start_process({tls_worker_bin, mode, url, name, std::to_string(rank), world});
-  for (const char* v : {"RPC_TEST_TCP_ONLY", "TROUPE_TLS_CERT", "TROUPE_TLS_KEY", "TROUPE_TLS_CA"}) ::unsetenv(v);
+  for (const char* v : {"RPC_TEST_TCP_ONLY", "TROUPE_TLS_CERT", "TROUPE_TLS_KEY", "TROUPE_TLS_CA"})
+    ::unsetenv(v);
   REQUIRE(p > 0);
   return p;
 }
@@ -67,7 +68,8 @@ std::uint16_t port_of(const std::string& url, int rank) {
 
 }  // namespace
 
-TEST_CASE("two worker processes over TCP with TLS make sync, async and one-way calls and echo 16 MiB") {
+TEST_CASE(
+    "two worker processes over TCP with TLS make sync, async and one-way calls and echo 16 MiB") {
   if (!test::test_pki::available()) TROUPE_SKIP_TEST(test::test_pki::skip_reason());
   REQUIRE(pki());
   auto store = tcp_store_server::start({});
@@ -108,7 +110,8 @@ TEST_CASE("two worker processes over TCP with TLS make sync, async and one-way c
   CHECK(exited_zero(st[child]));
 }
 
-TEST_CASE("a TLS worker process refuses a plain caller with an error that says to set TROUPE_TLS_*") {
+TEST_CASE(
+    "a TLS worker process refuses a plain caller with an error that says to set TROUPE_TLS_*") {
   if (!test::test_pki::available()) TROUPE_SKIP_TEST(test::test_pki::skip_reason());
   REQUIRE(pki());
   auto store = tcp_store_server::start({});
@@ -129,10 +132,12 @@ TEST_CASE("a TLS worker process refuses a plain caller with an error that says t
   REQUIRE(serialize(hs.message(), nullptr, protocol, std::string(16, 'n'), worker_info{"plain", 5},
                     std::string("troupe/rpc")));
   REQUIRE(hs.finish());
-  REQUIRE(::send(fd, hs.head().data(), hs.head().size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hs.head().size()));
+  REQUIRE(::send(fd, hs.head().data(), hs.head().size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(hs.head().size()));
   std::string answer;
   char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) answer.append(buf, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+    answer.append(buf, static_cast<std::size_t>(n));
   ::close(fd);
   INFO(answer);
   CHECK(answer.find("requires TLS") != std::string::npos);

@@ -37,8 +37,8 @@ tls::config job_identity() {
 // Starts a static group of `n` agents over TCP, each with `identity(rank)`'s TLS files,
 // and returns every init's result (none is required to succeed).
 template <class Identity>
-std::vector<expected<std::unique_ptr<agent>>> start_group(int n, Identity identity,
-                                                          std::shared_ptr<function_table> fns = nullptr) {
+std::vector<expected<std::unique_ptr<agent>>> start_group(
+    int n, Identity identity, std::shared_ptr<function_table> fns = nullptr) {
   auto s = std::make_shared<memory_store>();
   std::vector<expected<std::unique_ptr<agent>>> results;
   for (int r = 0; r < n; ++r) results.emplace_back(error(errc::internal, "not started"));
@@ -78,22 +78,27 @@ struct log_capture {
   }
 };
 
-bool mentions(const error& e, std::string_view text) { return e.message().find(text) != std::string::npos; }
+bool mentions(const error& e, std::string_view text) {
+  return e.message().find(text) != std::string::npos;
+}
 
 }  // namespace
 
-#define REQUIRE_PKI()                                                   \
-  do {                                                                  \
+#define REQUIRE_PKI()                                                                  \
+  do {                                                                                 \
     if (!test::test_pki::available()) TROUPE_SKIP_TEST(test::test_pki::skip_reason()); \
-    REQUIRE(pki() != nullptr);                                          \
+    REQUIRE(pki() != nullptr);                                                         \
   } while (false)
 
-TEST_CASE("agents with the job's certificates make sync, async and one-way calls and echo 16 MiB over TLS") {
+TEST_CASE(
+    "agents with the job's certificates make sync, async and one-way calls and echo 16 MiB over "
+    "TLS") {
   REQUIRE_PKI();
   static std::atomic<int> told{0};
   auto fns = standard_functions();
   (void)fns->add("tell", [](int v) { told += v; });
-  auto results = start_group(2, [](int) { return job_identity(); }, fns);
+  auto results = start_group(
+      2, [](int) { return job_identity(); }, fns);
   std::vector<std::unique_ptr<agent>> g;
   for (auto& r : results) {
     REQUIRE_MESSAGE(r, (r ? "" : r.error().to_string()));
@@ -102,13 +107,15 @@ TEST_CASE("agents with the job's certificates make sync, async and one-way calls
   CHECK(*g[0]->rpc_sync<int>("w1", "add", 1, 2) == 3);
   CHECK(*g[1]->rpc_sync<int>("w0", "add", 3, 4) == 7);
   std::vector<future<int>> fs;
-  for (int i = 0; i < 100; ++i) fs.push_back(g[i % 2]->rpc_async<int>(i % 3 ? "w1" : "w0", "add", i, 1));
+  for (int i = 0; i < 100; ++i)
+    fs.push_back(g[i % 2]->rpc_async<int>(i % 3 ? "w1" : "w0", "add", i, 1));
   auto got = when_all(std::move(fs)).get(std::chrono::seconds(20));
   REQUIRE_MESSAGE(got, (got ? "" : got.error().to_string()));
   for (int i = 0; i < 100; ++i) CHECK((*got)[static_cast<std::size_t>(i)] == i + 1);
   for (int i = 1; i <= 50; ++i) CHECK(g[0]->notify("w1", "tell", i).get(std::chrono::seconds(10)));
   auto d = deadline::after(std::chrono::seconds(10));
-  while (told.load() != 1275 && !d.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  while (told.load() != 1275 && !d.expired())
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   CHECK(told.load() == 1275);
   std::vector<float> v(std::size_t{4} << 20);  // 16 MiB
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 10007) * 0.5f;
@@ -182,7 +189,8 @@ bytes plain_hello() {
   wire::frame_builder hs(wire::kind::handshake, 0);
   std::uint32_t protocol = wire::version;
   std::string nonce(16, 'n');
-  REQUIRE(serialize(hs.message(), nullptr, protocol, nonce, worker_info{"plain", 3}, std::string("troupe/rpc")));
+  REQUIRE(serialize(hs.message(), nullptr, protocol, nonce, worker_info{"plain", 3},
+                    std::string("troupe/rpc")));
   REQUIRE(hs.finish());
   return hs.head();
 }
@@ -252,10 +260,13 @@ TEST_CASE("a plain worker refuses a TLS caller and logs that it does not use TLS
   auto hello = std::vector<std::byte>{std::byte{1}};
   auto e = talk_tls(c, **s, hello);
   CHECK_FALSE((*s)->established());
-  CHECK(logs.has({"refused a TLS connection from 127.0.0.1:", "does not use TLS", "TROUPE_TLS_CERT"}));
+  CHECK(logs.has(
+      {"refused a TLS connection from 127.0.0.1:", "does not use TLS", "TROUPE_TLS_CERT"}));
 }
 
-TEST_CASE("a worker whose certificate another CA signed is refused, and each side says which certificate") {
+TEST_CASE(
+    "a worker whose certificate another CA signed is refused, and each side says which "
+    "certificate") {
   REQUIRE_PKI();
   log_capture logs;
   lone_worker w(job_identity());
@@ -274,9 +285,11 @@ TEST_CASE("a worker whose certificate another CA signed is refused, and each sid
     CHECK(mentions(*e, "TROUPE_TLS_CERT"));
     CHECK(logs.has({"from 127.0.0.1:", "not signed by this job's CA", "TROUPE_TLS_CA"}));
   }
-  SUBCASE("the stranger trusts only its own CA: it refuses the worker's certificate, and is refused") {
+  SUBCASE(
+      "the stranger trusts only its own CA: it refuses the worker's certificate, and is refused") {
     tcp_client c(w.port);
-    auto ctx = tls::context::make({pki()->other_node_cert(), pki()->other_node_key(), pki()->other_ca()});
+    auto ctx =
+        tls::context::make({pki()->other_node_cert(), pki()->other_node_key(), pki()->other_ca()});
     REQUIRE(ctx);
     auto s = tls::session::make(*ctx, true);
     REQUIRE(s);
@@ -297,14 +310,16 @@ TEST_CASE("a worker whose certificate another CA signed is refused, and each sid
 TEST_CASE("TLS workers whose CAs differ both fail init with an error about certificates") {
   REQUIRE_PKI();
   auto results = start_group(2, [](int r) {
-    return r == 0 ? job_identity()
-                  : tls::config{pki()->other_node_cert(), pki()->other_node_key(), pki()->other_ca()};
+    return r == 0
+               ? job_identity()
+               : tls::config{pki()->other_node_cert(), pki()->other_node_key(), pki()->other_ca()};
   });
   REQUIRE_FALSE(results[0]);
   REQUIRE_FALSE(results[1]);
   // Whichever fails first stops listening, so the other may only see its port closed.
   bool named = false;
-  for (auto& r : results) named = named || (r.error().code() == errc::unauthorized && mentions(r.error(), "certificate"));
+  for (auto& r : results)
+    named = named || (r.error().code() == errc::unauthorized && mentions(r.error(), "certificate"));
   CHECK(named);
 }
 

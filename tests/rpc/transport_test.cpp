@@ -2,8 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
 #include <dirent.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,11 +14,11 @@
 #include <random>
 #include <thread>
 
-#include "group_fixture.hpp"
-#include "rpc/detail/rpc_metrics.hpp"
 #include "core/log.hpp"
-#include "support/skip.hpp"
+#include "group_fixture.hpp"
 #include "rpc/detail/agent_core.hpp"
+#include "rpc/detail/rpc_metrics.hpp"
+#include "support/skip.hpp"
 
 using namespace troupe;
 using namespace troupe::rpc;
@@ -103,7 +103,8 @@ wire::frame read_frame(const raw_socket& c) {
 
 }  // namespace
 
-TEST_CASE("a caller that cannot prove the job token is refused and closed, and the token never travels") {
+TEST_CASE(
+    "a caller that cannot prove the job token is refused and closed, and the token never travels") {
   auto s = std::make_shared<memory_store>();
   const std::string token = "the-right-secret";
   auto g = make_group(1, s, [&](int, rpc_backend_options& o) { o.job_token = token; });
@@ -117,9 +118,12 @@ TEST_CASE("a caller that cannot prove the job token is refused and closed, and t
     std::string theirs, proof;
     REQUIRE(deserialize(ch.message, nullptr, theirs, proof));
     // The acceptor proves the token for these nonces, and only for them.
-    CHECK(proof == wire::handshake_proof("acceptor", token, nonce, theirs, "troupe/rpc", "intruder"));
-    CHECK(proof != wire::handshake_proof("acceptor", guess, nonce, theirs, "troupe/rpc", "intruder"));
-    c.send_all(handshake_auth(wire::handshake_proof("caller", guess, nonce, theirs, "troupe/rpc", "intruder")));
+    CHECK(proof ==
+          wire::handshake_proof("acceptor", token, nonce, theirs, "troupe/rpc", "intruder"));
+    CHECK(proof !=
+          wire::handshake_proof("acceptor", guess, nonce, theirs, "troupe/rpc", "intruder"));
+    c.send_all(handshake_auth(
+        wire::handshake_proof("caller", guess, nonce, theirs, "troupe/rpc", "intruder")));
     auto [got, eof] = c.read_to_end();
     CHECK(eof);
     wire::frame_decoder d;
@@ -138,8 +142,8 @@ TEST_CASE("a caller that cannot prove the job token is refused and closed, and t
     c.send_all(handshake(nonce));
     auto ch = read_frame(c);
     REQUIRE(ch.type == wire::kind::handshake_challenge);
-    c.send_all(handshake_auth(
-        wire::handshake_proof("caller", token, nonce, std::string(16, 'x'), "troupe/rpc", "intruder")));
+    c.send_all(handshake_auth(wire::handshake_proof("caller", token, nonce, std::string(16, 'x'),
+                                                    "troupe/rpc", "intruder")));
     CHECK(read_frame(c).type == wire::kind::error);
   }
   // The right proof is accepted, and no byte the caller sent holds the token.
@@ -149,7 +153,8 @@ TEST_CASE("a caller that cannot prove the job token is refused and closed, and t
   auto ch = read_frame(ok);
   std::string theirs, proof;
   REQUIRE(deserialize(ch.message, nullptr, theirs, proof));
-  auto answer = handshake_auth(wire::handshake_proof("caller", token, nonce, theirs, "troupe/rpc", "intruder"));
+  auto answer = handshake_auth(
+      wire::handshake_proof("caller", token, nonce, theirs, "troupe/rpc", "intruder"));
   ok.send_all(answer);
   std::string sent(reinterpret_cast<const char*>(hello.data()), hello.size());
   sent.append(reinterpret_cast<const char*>(answer.data()), answer.size());
@@ -231,7 +236,8 @@ bool handshake_answered(std::uint16_t port) {
 
 }  // namespace
 
-TEST_CASE("out of descriptors, an agent backs off, logs rarely, serves its peers and accepts again") {
+TEST_CASE(
+    "out of descriptors, an agent backs off, logs rarely, serves its peers and accepts again") {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // The sanitizer runtimes need descriptors of their own (UBSan's vptr check opens a pipe
   // to probe memory) and misreport when there are none; the release run covers this.
@@ -275,7 +281,9 @@ TEST_CASE("out of descriptors, an agent backs off, logs rarely, serves its peers
   shutdown_all(g);
 }
 
-TEST_CASE("2000 connections opened and dropped, and silent peers, leave an agent's descriptors where they were") {
+TEST_CASE(
+    "2000 connections opened and dropped, and silent peers, leave an agent's descriptors where "
+    "they were") {
   auto s = std::make_shared<memory_store>();
   auto g = make_group(2, s, [](int, rpc_backend_options&) {});
   auto port = port_of(*s, 1);
@@ -301,15 +309,18 @@ TEST_CASE("2000 connections opened and dropped, and silent peers, leave an agent
   shutdown_all(g);
 }
 
-TEST_CASE("a peer that sends calls and never reads the replies is dropped once they pile up past twice the send queue limit") {
+TEST_CASE(
+    "a peer that sends calls and never reads the replies is dropped once they pile up past twice "
+    "the send queue limit") {
   auto s = std::make_shared<memory_store>();
   const std::string token = "token-of-this-job";
   auto g = make_group(1, s, [&](int, rpc_backend_options& o) {
     o.job_token = token;
     o.max_queued_bytes = std::size_t{1} << 20;
     // Inline: the replies are sent from the I/O thread, which never waits for room.
-    (void)o.functions->add("blob", [] { return std::string(std::size_t{256} << 10, 'x'); },
-                           function_options{.run_inline = true});
+    (void)o.functions->add(
+        "blob", [] { return std::string(std::size_t{256} << 10, 'x'); },
+        function_options{.run_inline = true});
   });
   raw_socket c(port_of(*s, 0), 3);
   const std::string nonce(16, 'q');
@@ -318,7 +329,8 @@ TEST_CASE("a peer that sends calls and never reads the replies is dropped once t
   REQUIRE(ch.type == wire::kind::handshake_challenge);
   std::string theirs, proof;
   REQUIRE(deserialize(ch.message, nullptr, theirs, proof));
-  c.send_all(handshake_auth(wire::handshake_proof("caller", token, nonce, theirs, "troupe/rpc", "intruder")));
+  c.send_all(handshake_auth(
+      wire::handshake_proof("caller", token, nonce, theirs, "troupe/rpc", "intruder")));
   std::byte head[wire::header_size];
   REQUIRE(::recv(c.fd, head, sizeof head, MSG_WAITALL) == static_cast<ssize_t>(sizeof head));
   // 200 calls of 256 KiB replies: 50 MiB, far more than the socket buffers hold.

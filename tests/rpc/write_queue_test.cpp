@@ -45,12 +45,15 @@ std::shared_ptr<function_table> recording_functions(const std::shared_ptr<record
 
 }  // namespace
 
-TEST_CASE("combined one-way calls keep their order with requests sent between them, from several threads") {
+TEST_CASE(
+    "combined one-way calls keep their order with requests sent between them, from several "
+    "threads") {
   constexpr int threads = 4;
   constexpr int per_thread = 2000;
   auto rec = std::make_shared<recorder>(threads);
   auto fns = recording_functions(rec);
-  auto g = make_group(2, std::make_shared<memory_store>(), [&](int, rpc_backend_options& o) { o.functions = fns; });
+  auto g = make_group(2, std::make_shared<memory_store>(),
+                      [&](int, rpc_backend_options& o) { o.functions = fns; });
   std::atomic<int> wrong_counts{0};
   std::atomic<int> failures{0};
   std::vector<std::thread> ts;
@@ -78,20 +81,25 @@ TEST_CASE("combined one-way calls keep their order with requests sent between th
       const auto& s = rec->seen[static_cast<std::size_t>(t)];
       REQUIRE(s.size() == static_cast<std::size_t>(per_thread));
       bool in_order = true;
-      for (int i = 0; i < per_thread; ++i) in_order = in_order && s[static_cast<std::size_t>(i)] == i;
+      for (int i = 0; i < per_thread; ++i)
+        in_order = in_order && s[static_cast<std::size_t>(i)] == i;
       CHECK_MESSAGE(in_order, "thread ", t, "'s one-way calls ran out of order");
     }
   }
   shutdown_all(g);
 }
 
-TEST_CASE("a sender that finds the send queue full waits until the call's timeout, then gets a clear error") {
+TEST_CASE(
+    "a sender that finds the send queue full waits until the call's timeout, then gets a clear "
+    "error") {
   auto sunk = std::make_shared<std::atomic<int>>(0);
   auto fns = standard_functions();
   // Runs on the callee's only I/O thread: while it sleeps, nothing is read there.
-  REQUIRE(fns->add("stall", [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); },
-                   function_options{true}));
-  REQUIRE(fns->add("sink", [sunk](tensor) { ++*sunk; }, function_options{true}));
+  REQUIRE(fns->add(
+      "stall", [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); },
+      function_options{true}));
+  REQUIRE(fns->add(
+      "sink", [sunk](tensor) { ++*sunk; }, function_options{true}));
   auto g = make_group(2, std::make_shared<memory_store>(), [&](int, rpc_backend_options& o) {
     o.functions = fns;
     o.max_queued_bytes = 256 * 1024;
@@ -128,14 +136,19 @@ TEST_CASE("a sender that finds the send queue full waits until the call's timeou
   shutdown_all(g);
 }
 
-TEST_CASE("the send-queue gauge shows the bytes waiting behind a stalled receiver, and zero once they are written") {
+TEST_CASE(
+    "the send-queue gauge shows the bytes waiting behind a stalled receiver, and zero once they "
+    "are written") {
   auto& queued = metrics::get_gauge("troupe_rpc_send_queue_bytes", "");
   auto sunk = std::make_shared<std::atomic<int>>(0);
   auto fns = standard_functions();
-  REQUIRE(fns->add("stall", [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); },
-                   function_options{true}));
-  REQUIRE(fns->add("sink", [sunk](tensor) { ++*sunk; }, function_options{true}));
-  auto g = make_group(2, std::make_shared<memory_store>(), [&](int, rpc_backend_options& o) { o.functions = fns; });
+  REQUIRE(fns->add(
+      "stall", [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); },
+      function_options{true}));
+  REQUIRE(fns->add(
+      "sink", [sunk](tensor) { ++*sunk; }, function_options{true}));
+  auto g = make_group(2, std::make_shared<memory_store>(),
+                      [&](int, rpc_backend_options& o) { o.functions = fns; });
   CHECK(queued.value() == 0);
   std::vector<float> data(1 << 18);  // 1 MiB each, 16 MiB in all: more than the kernel buffers
   auto t = tensor::from<float>(data, dtype::float32);
@@ -149,20 +162,26 @@ TEST_CASE("the send-queue gauge shows the bytes waiting behind a stalled receive
   CHECK(queued.value() <= n * (1 << 20) + (1 << 20));
   // Once the receiver reads again, the queue drains and the gauge follows.
   until = clock::now() + 10s;
-  while ((sunk->load() < n || queued.value() != 0) && clock::now() < until) std::this_thread::sleep_for(1ms);
+  while ((sunk->load() < n || queued.value() != 0) && clock::now() < until)
+    std::this_thread::sleep_for(1ms);
   CHECK(sunk->load() == n);
   CHECK(queued.value() == 0);
   shutdown_all(g);
   CHECK(queued.value() == 0);
 }
 
-TEST_CASE("one-way calls still queued behind a slow receiver at shutdown are delivered before the agent stops") {
+TEST_CASE(
+    "one-way calls still queued behind a slow receiver at shutdown are delivered before the agent "
+    "stops") {
   auto sunk = std::make_shared<std::atomic<int>>(0);
   auto fns = standard_functions();
-  REQUIRE(fns->add("stall", [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); },
-                   function_options{true}));
-  REQUIRE(fns->add("sink", [sunk](tensor) { ++*sunk; }, function_options{true}));
-  auto g = make_group(2, std::make_shared<memory_store>(), [&](int, rpc_backend_options& o) { o.functions = fns; });
+  REQUIRE(fns->add(
+      "stall", [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); },
+      function_options{true}));
+  REQUIRE(fns->add(
+      "sink", [sunk](tensor) { ++*sunk; }, function_options{true}));
+  auto g = make_group(2, std::make_shared<memory_store>(),
+                      [&](int, rpc_backend_options& o) { o.functions = fns; });
   std::vector<float> data(1 << 16);  // 256 KiB each, 32 MiB in all: more than the kernel buffers
   auto t = tensor::from<float>(data, dtype::float32);
   REQUIRE(g[0]->notify("w1", "stall", 500).get(5s));
@@ -179,8 +198,8 @@ TEST_CASE("work deferred to the end of a read batch runs once, after every call 
     int calls = 0;
     int hooks_run = 0;
     int hooks_registered = 0;
-    int wrong = 0;        // a hook that ran before its own call, twice, or elsewhere
-    int batched = 0;      // hooks that saw later calls of their read before running
+    int wrong = 0;    // a hook that ran before its own call, twice, or elsewhere
+    int batched = 0;  // hooks that saw later calls of their read before running
   };
   auto st = std::make_shared<state>();
   auto fns = standard_functions();
@@ -202,11 +221,14 @@ TEST_CASE("work deferred to the end of a read batch runs once, after every call 
           if (st->calls > at) ++st->batched;
         });
         std::lock_guard lk(st->mu);
-        if (ok) ++st->hooks_registered;
-        else ++st->wrong;
+        if (ok)
+          ++st->hooks_registered;
+        else
+          ++st->wrong;
       },
       function_options{true}));
-  auto g = make_group(2, std::make_shared<memory_store>(), [&](int, rpc_backend_options& o) { o.functions = fns; });
+  auto g = make_group(2, std::make_shared<memory_store>(),
+                      [&](int, rpc_backend_options& o) { o.functions = fns; });
   constexpr int n = 5000;
   for (int i = 0; i < n; ++i) REQUIRE(g[0]->notify("w1", "tick", i).get(5s));
   REQUIRE(g[0]->rpc_sync<int>("w1", "add", 1, 1));  // after every tick

@@ -91,8 +91,10 @@ TEST_CASE("a MASTER_ADDR that does not resolve fails at once, naming it") {
 }
 
 TEST_CASE("a loopback MASTER_ADDR in a job spread over hosts is refused, naming it") {
-  std::map<std::string, std::string> v{{"RANK", "1"},        {"WORLD_SIZE", "4"},
-                                       {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "localhost"},
+  std::map<std::string, std::string> v{{"RANK", "1"},
+                                       {"WORLD_SIZE", "4"},
+                                       {"LOCAL_WORLD_SIZE", "2"},
+                                       {"MASTER_ADDR", "localhost"},
                                        {"MASTER_PORT", "29500"}};
   auto s = open_cluster_store(detect_cluster_env(v).value(), 60s);
   REQUIRE_FALSE(s);

@@ -76,8 +76,7 @@ TEST_CASE("a token held by a process killed with SIGKILL passes on through etcd"
   auto* etcd = etcd_server::shared();
   if (!etcd) TROUPE_SKIP_TEST(etcd_server::skip_reason());
   // Leased keys with a short TTL: the killed holder's keys expire on their own.
-  const std::string url =
-      "etcd://" + etcd->endpoint() + troupe::test::unique_etcd_prefix("token") +
+  const std::string url = "etcd://" + etcd->endpoint() + troupe::test::unique_etcd_prefix("token") +
                           "?lease_ttl=2s&attach_lease=true";
   auto s = open(url);
   pid_t holder = spawn_worker({TROUPE_STORE_TEST_WORKER, "hold-token", url});

@@ -114,8 +114,8 @@ TEST_CASE("an etcd store over TLS with a client certificate sets, gets, counts, 
   if (!t) TROUPE_SKIP_TEST(skip);
   const auto& pki = *t->pki;
   // As troupe-run hands it to its workers: one URL.
-  std::string url = "etcd://" + t->etcd->endpoint() + "/job-tls?protocol=https&cacert=" +
-                    pki.ca() + "&cert=" + pki.client_cert() + "&key=" + pki.client_key();
+  std::string url = "etcd://" + t->etcd->endpoint() + "/job-tls?protocol=https&cacert=" + pki.ca() +
+                    "&cert=" + pki.client_cert() + "&key=" + pki.client_key();
   auto s = troupe::connect_store(url, quick());
   REQUIRE_MESSAGE(s.has_value(), error_of(s));
   exercise(**s);
@@ -134,8 +134,9 @@ TEST_CASE("an etcd store over TLS with a client certificate sets, gets, counts, 
   exercise(**direct);
 }
 
-TEST_CASE("a TLS etcd refuses clients that lack the right CA, certificate or protocol, and says "
-          "what to give") {
+TEST_CASE(
+    "a TLS etcd refuses clients that lack the right CA, certificate or protocol, and says "
+    "what to give") {
   std::string skip;
   auto t = start_tls_etcd(skip);
   if (!t) TROUPE_SKIP_TEST(skip);
@@ -146,8 +147,7 @@ TEST_CASE("a TLS etcd refuses clients that lack the right CA, certificate or pro
     auto s = troupe::connect_store(base + "protocol=https&cacert=" + pki.ca(), quick());
     REQUIRE_FALSE(s.has_value());
     CHECK(s.error().code() == errc::unauthorized);
-    CHECK_MESSAGE(s.error().message().find("client certificate") != std::string::npos,
-                  error_of(s));
+    CHECK_MESSAGE(s.error().message().find("client certificate") != std::string::npos, error_of(s));
   }
   SUBCASE("a client certificate from another CA") {
     auto s = troupe::connect_store(base + "protocol=https&cacert=" + pki.ca() + "&cert=" +
@@ -155,13 +155,13 @@ TEST_CASE("a TLS etcd refuses clients that lack the right CA, certificate or pro
                                    quick());
     REQUIRE_FALSE(s.has_value());
     CHECK(s.error().code() == errc::unauthorized);
-    CHECK_MESSAGE(s.error().message().find("refused this client's certificate") !=
-                      std::string::npos,
-                  error_of(s));
+    CHECK_MESSAGE(
+        s.error().message().find("refused this client's certificate") != std::string::npos,
+        error_of(s));
   }
   SUBCASE("a CA that did not sign etcd's certificate") {
-    auto s = troupe::connect_store(base + "protocol=https&cacert=" + pki.other_ca() + "&cert=" +
-                                       pki.client_cert() + "&key=" + pki.client_key(),
+    auto s = troupe::connect_store(base + "protocol=https&cacert=" + pki.other_ca() +
+                                       "&cert=" + pki.client_cert() + "&key=" + pki.client_key(),
                                    quick());
     REQUIRE_FALSE(s.has_value());
     CHECK(s.error().code() == errc::unauthorized);
@@ -176,8 +176,9 @@ TEST_CASE("a TLS etcd refuses clients that lack the right CA, certificate or pro
   }
 }
 
-TEST_CASE("https to a plain etcd, and TLS files that cannot be used, are refused at connect "
-          "naming the cause") {
+TEST_CASE(
+    "https to a plain etcd, and TLS files that cannot be used, are refused at connect "
+    "naming the cause") {
   if (!etcd_server::available()) TROUPE_SKIP_TEST(etcd_server::skip_reason());
   if (!test_pki::available()) TROUPE_SKIP_TEST(test_pki::skip_reason());
   auto pki = test_pki::make();
@@ -189,8 +190,7 @@ TEST_CASE("https to a plain etcd, and TLS files that cannot be used, are refused
   SUBCASE("https to a plain etcd") {
     auto s = troupe::connect_store(base + "protocol=https&cacert=" + (*pki)->ca(), quick());
     REQUIRE_FALSE(s.has_value());
-    CHECK_MESSAGE(s.error().message().find("does not speak TLS") != std::string::npos,
-                  error_of(s));
+    CHECK_MESSAGE(s.error().message().find("does not speak TLS") != std::string::npos, error_of(s));
   }
   SUBCASE("a CA file that does not exist") {
     auto s = troupe::connect_store(base + "protocol=https&cacert=/nonexistent/ca.pem", quick());
@@ -200,21 +200,20 @@ TEST_CASE("https to a plain etcd, and TLS files that cannot be used, are refused
                   error_of(s));
   }
   SUBCASE("a certificate without its key") {
-    auto s = troupe::connect_store(base + "protocol=https&cert=" + (*pki)->client_cert(),
-                                   quick());
+    auto s = troupe::connect_store(base + "protocol=https&cert=" + (*pki)->client_cert(), quick());
     REQUIRE_FALSE(s.has_value());
     CHECK(s.error().code() == errc::invalid_argument);
     CHECK_MESSAGE(s.error().message().find("needs both cert") != std::string::npos, error_of(s));
   }
   SUBCASE("a key that belongs to another certificate") {
-    auto s = troupe::connect_store(base + "protocol=https&cert=" + (*pki)->client_cert() +
-                                       "&key=" + (*pki)->stranger_key(),
-                                   quick());
+    auto s = troupe::connect_store(
+        base + "protocol=https&cert=" + (*pki)->client_cert() + "&key=" + (*pki)->stranger_key(),
+        quick());
     REQUIRE_FALSE(s.has_value());
     CHECK(s.error().code() == errc::invalid_argument);
-    CHECK_MESSAGE(s.error().message().find("does not belong to the certificate") !=
-                      std::string::npos,
-                  error_of(s));
+    CHECK_MESSAGE(
+        s.error().message().find("does not belong to the certificate") != std::string::npos,
+        error_of(s));
   }
   SUBCASE("TLS files with a plain http endpoint") {
     auto s = troupe::connect_store(base + "cacert=" + (*pki)->ca(), quick());
@@ -224,8 +223,9 @@ TEST_CASE("https to a plain etcd, and TLS files that cannot be used, are refused
   }
 }
 
-TEST_CASE("an etcd store signs in as an etcd user, renews a forgotten token, and a wrong "
-          "password or no user is refused naming what to give") {
+TEST_CASE(
+    "an etcd store signs in as an etcd user, renews a forgotten token, and a wrong "
+    "password or no user is refused naming what to give") {
   if (!etcd_server::available()) TROUPE_SKIP_TEST(etcd_server::skip_reason());
   auto started = etcd_server::start();
   REQUIRE_MESSAGE(started.has_value(), (started ? "" : started.error().to_string()));
@@ -267,9 +267,9 @@ TEST_CASE("an etcd store signs in as an etcd user, renews a forgotten token, and
     CHECK_MESSAGE(s.error().message().find("password_file") != std::string::npos, error_of(s));
   }
   SUBCASE("a prefix the user may not touch") {
-    auto s = troupe::connect_store("etcd://" + etcd.endpoint() + "/elsewhere?user=trainer&" +
-                                       "password_file=" + good,
-                                   quick());
+    auto s = troupe::connect_store(
+        "etcd://" + etcd.endpoint() + "/elsewhere?user=trainer&" + "password_file=" + good,
+        quick());
     REQUIRE_FALSE(s.has_value());
     CHECK(s.error().code() == errc::unauthorized);
     CHECK_MESSAGE(s.error().message().find("lacks a role") != std::string::npos, error_of(s));
@@ -299,9 +299,10 @@ TEST_CASE("an etcd store URL reads its TLS and user options, and lists them when
   REQUIRE(::mkdtemp(dir_template) != nullptr);
   const std::string dir = dir_template;
   const std::string pw = write_file(dir, "pw", "s3cret");
-  auto o = troupe::parse_etcd_store_url("etcd://h:2379/job?protocol=https&cacert=/a%20b/ca.pem&"
-                                        "cert=/c.pem&key=/c.key&user=trainer&password_file=" +
-                                        pw);
+  auto o = troupe::parse_etcd_store_url(
+      "etcd://h:2379/job?protocol=https&cacert=/a%20b/ca.pem&"
+      "cert=/c.pem&key=/c.key&user=trainer&password_file=" +
+      pw);
   REQUIRE_MESSAGE(o.has_value(), (o ? "" : o.error().to_string()));
   CHECK(o->tls.enabled);
   CHECK(o->tls.ca_file == "/a b/ca.pem");

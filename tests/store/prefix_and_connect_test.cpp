@@ -115,7 +115,8 @@ TEST_CASE("connect_store opens a tcp url") {
   CHECK((*s)->describe().find(std::to_string(server->port())) != std::string::npos);
 }
 
-TEST_CASE("connect_store sends TROUPE_JOB_SECRET, else TROUPE_STORE_SECRET, and a wrong one is refused") {
+TEST_CASE(
+    "connect_store sends TROUPE_JOB_SECRET, else TROUPE_STORE_SECRET, and a wrong one is refused") {
   troupe::tcp_store_server_options so;
   so.secret = "job-secret";
   auto server = troupe::tcp_store_server::start(so).value();

@@ -64,6 +64,5 @@ TYPE_TO_STRING(prefix_fixture);
 TYPE_TO_STRING(tcp_fixture);
 TYPE_TO_STRING(tcp_only_fixture);
 TYPE_TO_STRING(prefix_over_tcp_fixture);
-TEST_CASE_TEMPLATE_APPLY(store_contract,
-                         std::tuple<memory_fixture, prefix_fixture, tcp_fixture, tcp_only_fixture,
-                                    prefix_over_tcp_fixture>);
+TEST_CASE_TEMPLATE_APPLY(store_contract, std::tuple<memory_fixture, prefix_fixture, tcp_fixture,
+                                                    tcp_only_fixture, prefix_over_tcp_fixture>);

@@ -1,7 +1,7 @@
 // The store server against hostile or careless peers: unauthenticated memory, descriptor
 // exhaustion, floods of connections, garbage. Real sockets on loopback.
-#include <doctest/doctest.h>
 #include <dirent.h>
+#include <doctest/doctest.h>
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "core/log.hpp"
-#include "support/skip.hpp"
 #include "raw_socket.hpp"
 #include "store/detail/wire.hpp"
 #include "store/tcp_store.hpp"
 #include "store/tcp_store_server.hpp"
+#include "support/skip.hpp"
 
 namespace {
 
@@ -105,7 +105,9 @@ bool fds_return_to(std::size_t limit) {
 
 }  // namespace
 
-TEST_CASE("200 unauthenticated connections that each claim a 64 MiB frame cost the server little memory") {
+TEST_CASE(
+    "200 unauthenticated connections that each claim a 64 MiB frame cost the server little "
+    "memory") {
   auto server = start_server();
   check_serves(*server);
   std::size_t before = resident_bytes();
@@ -124,7 +126,9 @@ TEST_CASE("200 unauthenticated connections that each claim a 64 MiB frame cost t
   check_serves(*server);
 }
 
-TEST_CASE("an authenticated client's large frame is read as its bytes arrive, not allocated at its claim") {
+TEST_CASE(
+    "an authenticated client's large frame is read as its bytes arrive, not allocated at its "
+    "claim") {
   auto server = start_server();
   auto c = connect_to(*server);
   std::size_t before = resident_bytes();
@@ -146,7 +150,8 @@ TEST_CASE("an authenticated client's large frame is read as its bytes arrive, no
   if (memory_checked) CHECK(resident_bytes() < before + (std::size_t{8} << 20));
 }
 
-TEST_CASE("out of descriptors, the server backs off, logs rarely, serves its clients and recovers") {
+TEST_CASE(
+    "out of descriptors, the server backs off, logs rarely, serves its clients and recovers") {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // The sanitizer runtimes need descriptors of their own (UBSan's vptr check opens a pipe
   // to probe memory) and misreport when there are none; the release run covers this.
@@ -184,7 +189,9 @@ TEST_CASE("out of descriptors, the server backs off, logs rarely, serves its cli
   check_serves(*server);  // accepted again once descriptors are free
 }
 
-TEST_CASE("garbage, huge lengths, 2000 dropped connections and silent peers leave fds and memory where they were") {
+TEST_CASE(
+    "garbage, huge lengths, 2000 dropped connections and silent peers leave fds and memory where "
+    "they were") {
   troupe::tcp_store_server_options o;
   o.hello_timeout = 500ms;
   auto server = start_server(o);

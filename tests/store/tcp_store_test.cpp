@@ -7,10 +7,10 @@
 
 #include "core/log.hpp"
 #include "raw_socket.hpp"
+#include "settled_output.hpp"
 #include "store/detail/wire.hpp"
 #include "store/tcp_store.hpp"
 #include "store/tcp_store_server.hpp"
-#include "settled_output.hpp"
 
 namespace {
 
@@ -247,7 +247,8 @@ TEST_CASE("the secret is proven, never sent: no frame from the client carries it
   // The server proves that it knows the secret for these nonces.
   CHECK(ch->proof == wire::handshake_proof("server", o.secret, nonce, ch->nonce));
   CHECK(ch->proof != wire::handshake_proof("server", "another", nonce, ch->nonce));
-  auto auth = wire::encode_auth({true, wire::handshake_proof("client", o.secret, nonce, ch->nonce)});
+  auto auth =
+      wire::encode_auth({true, wire::handshake_proof("client", o.secret, nonce, ch->nonce)});
   REQUIRE(sock.send(auth));
   std::string sent(reinterpret_cast<const char*>(hello.data()), hello.size());
   sent.append(reinterpret_cast<const char*>(auth.data()), auth.size());
@@ -292,7 +293,8 @@ TEST_CASE("a client with a secret refuses a store that asks for none") {
   auto c = connect_to(*open_server, "s3cret");
   REQUIRE_FALSE(c.has_value());
   CHECK(c.error().code() == errc::unauthorized);
-  CHECK(c.error().message().find("requires no secret but this client has one") != std::string::npos);
+  CHECK(c.error().message().find("requires no secret but this client has one") !=
+        std::string::npos);
 }
 
 TEST_CASE("connecting where no server listens times out naming the address") {
@@ -450,7 +452,8 @@ TEST_CASE("a waiter whose deadline passes hands the reading over to the others")
   CHECK(client.set("after", std::string_view("ok")));
 }
 
-TEST_CASE("a client that sends requests but never reads cannot make the server buffer without bound") {
+TEST_CASE(
+    "a client that sends requests but never reads cannot make the server buffer without bound") {
   troupe::tcp_store_server_options o;
   o.max_queued_output = 1u << 20;
   auto server = start_server(o);
@@ -488,7 +491,9 @@ TEST_CASE("a client that sends requests but never reads cannot make the server b
   CHECK(server->queued_output_bytes() == 0);
 }
 
-TEST_CASE("a client woken with more than max_unread_output that it never reads is dropped and its queue freed") {
+TEST_CASE(
+    "a client woken with more than max_unread_output that it never reads is dropped and its queue "
+    "freed") {
   troupe::tcp_store_server_options o;
   o.max_queued_output = 1u << 20;
   o.max_unread_output = 4u << 20;

@@ -2,8 +2,8 @@
 // stays plain): every operation, and the refusal of a plain client, of a TLS client by a
 // plain server, of a certificate from another CA and of a client that never finishes its
 // handshake. Real sockets on loopback; a throwaway CA made with the openssl command.
-#include <doctest/doctest.h>
 #include <arpa/inet.h>
+#include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -18,13 +18,13 @@
 
 #include "core/log.hpp"
 #include "raw_socket.hpp"
+#include "settled_output.hpp"
 #include "store/connect.hpp"
 #include "store/detail/wire.hpp"
 #include "store/tcp_store.hpp"
 #include "store/tcp_store_server.hpp"
 #include "support/skip.hpp"
 #include "support/test_pki.hpp"
-#include "settled_output.hpp"
 
 namespace {
 
@@ -228,7 +228,9 @@ void check_serves(const tcp_store_server& server) {
     REQUIRE(pki() != nullptr);                                                         \
   } while (false)
 
-TEST_CASE("a store client and server with the job's certificates set, get, add, compare_set and wait over TLS") {
+TEST_CASE(
+    "a store client and server with the job's certificates set, get, add, compare_set and wait "
+    "over TLS") {
   REQUIRE_PKI();
   auto server = start_server(server_identity());
   CHECK(server->uses_tls());
@@ -305,7 +307,9 @@ TEST_CASE("the secret handshake runs inside TLS, and a wrong secret is still ref
   CHECK(wrong.error().code() == errc::unauthorized);
 }
 
-TEST_CASE("a client without TLS is refused by a TLS server at once, and told to set TROUPE_TLS_* on both sides") {
+TEST_CASE(
+    "a client without TLS is refused by a TLS server at once, and told to set TROUPE_TLS_* on both "
+    "sides") {
   REQUIRE_PKI();
   log_capture logs;
   auto server = start_server(server_identity());
@@ -366,7 +370,9 @@ TEST_CASE("a certificate that another CA signed is refused, on either side") {
   CHECK_MESSAGE(mentions(c.error(), "not signed by this job's CA"), c.error().message());
 }
 
-TEST_CASE("a client that never completes the TLS handshake is dropped after hello_timeout and the server serves on") {
+TEST_CASE(
+    "a client that never completes the TLS handshake is dropped after hello_timeout and the server "
+    "serves on") {
   REQUIRE_PKI();
   log_capture logs;
   auto server = start_server(server_identity(), {}, 300ms);
@@ -391,7 +397,8 @@ TEST_CASE("a client that never completes the TLS handshake is dropped after hell
   CHECK(server->num_connections() == 1);
 }
 
-TEST_CASE("a TLS client on the server's host reaches a loopback server through its plain local socket") {
+TEST_CASE(
+    "a TLS client on the server's host reaches a loopback server through its plain local socket") {
   REQUIRE_PKI();
   auto server = start_server(server_identity());
   REQUIRE(server->has_local_socket());
@@ -405,7 +412,8 @@ TEST_CASE("a TLS client on the server's host reaches a loopback server through i
   CHECK((*c)->set("k", std::string_view("v")));
 }
 
-TEST_CASE("connect_store takes the TLS identity from TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA") {
+TEST_CASE(
+    "connect_store takes the TLS identity from TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA") {
   REQUIRE_PKI();
   troupe::tcp_store_server_options so;
   so.tls = server_identity();
@@ -424,7 +432,9 @@ TEST_CASE("connect_store takes the TLS identity from TROUPE_TLS_CERT, TROUPE_TLS
   CHECK(tcp->uses_tls());
 }
 
-TEST_CASE("unusable TLS files fail the server's start and the client's connect, naming the setting and the file") {
+TEST_CASE(
+    "unusable TLS files fail the server's start and the client's connect, naming the setting and "
+    "the file") {
   REQUIRE_PKI();
   troupe::tcp_store_server_options so;
   so.tls = {pki()->server_cert(), "/nonexistent/server.key", pki()->ca()};
@@ -443,7 +453,9 @@ TEST_CASE("unusable TLS files fail the server's start and the client's connect, 
   CHECK_MESSAGE(mentions(c.error(), "TROUPE_TLS_CA"), c.error().message());
 }
 
-TEST_CASE("a TLS client that sends requests but never reads cannot make the server buffer without bound") {
+TEST_CASE(
+    "a TLS client that sends requests but never reads cannot make the server buffer without "
+    "bound") {
   REQUIRE_PKI();
   troupe::tcp_store_server_options o;
   o.tls = server_identity();
@@ -472,7 +484,9 @@ TEST_CASE("a TLS client that sends requests but never reads cannot make the serv
   CHECK(server.queued_output_bytes() == 0);
 }
 
-TEST_CASE("a TLS client woken with more than max_unread_output that it never reads is dropped and its queue freed") {
+TEST_CASE(
+    "a TLS client woken with more than max_unread_output that it never reads is dropped and its "
+    "queue freed") {
   REQUIRE_PKI();
   troupe::tcp_store_server_options o;
   o.tls = server_identity();

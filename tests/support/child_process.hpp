@@ -264,7 +264,9 @@ class child_process {
     return reaped_ && WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
   }
   /// The signal that ended it, or 0.
-  int term_signal() const noexcept { return reaped_ && WIFSIGNALED(status_) ? WTERMSIG(status_) : 0; }
+  int term_signal() const noexcept {
+    return reaped_ && WIFSIGNALED(status_) ? WTERMSIG(status_) : 0;
+  }
   /// What it wrote to its output file so far ("" without one).
   std::string output_text() const {
     if (output_.empty()) return {};

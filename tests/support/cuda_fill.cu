@@ -32,7 +32,8 @@ std::string fill_after_spin(void* p, std::size_t count, std::uint32_t seed, void
                             int spin_ms) {
   int dev = 0, khz = 0;
   if (auto e = cudaGetDevice(&dev); e != cudaSuccess) return text(e);
-  if (auto e = cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev); e != cudaSuccess || khz <= 0)
+  if (auto e = cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev);
+      e != cudaSuccess || khz <= 0)
     khz = 1'500'000;  // a guess when the attribute is missing: 1.5 GHz
   const long long cycles = static_cast<long long>(khz) * spin_ms;
   std::size_t blocks = (count + 255) / 256;

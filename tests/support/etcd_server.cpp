@@ -157,7 +157,8 @@ expected<void> etcd_server::launch(deadline until) {
       proc_ = {};
       std::string log = read_file(log_path_);
       if (log.find("address already in use") != std::string::npos)
-        return make_error(errc::unavailable, "etcd could not bind its ports (address already in use)");
+        return make_error(errc::unavailable,
+                          "etcd could not bind its ports (address already in use)");
       return make_error(errc::unavailable, "etcd exited at startup; its log:\n", tail(log));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -196,8 +197,7 @@ std::string etcd_server::endpoint() const { return "127.0.0.1:" + std::to_string
 std::string etcd_server::url() const { return (tls_ ? "https://" : "http://") + endpoint(); }
 
 expected<std::string> etcd_server::etcdctl(const std::vector<std::string>& args) const {
-  if (tls_)
-    return make_error(errc::unsupported, "etcd_server::etcdctl speaks plain http only");
+  if (tls_) return make_error(errc::unsupported, "etcd_server::etcdctl speaks plain http only");
   // etcdctl sits next to etcd (Debian's etcd-client).
   auto ctl = std::filesystem::path(binary()).parent_path() / "etcdctl";
   std::string command = "ETCDCTL_API=3 '" + ctl.string() + "' --endpoints=" + endpoint();

@@ -31,5 +31,6 @@ std::optional<int> run_peer_role_if_asked();
 
 #define TROUPE_TEST_PEER_CONCAT2(a, b) a##b
 #define TROUPE_TEST_PEER_CONCAT(a, b) TROUPE_TEST_PEER_CONCAT2(a, b)
-#define TROUPE_TEST_PEER_ROLE(name, fn) \
-  static const ::troupe_test::peer_role TROUPE_TEST_PEER_CONCAT(troupe_peer_role_, __LINE__)(name, fn)
+#define TROUPE_TEST_PEER_ROLE(name, fn)                                                            \
+  static const ::troupe_test::peer_role TROUPE_TEST_PEER_CONCAT(troupe_peer_role_, __LINE__)(name, \
+                                                                                             fn)

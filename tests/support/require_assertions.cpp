@@ -19,16 +19,16 @@ struct require_assertions : doctest::IReporter {
     troupe_test::current_test_skipped() = false;
   }
   void test_case_end(const doctest::CurrentTestCaseStats& st) override {
-    if (st.numAssertsCurrentTest == 0 && !troupe_test::current_test_skipped() &&
-        st.testCaseSuccess)
+    if (st.numAssertsCurrentTest == 0 && !troupe_test::current_test_skipped() && st.testCaseSuccess)
       empty_.push_back(name_);
   }
   void test_run_end(const doctest::TestRunStats&) override {
     if (empty_.empty()) return;
     for (const auto& n : empty_)
-      std::printf("[troupe-no-assertion] test case '%s' ran no assertion and did not skip: a "
-                  "GPU test must check something or say why it cannot\n",
-                  n.c_str());
+      std::printf(
+          "[troupe-no-assertion] test case '%s' ran no assertion and did not skip: a "
+          "GPU test must check something or say why it cannot\n",
+          n.c_str());
     std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(1);

@@ -18,7 +18,7 @@ inline bool& current_test_skipped() {
 
 #define TROUPE_SKIP_TEST(reason)                                    \
   do {                                                              \
-    ::troupe_test::current_test_skipped() = true;               \
+    ::troupe_test::current_test_skipped() = true;                   \
     std::printf("[troupe-skip] %s\n", std::string(reason).c_str()); \
     std::fflush(stdout);                                            \
     return;                                                         \

@@ -74,8 +74,7 @@ expected<std::unique_ptr<test_pki>> test_pki::make() {
   if (auto r = make_ca(d, "other-ca"); !r) return std::move(r).error();
   if (auto r = make_cert(d, "server", "ca", "127.0.0.1", server_ext); !r)
     return std::move(r).error();
-  if (auto r = make_cert(d, "client", "ca", "trainer", client_ext); !r)
-    return std::move(r).error();
+  if (auto r = make_cert(d, "client", "ca", "trainer", client_ext); !r) return std::move(r).error();
   if (auto r = make_cert(d, "stranger", "other-ca", "stranger", client_ext); !r)
     return std::move(r).error();
   if (auto r = make_cert(d, "other-node", "other-ca", "127.0.0.1", server_ext); !r)

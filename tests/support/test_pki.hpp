@@ -3,7 +3,8 @@
 //
 // It holds a CA, a server certificate for 127.0.0.1 and localhost, a client certificate
 // signed by the CA, and a second CA with a client certificate and a certificate for both
-// roles of its own, which a peer trusting only the first CA must refuse. All keys are P-256, all files PEM.
+// roles of its own, which a peer trusting only the first CA must refuse. All keys are P-256, all
+// files PEM.
 #pragma once
 
 #include <memory>

@@ -8,13 +8,13 @@
 
 #include <vector>
 
-#include "training/ddp.hpp"
+#include "../collectives/nccl_world.hpp"
 #include "collectives/group.hpp"
 #include "collectives/join.hpp"
 #include "core/cuda_runtime.hpp"
-#include "../collectives/nccl_world.hpp"
 #include "support/gpu_skip.hpp"
 #include "support/skip.hpp"
+#include "training/ddp.hpp"
 
 using namespace std::chrono_literals;
 using namespace troupe;
@@ -53,7 +53,9 @@ std::vector<float> pattern(std::size_t n, float scale, float offset) {
 
 }  // namespace
 
-TEST_CASE("ddp over an nccl group of one keeps GPU gradients and weights through join, broadcast and barrier") {
+TEST_CASE(
+    "ddp over an nccl group of one keeps GPU gradients and weights through join, broadcast and "
+    "barrier") {
   if (auto why = no_gpu_reason(); !why.empty()) TROUPE_SKIP_TEST(why);
   auto g = nccl_world_of_one("ddp-gpu");
   // Two layers, every weight and gradient in one allocation each; with these caps the
@@ -65,7 +67,8 @@ TEST_CASE("ddp over an nccl group of one keeps GPU gradients and weights through
   std::size_t at = 0;
   for (int layer = 0; layer < 2; ++layer)
     for (auto [name, n] : {std::pair{"weight", n1}, std::pair{"bias", n2}}) {
-      params.push_back({strcat("layer", layer, ".", name), values.slice(at, n), grads.slice(at, n)});
+      params.push_back(
+          {strcat("layer", layer, ".", name), values.slice(at, n), grads.slice(at, n)});
       at += n;
     }
   ddp_options o;

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "training/ddp.hpp"
 #include "collectives/join.hpp"
 #include "mlp.hpp"
+#include "training/ddp.hpp"
 
 namespace troupe::training::testing {
 
@@ -52,7 +52,7 @@ struct loose_model {
 inline ddp_options small_buckets() {
   ddp_options o;
   o.first_bucket_cap_bytes = 16;  // p3 alone
-  o.bucket_cap_bytes = 24;  // then {p2, p1} and {p0}
+  o.bucket_cap_bytes = 24;        // then {p2, p1} and {p0}
   o.timeout = 10s;
   return o;
 }
@@ -110,7 +110,8 @@ inline std::string ddp_broadcasts_and_averages(std::shared_ptr<process_group> g)
     for (float v : w)
       if (v != 1.f) return "weights were not broadcast from rank 0";
   if ((*d)->bucket_plans().size() < 3) return "expected at least 3 buckets";
-  if ((*d)->bucket_plans().front().params.front() != 3) return "first bucket is not the last parameter";
+  if ((*d)->bucket_plans().front().params.front() != 3)
+    return "first bucket is not the last parameter";
   m.set_grads(g->rank());
   if (auto r = (*d)->sync_gradients(); !r) return "sync: " + r.error().to_string();
   for (std::size_t k = 0; k < m.g.size(); ++k)
@@ -160,8 +161,8 @@ inline std::string ddp_comm_hooks(std::shared_ptr<process_group> g) {
     float (*back)(std::uint16_t);
   };
   std::vector<variant> vs{{"allreduce", allreduce_hook(), 1e-6f, nullptr, nullptr},
-                          {"fp16_compress", fp16_compress_hook(), 2e-3f,
-                           collectives::float_to_half, collectives::half_to_float},
+                          {"fp16_compress", fp16_compress_hook(), 2e-3f, collectives::float_to_half,
+                           collectives::half_to_float},
                           {"bf16_compress", bf16_compress_hook(), 1e-2f,
                            collectives::float_to_bfloat16, collectives::bfloat16_to_float}};
   for (auto& v : vs) {
@@ -296,7 +297,8 @@ inline std::string ddp_strategy_collectives(std::shared_ptr<process_group> g) {
   double n = g->size();
   if (x[0] != n * (n - 1) / 2 || x[1] != n) return "reduce sum is wrong";
   double y = g->rank();
-  if (auto r = (*d)->reduce({&y, dtype::float64, 1, device::cpu()}); !r) return r.error().to_string();
+  if (auto r = (*d)->reduce({&y, dtype::float64, 1, device::cpu()}); !r)
+    return r.error().to_string();
   if (y != (n - 1) / 2) return "reduce mean is wrong";
   if ((*d)->reduce({&y, dtype::float64, 1, device::cpu()}, collectives::reduce_op::max))
     return "reduce max was accepted";

@@ -1,8 +1,8 @@
 // DDP with gloo ranks as threads of one process.
 #include <doctest/doctest.h>
 
-#include "ddp_scenarios.hpp"
 #include "../collectives/thread_ranks.hpp"
+#include "ddp_scenarios.hpp"
 
 using namespace troupe::training::testing;
 using namespace troupe::collectives::testing;

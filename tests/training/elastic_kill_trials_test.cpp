@@ -53,11 +53,16 @@ enum class kill_point { allreduce, broadcast_sender, broadcast_newcomer, join, a
 
 const char* to_string(kill_point k) {
   switch (k) {
-    case kill_point::allreduce: return "mid-allreduce";
-    case kill_point::broadcast_sender: return "mid-broadcast, the sender";
-    case kill_point::broadcast_newcomer: return "mid-broadcast, the newcomer";
-    case kill_point::join: return "during a join";
-    case kill_point::agreement: return "during an epoch agreement";
+    case kill_point::allreduce:
+      return "mid-allreduce";
+    case kill_point::broadcast_sender:
+      return "mid-broadcast, the sender";
+    case kill_point::broadcast_newcomer:
+      return "mid-broadcast, the newcomer";
+    case kill_point::join:
+      return "during a join";
+    case kill_point::agreement:
+      return "during an epoch agreement";
   }
   return "?";
 }
@@ -65,9 +70,9 @@ const char* to_string(kill_point k) {
 // One trial, drawn before it runs so that it can be printed (and replayed from the seed).
 struct plan {
   kill_point point = kill_point::allreduce;
-  long at_step = 0;         // trainer0 has finished this many steps before anything happens
-  int victim = 0;           // the trainer killed (allreduce, join, agreement's first)
-  int second = 0;           // agreement: the second trainer killed
+  long at_step = 0;  // trainer0 has finished this many steps before anything happens
+  int victim = 0;    // the trainer killed (allreduce, join, agreement's first)
+  int second = 0;    // agreement: the second trainer killed
   std::chrono::milliseconds delay{0};  // from the phase's start to the kill
 
   std::string text() const {
@@ -79,8 +84,9 @@ struct plan {
         break;
       case kill_point::broadcast_sender:
       case kill_point::broadcast_newcomer:
-        o << "start a newcomer, kill " << (point == kill_point::broadcast_sender ? "the sender" : "it")
-          << " " << delay.count() << " ms after its group is built";
+        o << "start a newcomer, kill "
+          << (point == kill_point::broadcast_sender ? "the sender" : "it") << " " << delay.count()
+          << " ms after its group is built";
         break;
       case kill_point::join:
         o << "start a newcomer, kill trainer" << victim << " " << delay.count()
@@ -104,12 +110,20 @@ plan draw(std::mt19937_64& rng, long only) {
   p.victim = static_cast<int>(uniform(0, trainers - 1));
   p.second = static_cast<int>((p.victim + uniform(1, trainers - 1)) % trainers);
   switch (p.point) {
-    case kill_point::allreduce: p.delay = std::chrono::milliseconds(uniform(0, 20)); break;
+    case kill_point::allreduce:
+      p.delay = std::chrono::milliseconds(uniform(0, 20));
+      break;
     case kill_point::broadcast_sender:
-    case kill_point::broadcast_newcomer: p.delay = std::chrono::milliseconds(uniform(0, 40)); break;
-    case kill_point::join: p.delay = std::chrono::milliseconds(uniform(0, 200)); break;
+    case kill_point::broadcast_newcomer:
+      p.delay = std::chrono::milliseconds(uniform(0, 40));
+      break;
+    case kill_point::join:
+      p.delay = std::chrono::milliseconds(uniform(0, 200));
+      break;
     // The survivors declare the first dead a heartbeat timeout (1 s) after its last beat.
-    case kill_point::agreement: p.delay = std::chrono::milliseconds(uniform(700, 1400)); break;
+    case kill_point::agreement:
+      p.delay = std::chrono::milliseconds(uniform(700, 1400));
+      break;
   }
   return p;
 }
@@ -220,8 +234,8 @@ std::string run_trial(trial_job& j, const plan& p) {
           p.point == kill_point::broadcast_sender ? members.front() : std::string("newcomer");
       j.kill(victim);
       met = troupe::strcat("killed ", victim, " ",
-                   j.line("newcomer", "phase=resized") ? "after" : "before",
-                   " the newcomer had the state");
+                           j.line("newcomer", "phase=resized") ? "after" : "before",
+                           " the newcomer had the state");
       j.start("replacement1");
       break;
     }
@@ -230,9 +244,10 @@ std::string run_trial(trial_job& j, const plan& p) {
       j.wait_for("the newcomer joining", [&] { return j.line("newcomer", "phase=joining"); });
       std::this_thread::sleep_for(p.delay);
       j.kill(trainer(p.victim));
-      met = j.line("newcomer", "phase=resized")   ? "killed after the newcomer had the state"
-            : j.line("newcomer", "phase=joined")  ? "killed after the newcomer joined, before it had the state"
-                                                  : "killed before the newcomer's epoch";
+      met = j.line("newcomer", "phase=resized") ? "killed after the newcomer had the state"
+            : j.line("newcomer", "phase=joined")
+                ? "killed after the newcomer joined, before it had the state"
+                : "killed before the newcomer's epoch";
       j.start("replacement1");
       break;
     }
@@ -308,7 +323,9 @@ void check_finish(trial_job& j) {
 
 }  // namespace
 
-TEST_CASE("randomized trials (twenty, or six under the sanitizers) each SIGKILL a trainer at a random point of a live resize, and every time the job finishes with identical weights") {
+TEST_CASE(
+    "randomized trials (twenty, or six under the sanitizers) each SIGKILL a trainer at a random "
+    "point of a live resize, and every time the job finishes with identical weights") {
   const auto seed = static_cast<std::uint64_t>(
       env_number("TROUPE_TEST_SEED", static_cast<long>(std::random_device{}() >> 1)));
   const long trials = env_number("TROUPE_TEST_TRIALS", 20);

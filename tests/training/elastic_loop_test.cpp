@@ -8,10 +8,10 @@
 #include <thread>
 #include <vector>
 
-#include "training/elastic_loop.hpp"
 #include "store/memory_store.hpp"
 #include "store/prefix_store.hpp"
 #include "support/membership_join.hpp"
+#include "training/elastic_loop.hpp"
 
 using namespace std::chrono_literals;
 using troupe::test::join_membership;
@@ -87,8 +87,7 @@ TEST_CASE("two members as threads train from rank 0's state and end with the sam
   for (int i = 0; i < 2; ++i)
     ts.emplace_back([&, i] {
       auto& me = m[i];
-      parameter p{"w", tensor_view::of(std::span(me.w)),
-                  tensor_view::of(std::span(me.g))};
+      parameter p{"w", tensor_view::of(std::span(me.w)), tensor_view::of(std::span(me.g))};
       elastic_loop_options o;
       o.steps = 20;
       o.timeout = 20s;

@@ -70,7 +70,9 @@ struct job : troupe::test::store_job {
 
 }  // namespace
 
-TEST_CASE("a trainer killed mid-training is replaced by a newcomer that gets the state, and all end with identical weights and a lower loss") {
+TEST_CASE(
+    "a trainer killed mid-training is replaced by a newcomer that gets the state, and all end with "
+    "identical weights and a lower loss") {
   constexpr int steps = 400;
   job j;
   for (int r = 0; r < 3; ++r) j.start("trainer" + std::to_string(r), steps);

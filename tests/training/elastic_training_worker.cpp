@@ -32,10 +32,10 @@
 #include <string>
 #include <thread>
 
-#include "training/elastic_loop.hpp"
 #include "mlp.hpp"
 #include "store/connect.hpp"
 #include "store/prefix_store.hpp"
+#include "training/elastic_loop.hpp"
 
 using namespace std::chrono_literals;
 using namespace troupe;
@@ -89,8 +89,8 @@ int main(int argc, char** argv) {
   mo.heartbeat_interval = mo.heartbeat_timeout / 10;
   mo.op_timeout = 5s;
   mark("joining");
-  auto joined =
-      membership::service::join(std::make_shared<prefix_store>(base, scope + "/membership"), mo, 20s);
+  auto joined = membership::service::join(
+      std::make_shared<prefix_store>(base, scope + "/membership"), mo, 20s);
   if (!joined) {
     std::cerr << name << ": joining: " << joined.error() << "\n";
     return 2;
@@ -133,8 +133,7 @@ int main(int argc, char** argv) {
     put("first/" + name, std::to_string(next.step) + " " + std::to_string(next.world));
     if (next.step == 0) put("loss0/" + name, std::to_string(full_loss()));
   };
-  std::vector<tensor_view> optimizer_state{
-      tensor_view::of(std::span(velocity))};
+  std::vector<tensor_view> optimizer_state{tensor_view::of(std::span(velocity))};
   if (!ballast.empty()) optimizer_state.push_back(tensor_view::of(std::span(ballast)));
   auto loop = training::elastic_loop::make(**eg, model.parameters(), optimizer_state, lo);
   if (!loop) {

@@ -68,11 +68,11 @@ TEST_CASE("buckets follow reverse registration order, split by dtype and by the 
     return tensor_view::of(std::span(v).subspan(o, n));
   };
   std::vector<parameter> ps{
-      {"a", view(f, 0, 10), view(fg, 0, 10)},      // 40 bytes
-      {"b", view(f, 10, 20), view(fg, 10, 20)},    // 80 bytes
+      {"a", view(f, 0, 10), view(fg, 0, 10)},    // 40 bytes
+      {"b", view(f, 10, 20), view(fg, 10, 20)},  // 80 bytes
       {"c", tensor_view::of(std::span(d)), tensor_view::of(std::span(dg))},
-      {"d", view(f, 30, 5), view(fg, 30, 5)},      // 20 bytes
-      {"e", view(f, 35, 40), view(fg, 35, 40)},    // 160 bytes, above the cap
+      {"d", view(f, 30, 5), view(fg, 30, 5)},    // 20 bytes
+      {"e", view(f, 35, 40), view(fg, 35, 40)},  // 160 bytes, above the cap
   };
   REQUIRE(check_parameters(ps).has_value());
   auto plan = plan_buckets(ps, 16, 100).value();

@@ -39,7 +39,8 @@ int main() {
   }
   const std::string me = "worker" + std::to_string(w->env().rank);
   auto* eg = w->elastic();
-  if (eg == nullptr || !w->membership()) return check_failed(me, "init did not make an elastic world");
+  if (eg == nullptr || !w->membership())
+    return check_failed(me, "init did not make an elastic world");
   std::printf("%s: init rank %d of %d in epoch %llu\n", me.c_str(), w->rank(), w->size(),
               static_cast<unsigned long long>(eg->current().epoch.number));
   std::fflush(stdout);
@@ -65,8 +66,8 @@ int main() {
     }
     for (float x : t)
       if (x != static_cast<float>(g.size()))
-        return check_failed(me, "allreduce gave " + std::to_string(x) + " at size " +
-                                    std::to_string(g.size()));
+        return check_failed(
+            me, "allreduce gave " + std::to_string(x) + " at size " + std::to_string(g.size()));
     if (v->epoch.number >= last && g.size() == n) {
       // Everyone got here in this epoch; meet before anyone leaves (a leave is an epoch).
       const std::string done = "test/done/" + std::to_string(v->epoch.number) + "/";

@@ -16,8 +16,8 @@
 
 #include <chrono>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <sstream>
@@ -113,7 +113,8 @@ void run_world(const std::string& name, int world, const std::function<vars(int)
   auto dir = fresh_dir(name);
   std::vector<std::unique_ptr<process>> ps;
   for (int r = 0; r < world; ++r)
-    ps.push_back(start({worker, "--timeout", "30s"}, env_of(r), dir / ("rank" + std::to_string(r))));
+    ps.push_back(
+        start({worker, "--timeout", "30s"}, env_of(r), dir / ("rank" + std::to_string(r))));
   for (int r = 0; r < world; ++r) {
     auto& p = *ps[static_cast<std::size_t>(r)];
     CHECK_MESSAGE(p.wait(60s), "rank ", r, " did not finish: ", p.text());
@@ -135,17 +136,20 @@ TEST_CASE("init works under troupe-run: allreduce, RPC and the store on every ra
   INFO(p->text());
   CHECK(p->exit_code() == 0);
   for (int r = 0; r < 3; ++r)
-    CHECK(p->text().find("rank " + std::to_string(r) + " of 3: ok under troupe-run, attempt 0, "
+    CHECK(p->text().find("rank " + std::to_string(r) +
+                         " of 3: ok under troupe-run, attempt 0, "
                          "scope 'troupe-run/") != std::string::npos);
   CHECK(p->text().find("address 127.0.0.1") != std::string::npos);
 }
 
-TEST_CASE("under troupe-run --failure-policy replace, init makes an elastic world that survives a killed rank") {
+TEST_CASE(
+    "under troupe-run --failure-policy replace, init makes an elastic world that survives a killed "
+    "rank") {
   auto dir = fresh_dir("elastic");
-  auto p = start({troupe_run, "--standalone", "--nproc-per-node", "3", "--max-restarts", "1",
-                  "--failure-policy", "replace", "--log-dir", (dir / "logs").string(),
-                  ELASTIC_WORLD_WORKER},
-                 {}, dir / "out");
+  auto p = start(
+      {troupe_run, "--standalone", "--nproc-per-node", "3", "--max-restarts", "1",
+       "--failure-policy", "replace", "--log-dir", (dir / "logs").string(), ELASTIC_WORLD_WORKER},
+      {}, dir / "out");
   REQUIRE(p->wait(90s));
   const auto text = p->text();
   INFO(text);
@@ -169,7 +173,8 @@ TEST_CASE("under troupe-run --failure-policy replace, init makes an elastic worl
   CHECK(count("worker1: init rank") == 2);
 }
 
-TEST_CASE("an elastic world refuses a store it would host itself, saying why, with or without RPC") {
+TEST_CASE(
+    "an elastic world refuses a store it would host itself, saying why, with or without RPC") {
   troupe::init_options o;
   o.elastic = true;
   o.timeout = 5s;
@@ -226,9 +231,12 @@ TEST_CASE("init works under a Slurm-style environment with the port derived from
   run_world(
       "slurm", 2,
       [&](int r) {
-        return vars{{"SLURM_PROCID", std::to_string(r)}, {"SLURM_NTASKS", "2"},
-                    {"SLURM_LOCALID", std::to_string(r)}, {"SLURM_NODEID", "0"},
-                    {"SLURM_NNODES", "1"},                {"SLURM_JOB_ID", std::to_string(job)},
+        return vars{{"SLURM_PROCID", std::to_string(r)},
+                    {"SLURM_NTASKS", "2"},
+                    {"SLURM_LOCALID", std::to_string(r)},
+                    {"SLURM_NODEID", "0"},
+                    {"SLURM_NNODES", "1"},
+                    {"SLURM_JOB_ID", std::to_string(job)},
                     {"SLURM_STEP_NODELIST", "localhost"}};
       },
       "Slurm, attempt 0, scope 'slurm/" + std::to_string(job) + "/attempt-0'");
@@ -236,10 +244,10 @@ TEST_CASE("init works under a Slurm-style environment with the port derived from
 
 TEST_CASE("under troupe-run, a rank that fails on attempt 0 is restarted and attempt 1 completes") {
   auto dir = fresh_dir("restart");
-  auto p = start({troupe_run, "--standalone", "--nproc-per-node", "3", "--max-restarts", "1",
-                  "--log-dir", (dir / "logs").string(), worker, "--timeout", "30s",
-                  "--rank1-fails-first"},
-                 {}, dir / "out");
+  auto p = start(
+      {troupe_run, "--standalone", "--nproc-per-node", "3", "--max-restarts", "1", "--log-dir",
+       (dir / "logs").string(), worker, "--timeout", "30s", "--rank1-fails-first"},
+      {}, dir / "out");
   REQUIRE(p->wait(90s));
   INFO(p->text());
   CHECK(p->exit_code() == 0);
@@ -254,8 +262,11 @@ TEST_CASE("with no store reachable, init fails within its timeout saying where i
   const std::string port = std::to_string(free_port());
   auto t0 = std::chrono::steady_clock::now();
   auto p = start({worker, "--timeout", "2s"},
-                 {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                  {"MASTER_PORT", port}, {"TORCHELASTIC_RUN_ID", "lonely"}},
+                 {{"RANK", "1"},
+                  {"WORLD_SIZE", "2"},
+                  {"MASTER_ADDR", "127.0.0.1"},
+                  {"MASTER_PORT", port},
+                  {"TORCHELASTIC_RUN_ID", "lonely"}},
                  dir / "out");
   REQUIRE(p->wait(60s));
   INFO(p->text());
@@ -266,7 +277,8 @@ TEST_CASE("with no store reachable, init fails within its timeout saying where i
                        "MASTER_ADDR its address?") != std::string::npos);
 }
 
-TEST_CASE("an interface that does not exist, or a MASTER_ADDR that does not resolve, fails at once") {
+TEST_CASE(
+    "an interface that does not exist, or a MASTER_ADDR that does not resolve, fails at once") {
   auto dir = fresh_dir("bad");
   const vars base{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29500"}};
   auto with = [&](vars extra) {
@@ -277,11 +289,11 @@ TEST_CASE("an interface that does not exist, or a MASTER_ADDR that does not reso
     vars env;
     std::string says;
   };
-  for (const auto& c : {bad_case{with({{"MASTER_ADDR", "127.0.0.1"},
-                                       {"TROUPE_SOCKET_IFNAME", "nosuch0"}}),
-                                 "TROUPE_SOCKET_IFNAME='nosuch0'"},
-                        bad_case{with({{"MASTER_ADDR", "no-such-host.invalid"}}),
-                                 "MASTER_ADDR='no-such-host.invalid' does not resolve"}}) {
+  for (const auto& c :
+       {bad_case{with({{"MASTER_ADDR", "127.0.0.1"}, {"TROUPE_SOCKET_IFNAME", "nosuch0"}}),
+                 "TROUPE_SOCKET_IFNAME='nosuch0'"},
+        bad_case{with({{"MASTER_ADDR", "no-such-host.invalid"}}),
+                 "MASTER_ADDR='no-such-host.invalid' does not resolve"}}) {
     auto t0 = std::chrono::steady_clock::now();
     auto p = start({worker, "--timeout", "60s"}, c.env, dir / "out");
     REQUIRE(p->wait(60s));

@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
     } else if (a == "--rank1-fails-first") {
       rank1_fails_first = true;
     } else {
-      std::fprintf(stderr, "usage: world_test_worker [--timeout 30s] [--rank1-fails-first] [--repeat N]\n");
+      std::fprintf(stderr,
+                   "usage: world_test_worker [--timeout 30s] [--rank1-fails-first] [--repeat N]\n");
       return 2;
     }
   }
@@ -79,12 +80,14 @@ int main(int argc, char** argv) {
     const std::string next = "worker" + std::to_string((rank + 1) % n);
     auto sum = w->rpc()->rpc_sync<int>(next, "add", rank, 1000);
     if (!sum || *sum != rank + 1000)
-      return check_failed(rank, "add on " + next + ": " + (sum ? "wrong sum" : sum.error().to_string()));
+      return check_failed(rank,
+                          "add on " + next + ": " + (sum ? "wrong sum" : sum.error().to_string()));
 
     auto held = w->rpc()->remote<int>(next, "add", rank, 2000);
     auto value = held.to_here(o.timeout);
     if (!value || *value != rank + 2000)
-      return check_failed(rank, "remote add on " + next + ": " + (value ? "wrong sum" : value.error().to_string()));
+      return check_failed(
+          rank, "remote add on " + next + ": " + (value ? "wrong sum" : value.error().to_string()));
   }
 
   if (auto s = w->store()->set("hello/" + std::to_string(rank), "hi"); !s)
