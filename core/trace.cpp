@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 
+#include "core/json.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
 #include "core/strcat.hpp"
@@ -50,42 +51,6 @@ recorder& rec() {
 }
 
 void flush_at_exit() { flush(); }
-
-// Whether `c` must be escaped in a JSON string.
-bool needs_escape(char c) { return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20; }
-
-void append_escaped(std::string& out, std::string_view s) {
-  out += '"';
-  // Runs of plain characters (nearly every name and value) are copied at once.
-  std::size_t plain = 0;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (!needs_escape(c)) continue;
-    out.append(s.data() + plain, i - plain);
-    plain = i + 1;
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default: {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\u%04x", c);
-        out += buf;
-      }
-    }
-  }
-  out.append(s.data() + plain, s.size() - plain);
-  out += '"';
-}
 
 // Appends an integer in decimal (std::to_chars: no allocation, no locale).
 template <class Int>
@@ -136,7 +101,7 @@ void append_metadata(std::string_view name, const std::string& args_json) {
   std::string line;
   begin_event(line, 'M', 0, r.pid, 0);
   line += ",\"name\":";
-  append_escaped(line, name);
+  append_json_string(line, name);
   line += ",\"args\":{" + args_json + "}},\n";
   append_line(std::move(line));
 }
@@ -156,15 +121,15 @@ std::int64_t thread_id() noexcept {
 
 args& args::add(std::string_view key, std::string_view value) {
   if (!text_.empty()) text_ += ',';
-  append_escaped(text_, key);
+  append_json_string(text_, key);
   text_ += ':';
-  append_escaped(text_, value);
+  append_json_string(text_, value);
   return *this;
 }
 
 args& args::add(std::string_view key, std::int64_t value) {
   if (!text_.empty()) text_ += ',';
-  append_escaped(text_, key);
+  append_json_string(text_, key);
   text_ += ':';
   append_int(text_, value);
   return *this;
@@ -172,7 +137,7 @@ args& args::add(std::string_view key, std::int64_t value) {
 
 args& args::add(std::string_view key, std::uint64_t value) {
   if (!text_.empty()) text_ += ',';
-  append_escaped(text_, key);
+  append_json_string(text_, key);
   text_ += ':';
   append_int(text_, value);
   return *this;
@@ -261,9 +226,9 @@ void complete(std::string_view category, std::string_view name, std::int64_t sta
   line += ",\"dur\":";
   append_us(line, std::max<std::int64_t>(0, end_ns - start_ns));
   line += ",\"cat\":";
-  append_escaped(line, category);
+  append_json_string(line, category);
   line += ",\"name\":";
-  append_escaped(line, name);
+  append_json_string(line, name);
   line += ",\"args\":{";
   line += a.json();
   line += "}},\n";
@@ -272,9 +237,9 @@ void complete(std::string_view category, std::string_view name, std::int64_t sta
     line += ",\"id\":";
     append_int(line, id);
     line += ",\"cat\":";
-    append_escaped(line, category);
+    append_json_string(line, category);
     line += ",\"name\":";
-    append_escaped(line, name);
+    append_json_string(line, name);
     line += ph == 'f' ? ",\"bp\":\"e\"},\n" : "},\n";
   };
   if (f.out != 0) flow_line('s', f.out);
@@ -287,9 +252,9 @@ void instant(std::string_view category, std::string_view name, const args& a) {
   std::string line;
   begin_event(line, 'i', now_ns(), rec().pid, thread_id());
   line += ",\"s\":\"p\",\"cat\":";
-  append_escaped(line, category);
+  append_json_string(line, category);
   line += ",\"name\":";
-  append_escaped(line, name);
+  append_json_string(line, name);
   line += ",\"args\":{" + a.json() + "}},\n";
   append_line(std::move(line));
 }
@@ -298,7 +263,7 @@ void set_clock(std::int64_t offset_ns, std::int64_t uncertainty_ns, std::string_
   if (!enabled()) return;
   std::string a =
       strcat("\"offset_ns\":", offset_ns, ",\"uncertainty_ns\":", uncertainty_ns, ",\"how\":");
-  append_escaped(a, how);
+  append_json_string(a, how);
   append_metadata("troupe_clock", a);
   flush();
 }
