@@ -24,6 +24,22 @@ std::uint64_t call_flow_id(std::int32_t caller, std::uint64_t call) noexcept {
   return trace::flow_id(caller, call, trace::flow_channel::rpc);
 }
 
+namespace {
+
+// Adds what came back to a call's span: the reply's bytes (message and tensors), or the
+// error's message.
+void add_reply(trace::args& a, const expected<wire::frame>& r) {
+  if (r) {
+    std::uint64_t back = r->message.size();
+    for (const auto& t : r->tensors) back += t.nbytes();
+    a.add("reply_bytes", back);
+  } else {
+    a.add("error", r.error().message());
+  }
+}
+
+}  // namespace
+
 future<wire::frame> agent_core::send_request(const worker_info& to, wire::frame_builder&& fb,
                                              duration timeout, bool expect_reply, write_mode mode,
                                              std::string_view fn) {
@@ -41,13 +57,7 @@ future<wire::frame> agent_core::send_request(const worker_info& to, wire::frame_
   return send_request_now(to, std::move(fb), timeout, expect_reply, mode)
       .handle([start, tid, a = std::move(a), flow,
                name = std::move(name)](expected<wire::frame>&& r) mutable -> expected<wire::frame> {
-        if (r) {
-          std::uint64_t back = r->message.size();
-          for (const auto& t : r->tensors) back += t.nbytes();
-          a.add("reply_bytes", back);
-        } else {
-          a.add("error", r.error().message());
-        }
+        add_reply(a, r);
         trace::complete("rpc", name, start, trace::now_ns(), a, {flow, 0}, tid);
         return std::move(r);
       });
@@ -179,13 +189,7 @@ future<wire::frame> agent_core::fetch_rref(const worker_info& owner, std::uint64
   return std::move(fut).handle(
       [start, tid = trace::thread_id(), a = std::move(a), flow = call_flow_id(self_.id, call_id)](
           expected<wire::frame>&& r) mutable -> expected<wire::frame> {
-        if (r) {
-          std::uint64_t back = r->message.size();
-          for (const auto& t : r->tensors) back += t.nbytes();
-          a.add("reply_bytes", back);
-        } else {
-          a.add("error", r.error().message());
-        }
+        add_reply(a, r);
         trace::complete("rpc", "rref fetch", start, trace::now_ns(), a, {flow, 0}, tid);
         return std::move(r);
       });
