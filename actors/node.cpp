@@ -1,3 +1,8 @@
+// Why this file is long (~610 lines): node::impl is one state machine over one set of
+// tables (published names, proxies of remote actors, pending asks, monitors by peer) that
+// the RPC handlers, the membership listener and the public calls all update under one
+// lock; the parts that need none of it are in actors/detail/ (the proxies, the control
+// messages, the tracing of messages). The RPC handlers are the next piece to move out.
 #include "actors/node.hpp"
 
 #include <caf/all.hpp>
