@@ -24,14 +24,34 @@ enum class dtype : std::uint8_t {
   boolean = 9,
 };
 
-/// Bytes per element; 0 for a value outside the enum.
-std::size_t element_size(dtype t) noexcept;
+/// Bytes per element; 0 for a value outside the enum. Inline: collectives ask per operation.
+constexpr std::size_t element_size(dtype t) noexcept {
+  switch (t) {
+    case dtype::uint8:
+    case dtype::int8:
+    case dtype::boolean:
+      return 1;
+    case dtype::int16:
+    case dtype::float16:
+    case dtype::bfloat16:
+      return 2;
+    case dtype::int32:
+    case dtype::float32:
+      return 4;
+    case dtype::int64:
+    case dtype::float64:
+      return 8;
+  }
+  return 0;
+}
 /// "float32", "bfloat16", "int64", "bool", ...; "invalid" for a value outside the enum.
 std::string_view to_string(dtype t) noexcept;
 /// True when `raw` names a dtype value.
 bool is_valid_dtype(std::uint8_t raw) noexcept;
 /// True for float16, bfloat16, float32 and float64.
-bool is_floating(dtype t) noexcept;
+constexpr bool is_floating(dtype t) noexcept {
+  return t == dtype::float32 || t == dtype::float64 || t == dtype::float16 || t == dtype::bfloat16;
+}
 
 /// The dtype of a C++ element type (uint8_t, int8_t, int16_t, int32_t, int64_t, float,
 /// double, bool). float16 and bfloat16 have no C++ type here: name them explicitly.

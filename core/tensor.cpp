@@ -10,26 +10,6 @@
 
 namespace troupe {
 
-std::size_t element_size(dtype t) noexcept {
-  switch (t) {
-    case dtype::uint8:
-    case dtype::int8:
-    case dtype::boolean:
-      return 1;
-    case dtype::int16:
-    case dtype::float16:
-    case dtype::bfloat16:
-      return 2;
-    case dtype::int32:
-    case dtype::float32:
-      return 4;
-    case dtype::int64:
-    case dtype::float64:
-      return 8;
-  }
-  return 0;
-}
-
 std::string_view to_string(dtype t) noexcept {
   switch (t) {
     case dtype::uint8:
@@ -58,10 +38,6 @@ std::string_view to_string(dtype t) noexcept {
 
 bool is_valid_dtype(std::uint8_t raw) noexcept {
   return raw <= static_cast<std::uint8_t>(dtype::boolean);
-}
-
-bool is_floating(dtype t) noexcept {
-  return t == dtype::float32 || t == dtype::float64 || t == dtype::float16 || t == dtype::bfloat16;
 }
 
 namespace {
