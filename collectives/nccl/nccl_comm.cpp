@@ -46,14 +46,14 @@ ncclConfig_t nccl_comm::config(const std::string& name) {
 
 expected<std::unique_ptr<nccl_comm>> nccl_comm::init(int nranks, const ncclUniqueId& id, int rank,
                                                      const std::string& name, duration timeout) {
-  ncclComm_t c = nullptr;
-  auto cfg = config(name);
-  auto r = ncclCommInitRankConfig(&c, nranks, id, rank, &cfg);
+  // The object (and so its name, which NCCL keeps as the comm's commName) exists first.
+  std::unique_ptr<nccl_comm> comm(new nccl_comm(nullptr, name));
+  auto cfg = config(comm->name_);
+  auto r = ncclCommInitRankConfig(&comm->comm_, nranks, id, rank, &cfg);
   if (r != ncclSuccess && r != ncclInProgress) {
-    if (c) (void)ncclCommAbort(c);
+    comm->abort();
     return nccl_error(r, "ncclCommInitRankConfig");
   }
-  std::unique_ptr<nccl_comm> comm(new nccl_comm(c, name));
   if (auto ready = comm->wait_ready("ncclCommInitRankConfig", timeout); !ready) {
     comm->abort();
     return make_error(ready.error().code(), "joining the communicator of group '", name,
@@ -62,14 +62,29 @@ expected<std::unique_ptr<nccl_comm>> nccl_comm::init(int nranks, const ncclUniqu
   return comm;
 }
 
+expected<ncclComm_t> nccl_comm::await_child(std::unique_ptr<ncclComm_t>& slot, ncclResult_t r,
+                                            std::string_view call, duration timeout) const {
+  if (r != ncclSuccess && r != ncclInProgress) return nccl_error(r, call, comm_);
+  // This communicator stays ncclInProgress until NCCL's thread has created the child and
+  // written its handle into *slot.
+  if (auto done = wait_ready(call, timeout); !done) {
+    // NCCL may still write into the slot: it must outlive us. 8 bytes, on a failure path.
+    (void)slot.release();
+    return std::move(done).error();
+  }
+  return __atomic_load_n(slot.get(), __ATOMIC_ACQUIRE);
+}
+
 expected<std::unique_ptr<nccl_comm>> nccl_comm::split(int color, int key, const std::string& name,
                                                       duration timeout) {
-  ncclComm_t child = nullptr;
-  auto cfg = config(name);
-  auto r = ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &cfg);
-  TROUPE_TRY(check(r, "ncclCommSplit", timeout));
-  if (color < 0 || child == nullptr) return std::unique_ptr<nccl_comm>();
-  std::unique_ptr<nccl_comm> out(new nccl_comm(child, name));
+  std::unique_ptr<nccl_comm> out(new nccl_comm(nullptr, name));
+  auto cfg = config(out->name_);
+  auto slot = std::make_unique<ncclComm_t>(nullptr);
+  auto r = ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, slot.get(), &cfg);
+  auto child = await_child(slot, r, "ncclCommSplit", timeout);
+  if (!child) return std::move(child).error();
+  if (color < 0 || *child == nullptr) return std::unique_ptr<nccl_comm>();
+  out->comm_ = *child;
   if (auto ready = out->wait_ready("ncclCommSplit", timeout); !ready) {
     out->abort();
     return std::move(ready).error();
@@ -91,18 +106,19 @@ expected<std::unique_ptr<nccl_comm>> nccl_comm::shrink(const std::vector<int>& e
     return make_error(errc::invalid_argument, "shrinking the communicator of group '", name_,
                       "': it was already aborted or destroyed");
   std::vector<int> list = excluded;
-  ncclComm_t child = nullptr;
-  auto cfg = config(name);
-  auto r = fn(comm_, list.empty() ? nullptr : list.data(), static_cast<int>(list.size()), &child,
-              &cfg, nccl_shrink_flags(abort_first));
-  if (r != ncclSuccess && r != ncclInProgress) {
-    if (child) (void)ncclCommAbort(child);
-    return nccl_error(r, "ncclCommShrink", comm_);
-  }
-  if (child == nullptr)
+  std::unique_ptr<nccl_comm> out(new nccl_comm(nullptr, name));
+  auto cfg = config(out->name_);
+  auto slot = std::make_unique<ncclComm_t>(nullptr);
+  auto r = fn(comm_, list.empty() ? nullptr : list.data(), static_cast<int>(list.size()),
+              slot.get(), &cfg, nccl_shrink_flags(abort_first));
+  auto child = await_child(slot, r, "ncclCommShrink", timeout);
+  if (!child)
+    return make_error(child.error().code(), "shrinking the communicator of group '", name_,
+                      "' into '", name, "': ", child.error().message());
+  if (*child == nullptr)
     return make_error(errc::internal, "ncclCommShrink of group '", name_,
                       "' returned no communicator");
-  std::unique_ptr<nccl_comm> out(new nccl_comm(child, name));
+  out->comm_ = *child;
   if (auto ready = out->wait_ready("ncclCommShrink", timeout); !ready) {
     out->abort();
     return make_error(ready.error().code(), "shrinking the communicator of group '", name_,
@@ -113,7 +129,7 @@ expected<std::unique_ptr<nccl_comm>> nccl_comm::shrink(const std::vector<int>& e
 }
 
 nccl_comm::~nccl_comm() {
-  if (state_.load() == state::live) {
+  if (comm_ != nullptr && state_.load() == state::live) {
     if (!finalize(std::chrono::seconds(10)))
       TROUPE_LOG(log_level::warn, "collectives", "communicator of group '", name_,
                  "' did not finalize; aborted it");
@@ -154,6 +170,7 @@ expected<void> nccl_comm::check(ncclResult_t r, std::string_view call, duration 
 
 expected<void> nccl_comm::finalize(duration timeout) {
   auto expected_state = state::live;
+  if (comm_ == nullptr) return ok();
   if (!state_.compare_exchange_strong(expected_state, state::finalized)) return ok();
   auto r = ncclCommFinalize(comm_);
   auto done = check(r, "ncclCommFinalize", timeout);
@@ -168,7 +185,7 @@ expected<void> nccl_comm::finalize(duration timeout) {
 
 void nccl_comm::abort() noexcept {
   auto s = state_.exchange(state::aborted);
-  if (s == state::live) (void)ncclCommAbort(comm_);
+  if (s == state::live && comm_ != nullptr) (void)ncclCommAbort(comm_);
 }
 
 }  // namespace troupe::collectives

@@ -68,7 +68,15 @@ class nccl_comm {
  private:
   enum class state { live, finalized, aborted };
   explicit nccl_comm(ncclComm_t c, std::string name) : comm_(c), name_(std::move(name)) {}
+  /// The config of a new communicator named `name`. NCCL keeps the name's pointer as the
+  /// communicator's commName for its whole life: pass the new nccl_comm's own name_.
   static ncclConfig_t config(const std::string& name);
+  /// After ncclCommSplit or ncclCommShrink on this (non-blocking) communicator answered
+  /// `r`: waits until NCCL's own thread has created the child and written its handle into
+  /// *slot (null: no child, for NCCL_SPLIT_NOCOLOR). Those calls return before that write,
+  /// even with ncclSuccess, so the slot is a heap cell; on a timeout it is left to NCCL.
+  expected<ncclComm_t> await_child(std::unique_ptr<ncclComm_t>& slot, ncclResult_t r,
+                                   std::string_view call, duration timeout) const;
 
   ncclComm_t comm_;
   std::string name_;

@@ -226,10 +226,17 @@ TEST_CASE(
 TEST_CASE("a subgroup of an nccl world is split from the parent communicator and reduces") {
   REQUIRE_GPU();
   auto g = nccl_world_of_one("split-world");
+  auto keys_before = g->spec().root_store->num_keys(5s);
+  REQUIRE(keys_before);
   auto child = new_group(*g, {0});
   REQUIRE_MESSAGE(child.has_value(), child.error().to_string());
   REQUIRE(*child);
   CHECK((*child)->backend_name() == "nccl");
+  // Split from the parent's communicator (ncclCommSplit), not built anew: a new one would
+  // have exchanged a unique id through the store.
+  auto keys_after = g->spec().root_store->num_keys(5s);
+  REQUIRE(keys_after);
+  CHECK(*keys_after == *keys_before);
   auto host = filled(dtype::int64, 16, 3);
   device_buffer d(host, dtype::int64);
   REQUIRE((*child)->allreduce(d.view(), {reduce_op::sum, 10s}).wait(15s));
