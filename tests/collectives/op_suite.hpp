@@ -146,10 +146,8 @@ inline std::string run_op_suite(process_group& g, duration timeout) {
       allreduce_options o{op, timeout};
       auto w = g.allreduce(b.view(), o);
       if (!g.supports(t, op)) {
-        auto r = w.wait(timeout);
-        if (r || r.error().code() != errc::unsupported)
-          return strcat("allreduce ", to_string(op), " on ", to_string(t),
-                        " should be unsupported");
+        if (auto e = refused(std::move(w), strcat("allreduce ", to_string(op)), t); !e.empty())
+          return e;
         continue;
       }
       if (auto e = wait(std::move(w), strcat("allreduce ", to_string(op))); !e.empty()) return e;
