@@ -168,6 +168,8 @@ TEST_CASE("an elastic group erases what its older epochs' builds wrote once a ne
   // b leaves (epoch 3): a's keys of epoch 2 go; b's stay, as b builds nothing later.
   (*gb)->shutdown(5s);
   REQUIRE(b->shutdown(5s));
+  // a's service learns of the leave on its own schedule: wait for epoch 3 before building.
+  REQUIRE((*ga)->wait_for_change(2, 10s).has_value());
   auto third = (*ga)->rebuild(20s);
   REQUIRE_MESSAGE(third.has_value(), third.error().to_string());
   CHECK(third->epoch.number == 3);
