@@ -14,13 +14,21 @@ mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.cu' '*.c')
 case "${1:-}" in
   "") "$tool" -i "${files[@]}"; echo "format: ${#files[@]} files formatted" ;;
   --check)
-    bad=()
-    for f in "${files[@]}"; do
-      "$tool" --dry-run -Werror "$f" > /dev/null 2>&1 || bad+=("$f")
-    done
+    # In batches, side by side: one clang-format per file takes a minute on two cores.
+    # A file that differs is named in an "error: code should be clang-formatted" line.
+    rc=0
+    out=$(printf '%s\0' "${files[@]}" |
+          xargs -0 -P "$(nproc)" -n 25 "$tool" --dry-run -Werror 2>&1 > /dev/null) || rc=$?
+    mapfile -t bad < <(grep -E '^[^:]+:[0-9]+:[0-9]+: error: code should be clang-formatted' \
+                         <<< "$out" | cut -d: -f1 | sort -u)
     if (( ${#bad[@]} > 0 )); then
       printf 'format: not formatted: %s\n' "${bad[@]}" >&2
       echo "format: ${#bad[@]} of ${#files[@]} files differ; run 'bash scripts/format.sh' and commit" >&2
+      exit 1
+    fi
+    if (( rc != 0 )); then
+      printf '%s\n' "$out" >&2
+      echo "format: clang-format failed (exit $rc) without naming a file that differs; see above" >&2
       exit 1
     fi
     echo "format: all ${#files[@]} files formatted" ;;
