@@ -17,12 +17,12 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/future.hpp"
 #include "core/worker_info.hpp"
 #include "devicemap/derive.hpp"
-#include "rpc/detail/agent_core.hpp"
 #include "rpc/function_table.hpp"
 #include "rpc/membership_event.hpp"
 #include "rpc/options.hpp"
@@ -31,6 +31,12 @@
 #include "rpc/worker_ref.hpp"
 
 namespace troupe::rpc {
+
+namespace detail {
+class agent_core;  // rpc/detail/agent_core.hpp, not installed: the transport stays inside
+/// Writes one call's arguments (`args`, a tuple the template built) into `out`.
+using write_args_fn = binary_serializer::result_type (*)(binary_serializer& out, const void* args);
+}  // namespace detail
 
 /// A named worker in an RPC group; the contract is at the top of this file. Made by
 /// init_rpc() or init_rpc_from_env(), or by troupe::init with init_options::rpc.
@@ -44,25 +50,21 @@ class agent {
   agent& operator=(const agent&) = delete;
 
   /// This worker.
-  worker_info self() const { return core_->self(); }
+  worker_info self() const;
   /// The current members, ordered by id.
-  std::vector<worker_info> workers() const { return core_->workers(); }
+  std::vector<worker_info> workers() const;
   /// A member by name, or errc::not_found listing the members.
-  expected<worker_info> worker(std::string_view name) const {
-    return core_->find(worker_ref(name));
-  }
+  expected<worker_info> worker(std::string_view name) const;
   /// A member by id.
-  expected<worker_info> worker_by_id(std::int32_t id) const {
-    return core_->find(worker_ref::by_id(id));
-  }
+  expected<worker_info> worker_by_id(std::int32_t id) const;
   /// True when the group was formed without a world size (workers join and leave).
-  bool is_dynamic() const noexcept { return core_->dynamic(); }
+  bool is_dynamic() const noexcept;
   /// The functions this worker serves.
-  function_table& functions() { return core_->functions(); }
+  function_table& functions();
   /// This worker's reverse device maps and device list (they change as workers join).
-  device_setup device_setup_now() const { return core_->setup(); }
+  device_setup device_setup_now() const;
   /// The options the agent was made with.
-  const rpc_backend_options& options() const noexcept { return core_->options(); }
+  const rpc_backend_options& options() const noexcept;
 
   ///@{
   /// Calls `fn` on `to` with `args`; the future holds its result of type R. Without
@@ -121,61 +123,45 @@ class agent {
   /// membership_changed error naming the epoch), its remote-reference shares are dropped,
   /// and listeners hear `failed` with `why`. Returns whether it was taken out (false: not a
   /// member, another tag, this worker itself, or a static group). Does not block.
-  bool expel(std::string_view name, std::string_view tag, const error& why) {
-    return core_->expel(std::string(name), tag, why);
-  }
+  bool expel(std::string_view name, std::string_view tag, const error& why);
 
   /// Calls `l` after every membership change this worker sees (rpc/membership_event.hpp);
   /// returns an id for remove_membership_listener.
-  std::uint64_t add_membership_listener(membership_listener l) {
-    return core_->add_membership_listener(std::move(l));
-  }
+  std::uint64_t add_membership_listener(membership_listener l);
   /// Stops calling the listener `id` (an unknown id is ignored).
-  void remove_membership_listener(std::uint64_t id) { core_->remove_membership_listener(id); }
+  void remove_membership_listener(std::uint64_t id);
 
   /// Remote references this worker owns right now (diagnostics, tests).
-  std::size_t owned_remote_refs() const { return core_->owned_rrefs(); }
+  std::size_t owned_remote_refs() const;
 
  private:
+  // What the peer does with a call's result: reply with it, drop it, or keep it as the
+  // remote value `rref_id`.
+  enum class call_kind : std::uint8_t { reply, one_way, as_remote };
   template <class... Args>
   future<wire::frame> start_call(const call_options& o, const worker_ref& to, std::string_view fn,
-                                 std::uint8_t flags, std::uint64_t rref_id, const Args&... args);
+                                 call_kind kind, std::uint64_t rref_id, const Args&... args);
+  // The templates serialize through `write`; everything else happens here, in agent.cpp.
+  future<wire::frame> send_call(const call_options& o, const worker_ref& to, std::string_view fn,
+                                call_kind kind, std::uint64_t rref_id, detail::write_args_fn write,
+                                const void* args);
+  std::shared_ptr<detail::rref_holder> start_remote(const call_options& o, const worker_ref& to,
+                                                    std::string_view fn,
+                                                    detail::write_args_fn write, const void* args);
+  duration timeout_of(const call_options& o) const;
+  // The context replies are decoded in (remote references in results); empty once the
+  // agent is gone.
+  std::weak_ptr<detail::rref_context> decode_context() const;
   std::shared_ptr<detail::agent_core> core_;
 };
 
-template <class... Args>
-future<void> agent::notify(const call_options& o, const worker_ref& to, std::string_view fn,
-                           const Args&... args) {
-  return start_call(o, to, fn, detail::request_no_reply, 0, args...).then([](wire::frame&&) {});
-}
-
-template <class... Args>
-future<wire::frame> agent::start_call(const call_options& o, const worker_ref& to,
-                                      std::string_view fn, std::uint8_t flags,
-                                      std::uint64_t rref_id, const Args&... args) {
-  auto who = core_->find(to);
-  if (!who)
-    return make_error_future<wire::frame>(
-        std::move(who).error().with_operation(strcat("rpc '", fn, "'")));
-  auto timeout = core_->timeout_of(o);
-  auto fb = core_->begin_request(fn, flags, rref_id, timeout);
-  if (o.request_id) *o.request_id = fb.id();
-  // Remote references among the arguments become shares of the callee; their owners are
-  // told (commit) before the request leaves, while this process still holds its own.
-  detail::message_refs refs(*core_, who->name);
-  binary_serializer f(fb.message(), &fb.tensors(), &refs);
-  if (auto e = f(args...))
-    return make_error_future<wire::frame>(make_error(errc::invalid_argument,
-                                                     "cannot serialize the arguments of '", fn,
-                                                     "': ", e.err().message()));
-  refs.commit();
-  const bool one_way = (flags & detail::request_no_reply) != 0;
-  return core_->send_request(
-      *who, std::move(fb), timeout, !one_way,
-      one_way && o.combine_writes ? detail::write_mode::combine : detail::write_mode::now, fn);
-}
-
 namespace detail {
+template <class... Args>
+inspect_error write_args(binary_serializer& out, const void* args) {
+  return std::apply([&out](const Args&... a) { return out(a...); },
+                    *static_cast<const std::tuple<const Args&...>*>(args));
+}
+
 template <class R>
 expected<R> decode_result(wire::frame&& f, inspect_context* ctx) {
   if constexpr (std::is_void_v<R>) {
@@ -188,22 +174,36 @@ expected<R> decode_result(wire::frame&& f, inspect_context* ctx) {
 }
 }  // namespace detail
 
+template <class... Args>
+future<void> agent::notify(const call_options& o, const worker_ref& to, std::string_view fn,
+                           const Args&... args) {
+  return start_call(o, to, fn, call_kind::one_way, 0, args...).then([](wire::frame&&) {});
+}
+
+template <class... Args>
+future<wire::frame> agent::start_call(const call_options& o, const worker_ref& to,
+                                      std::string_view fn, call_kind kind, std::uint64_t rref_id,
+                                      const Args&... args) {
+  const std::tuple<const Args&...> pack(args...);
+  return send_call(o, to, fn, kind, rref_id, &detail::write_args<Args...>, &pack);
+}
+
 template <class R, class... Args>
 future<R> agent::rpc_async(const call_options& o, const worker_ref& to, std::string_view fn,
                            const Args&... args) {
-  std::weak_ptr<detail::agent_core> weak = core_;
-  return start_call(o, to, fn, 0, 0, args...).then([weak](wire::frame&& f) {
-    auto core = weak.lock();
-    return detail::decode_result<R>(std::move(f), core.get());
-  });
+  return start_call(o, to, fn, call_kind::reply, 0, args...)
+      .then([weak = decode_context()](wire::frame&& f) {
+        auto ctx = weak.lock();
+        return detail::decode_result<R>(std::move(f), ctx.get());
+      });
 }
 
 template <class R, class... Args>
 expected<R> agent::rpc_sync(const call_options& o, const worker_ref& to, std::string_view fn,
                             const Args&... args) {
-  auto timeout = core_->timeout_of(o);
-  auto raw = start_call(o, to, fn, 0, 0, args...);
-  if (auto spin = core_->options().busy_poll; spin.count() > 0) {
+  auto timeout = timeout_of(o);
+  auto raw = start_call(o, to, fn, call_kind::reply, 0, args...);
+  if (auto spin = options().busy_poll; spin.count() > 0) {
     auto until = clock::now() + spin;
     while (!raw.is_ready() && clock::now() < until) {
     }
@@ -211,20 +211,15 @@ expected<R> agent::rpc_sync(const call_options& o, const worker_ref& to, std::st
   // The deadline sweeper fails the call at its timeout; the extra second only guards it.
   auto f = raw.get(timeout + std::chrono::seconds(1));
   if (!f) return std::move(f).error();
-  return detail::decode_result<R>(std::move(*f), core_.get());
+  auto ctx = decode_context().lock();
+  return detail::decode_result<R>(std::move(*f), ctx.get());
 }
 
 template <class T, class... Args>
 remote_ref<T> agent::remote(const call_options& o, const worker_ref& to, std::string_view fn,
                             const Args&... args) {
-  auto who = core_->find(to);
-  auto id = core_->next_rref_id();
-  auto created = start_call(o, to, fn, detail::request_as_remote, id, args...);
-  if (!who)
-    return remote_ref<T>(
-        std::make_shared<detail::rref_holder>(core_, worker_info{}, id, std::move(created), false));
-  return remote_ref<T>(
-      std::make_shared<detail::rref_holder>(core_, *who, id, std::move(created), true));
+  const std::tuple<const Args&...> pack(args...);
+  return remote_ref<T>(start_remote(o, to, fn, &detail::write_args<Args...>, &pack));
 }
 
 }  // namespace troupe::rpc
