@@ -15,12 +15,12 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <new>
 #include <random>
 #include <thread>
 
 #include "collectives/gloo/blocks.hpp"
+#include "collectives/gloo/shm_names.hpp"
 #include "collectives/process_group.hpp"
 #include "collectives/settings.hpp"
 #include "core/log.hpp"
@@ -68,50 +68,6 @@ inline void cpu_relax() noexcept {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
-}
-
-// Start time (clock ticks since boot) of process `pid`, and whether it still runs (a
-// zombie does not); nullopt when there is no such process.
-struct proc_state {
-  std::uint64_t start = 0;
-  bool running = false;
-};
-std::optional<proc_state> read_proc(int pid) {
-  std::ifstream f(strcat("/proc/", pid, "/stat"));
-  std::string line;
-  if (!f || !std::getline(f, line)) return std::nullopt;
-  // "pid (comm) S ppid ...": comm may hold spaces and parentheses; fields after the last
-  // ')' are state (3rd field of the line) ... starttime (22nd).
-  auto close = line.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::vector<std::string_view> fields;
-  std::string_view rest(line);
-  rest.remove_prefix(close + 1);
-  while (!rest.empty()) {
-    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
-    auto end = rest.find(' ');
-    fields.push_back(rest.substr(0, end));
-    if (end == std::string_view::npos) break;
-    rest.remove_prefix(end);
-  }
-  if (fields.size() < 20) return std::nullopt;
-  proc_state s;
-  s.running = fields[0] != "Z" && fields[0] != "X";
-  auto st = fields[19];
-  std::from_chars(st.data(), st.data() + st.size(), s.start);
-  return s;
-}
-
-std::uint64_t pid_namespace() {
-  char buf[64] = {};
-  auto n = ::readlink("/proc/self/ns/pid", buf, sizeof(buf) - 1);
-  if (n <= 0) return 0;
-  std::string_view s(buf, static_cast<std::size_t>(n));  // "pid:[4026531836]"
-  auto open = s.find('[');
-  std::uint64_t ino = 0;
-  if (open != std::string_view::npos)
-    std::from_chars(s.data() + open + 1, s.data() + s.size(), ino);
-  return ino;
 }
 
 std::string hex(std::uint64_t v) {
@@ -282,7 +238,9 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
     std::random_device rd;
     const std::uint64_t token =
         (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid());
-    name = strcat("/troupe-", ::getpid(), "-", hex(token));
+    // Names left by a rank 0 killed while its group was being created go first.
+    sweep_dead_segments();
+    name = segment_name(token);
     std::string why =
         !o.enabled
             ? "TROUPE_GLOO_SHM=0"

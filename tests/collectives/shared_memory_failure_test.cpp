@@ -3,7 +3,15 @@
 // (fixture in shared_memory_members.hpp).
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "collectives/gloo/shm_names.hpp"
 #include "shared_memory_members.hpp"
+#include "support/child_process.hpp"
 
 using namespace std::chrono_literals;
 using namespace troupe;
@@ -257,6 +265,77 @@ TEST_CASE(
   REQUIRE_FALSE(seg);
   CHECK(seg.error().code() == errc::timeout);
   CHECK(own_shm_names().empty());
+}
+
+namespace {
+
+bool shm_exists(const std::string& name) { return std::filesystem::exists("/dev/shm/" + name); }
+
+// Creates the empty segment "/dev/shm/<name>" as a killed rank 0 would have left it.
+void leave_segment(const std::string& name) {
+  int fd = ::shm_open(("/" + name).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  REQUIRE_MESSAGE(fd >= 0, "shm_open(/", name, ") failed");
+  ::close(fd);
+}
+
+}  // namespace
+
+TEST_CASE("a segment name says who made it, and other names are not taken for one") {
+  auto name = gloo_shm::segment_name(0xabc);
+  REQUIRE(name.front() == '/');
+  auto maker = gloo_shm::parse_segment_name(name.substr(1));
+  REQUIRE(maker.has_value());
+  CHECK(maker->pid == ::getpid());
+  CHECK(maker->start == gloo_shm::read_proc(::getpid())->start);
+  CHECK(maker->pid_ns == gloo_shm::pid_namespace());
+  for (std::string other : {"troupe-12-abc", "troupe-1-2-3", "troupe-x-1-2-3", "troupe-1-2-3-4-5",
+                            "other-1-2-3-4", "troupe-0-1-2-3", "troupe-1-2-3-"})
+    CHECK_MESSAGE(!gloo_shm::parse_segment_name(other).has_value(), other);
+}
+
+TEST_CASE(
+    "a segment left by a rank 0 killed during creation is removed by the next group on the "
+    "host, and no other name is touched") {
+  const auto ns = gloo_shm::pid_namespace();
+  REQUIRE(ns != 0);
+  auto child = troupe::test::child_process::start_forked([] {
+    for (int i = 0; i < 600; ++i) ::usleep(100000);  // at most a minute; killed below
+    return 0;
+  });
+  REQUIRE(child.start_error().empty());
+  const int pid = child.pid();
+  auto state = gloo_shm::read_proc(pid);
+  REQUIRE(state.has_value());
+  const auto tag = strcat(::getpid());  // keeps parallel runs of this test apart (hex digits)
+  auto named = [&](int p, std::uint64_t start, std::uint64_t pid_ns, const std::string& token) {
+    return strcat("troupe-", p, "-", start, "-", pid_ns, "-", token);
+  };
+  // The live child's own segment; one whose start time is not the child's (its pid reused);
+  // one of another pid namespace; one of another form.
+  const auto live = named(pid, state->start, ns, strcat("a", tag));
+  const auto reused = named(pid, state->start + 1, ns, strcat("b", tag));
+  const auto foreign = named(pid, state->start, ns + 1, strcat("c", tag));
+  const auto odd = strcat("troupe-", tag, "t-odd");
+  struct unlink_all {  // on every way out of the test
+    std::vector<std::string> names;
+    ~unlink_all() {
+      for (const auto& n : names) ::shm_unlink(("/" + n).c_str());
+    }
+  } cleanup{{live, reused, foreign, odd}};
+  for (const auto& n : {live, reused, foreign, odd}) leave_segment(n);
+  gloo_shm::sweep_dead_segments();
+  CHECK(shm_exists(live));
+  CHECK_FALSE(shm_exists(reused));
+  CHECK(shm_exists(foreign));
+  CHECK(shm_exists(odd));
+
+  // The child dies: the next group's rank 0 removes its name while opening its segment.
+  child.stop();
+  REQUIRE(child.exited());
+  check_all(on_members(group_of(2), [](member&) { return ""; }));
+  CHECK_FALSE(shm_exists(live));
+  CHECK(shm_exists(foreign));
+  CHECK(shm_exists(odd));
 }
 
 TEST_CASE("a group of one gets no segment and does not touch the store") {
