@@ -88,8 +88,9 @@ std::optional<segment_maker> parse_segment_name(std::string_view file) {
   }
   segment_maker m;
   std::uint64_t token = 0;
-  if (!parse_name_part(part[0], m.pid, 10) || m.pid <= 0 || !parse_name_part(part[1], m.start, 10) ||
-      !parse_name_part(part[2], m.pid_ns, 10) || !parse_name_part(part[3], token, 16))
+  if (!parse_name_part(part[0], m.pid, 10) || m.pid <= 0 ||
+      !parse_name_part(part[1], m.start, 10) || !parse_name_part(part[2], m.pid_ns, 10) ||
+      !parse_name_part(part[3], token, 16))
     return std::nullopt;
   return m;
 }
@@ -108,8 +109,9 @@ int sweep_dead_segments(const std::string& dir) {
     if (p && p->running && p->start == maker->start) continue;  // its maker still runs
     if (::shm_unlink(("/" + file).c_str()) == 0) {
       ++removed;
-      TROUPE_LOG(log_level::info, "collectives", "removed /dev/shm/", file,
-                 ": its maker (pid ", maker->pid, ") is gone; it was killed while its group "
+      TROUPE_LOG(log_level::info, "collectives", "removed /dev/shm/", file, ": its maker (pid ",
+                 maker->pid,
+                 ") is gone; it was killed while its group "
                  "was being created");
     }
   }

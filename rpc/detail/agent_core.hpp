@@ -5,7 +5,8 @@
 //   futures run on an I/O thread: keep them short).
 // - User functions run on the worker pool, unless registered with run_inline.
 // - Membership (peers, reverse maps, device list) is guarded by members_mu_; connections
-//   by conns_mu_; remote references this worker owns by rrefs_mu_. No lock is held while
+//   by conns_mu_; remote references this worker owns live in rrefs_ (rref_table.hpp), under
+//   its own lock, with no I/O inside. No lock is held while
 //   calling user code, completing a promise, or waiting on the network.
 #pragma once
 
@@ -25,6 +26,7 @@
 #include "devicemap/derive.hpp"
 #include "rpc/detail/connection.hpp"
 #include "rpc/detail/loan_book.hpp"
+#include "rpc/detail/rref_table.hpp"
 #include "rpc/detail/worker_pool.hpp"
 #include "rpc/function_table.hpp"
 #include "rpc/membership_event.hpp"
@@ -184,13 +186,7 @@ class agent_core final : public connection_owner,
   void handle_rref(const std::shared_ptr<connection>& c, wire::frame&& f);
   void reply_error(const std::shared_ptr<connection>& c, std::uint64_t id, error e);
   void store_rref_value(std::uint64_t id, expected<wire::frame> value);
-  // A fetch of a remote reference waiting for its value: who asked, the request id, and
-  // when it arrived (trace clock; 0 when tracing is off).
-  struct rref_waiter {
-    std::shared_ptr<connection> c;
-    std::uint64_t req = 0;
-    std::int64_t since_ns = 0;
-  };
+  using rref_waiter = rref_table::waiter;
   // Answers fetch `w` of reference `id` with `value` (or its error) and records its
   // "serve rref fetch" span when tracing.
   void answer_fetch(const rref_waiter& w, std::uint64_t id, const expected<wire::frame>& value);
@@ -247,26 +243,10 @@ class agent_core final : public connection_owner,
   std::set<std::shared_ptr<connection>> inbound_;
   std::mutex dial_mu_;
 
-  // Remote references owned here. An entry lives while it has shares (fork -> holding
-  // worker); a release that overtook its fork's add is remembered in early_releases_.
-  //
-  // A fetch can overtake the request that creates the value and the add of the fetcher's
-  // own fork (they travel on other connections): it then parks in an entry without shares
-  // (parked_since set) until the request arrives. Such an entry that gets no share within
-  // rpc_timeout answers its waiters not_found and goes (the sweeper checks).
-  struct rref_entry {
-    bool ready = false;
-    std::optional<expected<wire::frame>> value;
-    std::map<std::uint64_t, std::string> shares;
-    std::vector<rref_waiter> waiters;
-    std::optional<clock::time_point> parked_since;
-  };
-  mutable std::mutex rrefs_mu_;
-  std::map<std::uint64_t, rref_entry> rrefs_;
-  std::atomic<bool> has_parked_fetches_{false};
+  // Remote references owned here (rpc/detail/rref_table.hpp).
+  rref_table rrefs_;
   // Answers not_found to the waiters of parked entries older than rpc_timeout and drops them.
   void expire_parked_fetches(clock::time_point now);
-  std::set<std::pair<std::uint64_t, std::uint64_t>> early_releases_;
 
   // This agent's share of the process-wide send-queue gauge (troupe_rpc_send_queue_bytes):
   // the sum of its connections' queued bytes at the sweeper's last tick.

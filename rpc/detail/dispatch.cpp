@@ -237,12 +237,8 @@ void agent_core::handle_request(const std::shared_ptr<connection>& c, wire::fram
     return;
   }
   if (flags & request_as_remote) {
-    // The entry exists from now on, with the creator's share (fork 0); an add that
-    // overtook this request may have made it already.
-    std::lock_guard<std::mutex> lk(rrefs_mu_);
-    auto& e = rrefs_[rref_id];
-    e.shares.emplace(0, c->peer().name);
-    e.parked_since.reset();
+    // The entry exists from now on, with the creator's share (fork 0).
+    rrefs_.created(rref_id, c->peer().name);
   }
   auto fn = functions_->find(fn_name);
   if (!fn) {
@@ -364,17 +360,7 @@ void agent_core::run_request(const std::shared_ptr<connection>& c,
 }
 
 void agent_core::store_rref_value(std::uint64_t id, expected<wire::frame> value) {
-  std::vector<rref_waiter> waiters;
-  {
-    std::lock_guard<std::mutex> lk(rrefs_mu_);
-    auto it = rrefs_.find(id);
-    if (it == rrefs_.end()) return;  // every holder released it while the function ran
-    auto& e = it->second;
-    e.ready = true;
-    e.value = value;
-    waiters.swap(e.waiters);
-  }
-  for (const auto& w : waiters) answer_fetch(w, id, value);
+  for (const auto& w : rrefs_.set_value(id, value)) answer_fetch(w, id, value);
 }
 
 void agent_core::answer_fetch(const rref_waiter& w, std::uint64_t id,
@@ -435,71 +421,29 @@ void agent_core::handle_rref(const std::shared_ptr<connection>& c, wire::frame&&
     return c->close(make_error(errc::protocol_error, "worker '", c->peer().name,
                                "' sent a malformed ", wire::to_string(f.type)));
   }
-  std::unique_lock lk(rrefs_mu_);
-  auto it = rrefs_.find(id);
   switch (f.type) {
     case wire::kind::rref_release:
-      // A release may overtake the add of its fork (they travel on different connections):
-      // remember it, and the add cancels it.
-      if (it == rrefs_.end() || it->second.shares.erase(fork) == 0)
-        early_releases_.emplace(id, fork);
-      if (it != rrefs_.end() && it->second.shares.empty()) rrefs_.erase(it);
+      rrefs_.release(id, fork);
       return;
     case wire::kind::rref_add:
-      if (early_releases_.erase({id, fork}) > 0) return;
-      // Normally the entry exists (the sender's own share keeps it); an add that overtook
-      // the creating request makes it, not ready yet.
-      {
-        auto& entry = rrefs_[id];
-        entry.shares.emplace(fork, std::move(holder));
-        entry.parked_since.reset();
-      }
+      rrefs_.add_share(id, fork, std::move(holder));
       return;
     default: {  // rref_fetch
-      rref_waiter w{c, f.id, trace::enabled() ? trace::now_ns() : 0};
-      if (it == rrefs_.end()) {
-        // Overtook the creating request (see rref_entry): wait for it, within rpc_timeout.
-        auto& entry = rrefs_[id];
-        entry.parked_since = clock::now();
-        entry.waiters.push_back(std::move(w));
-        has_parked_fetches_.store(true);
-        return;
-      }
-      if (!it->second.ready) {
-        it->second.waiters.push_back(std::move(w));
-        return;
-      }
-      auto value = *it->second.value;
-      lk.unlock();
-      if (value && needs_placement(value->tensors)) {
+      const rref_waiter w{c, f.id, trace::enabled() ? trace::now_ns() : 0};
+      auto value = rrefs_.fetch(id, w);
+      if (!value) return;  // it waits for the value (or for the request that creates it)
+      if (*value && needs_placement((*value)->tensors)) {
         // Staging or lending GPU tensors waits on CUDA: not on an I/O thread.
         auto self = shared_from_this();
-        if (pool_->post([self, w, id, value] { self->answer_fetch(w, id, value); })) return;
+        if (pool_->post([self, w, id, v = *value] { self->answer_fetch(w, id, v); })) return;
       }
-      answer_fetch(w, id, value);
+      answer_fetch(w, id, *value);
     }
   }
 }
 
 void agent_core::expire_parked_fetches(clock::time_point now) {
-  if (!has_parked_fetches_.load()) return;
-  std::vector<std::pair<std::uint64_t, std::vector<rref_waiter>>> expired;
-  {
-    std::lock_guard<std::mutex> lk(rrefs_mu_);
-    bool still_parked = false;
-    for (auto it = rrefs_.begin(); it != rrefs_.end();) {
-      auto& e = it->second;
-      if (e.parked_since && e.shares.empty() && now - *e.parked_since >= opts_.rpc_timeout) {
-        expired.emplace_back(it->first, std::move(e.waiters));
-        it = rrefs_.erase(it);
-        continue;
-      }
-      still_parked = still_parked || (e.parked_since && e.shares.empty());
-      ++it;
-    }
-    has_parked_fetches_.store(still_parked);
-  }
-  for (auto& [id, waiters] : expired) {
+  for (auto& [id, waiters] : rrefs_.expire_parked(now, opts_.rpc_timeout)) {
     const expected<wire::frame> gone =
         make_error(errc::not_found, "remote reference ", id, " is not held by worker '", name_,
                    "': no call created it within ", format_duration(opts_.rpc_timeout),
@@ -510,28 +454,12 @@ void agent_core::expire_parked_fetches(clock::time_point now) {
 }
 
 void agent_core::drop_rref_shares_of(const std::string& worker) {
-  std::size_t dropped = 0, freed = 0;
-  {
-    std::lock_guard<std::mutex> lk(rrefs_mu_);
-    for (auto it = rrefs_.begin(); it != rrefs_.end();) {
-      auto& shares = it->second.shares;
-      dropped += std::erase_if(shares, [&](const auto& s) { return s.second == worker; });
-      if (shares.empty() && !it->second.parked_since) {
-        it = rrefs_.erase(it);
-        ++freed;
-      } else {
-        ++it;
-      }
-    }
-  }
+  auto [dropped, freed] = rrefs_.drop_shares_of(worker);
   if (dropped > 0)
     TROUPE_LOG(log_level::info, "rpc", "dropped ", dropped, " remote-reference shares held by '",
                worker, "' (gone); freed ", freed, " values");
 }
 
-std::size_t agent_core::owned_rrefs() const {
-  std::lock_guard<std::mutex> lk(rrefs_mu_);
-  return rrefs_.size();
-}
+std::size_t agent_core::owned_rrefs() const { return rrefs_.size(); }
 
 }  // namespace troupe::rpc::detail
