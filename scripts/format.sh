@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Formats the tree's C++ sources (tracked .cpp, .hpp, .cu, .c) as .clang-format says, or
+# Formats the tree's C++ sources (.cpp, .hpp, .cu, .c, tracked or new, not ignored) as .clang-format says, or
 # with --check changes nothing and fails naming each file that differs (the test
 # "format: every C++ source is formatted as .clang-format says" runs the check).
 #   bash scripts/format.sh [--check]
@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tool=$(command -v clang-format-14 || true)
 [[ -n $tool ]] || { echo "format: clang-format-14 is missing; run 'bash scripts/install-deps.sh'" >&2; exit 2; }
-mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.cu' '*.c')
+# Tracked files and new ones not yet added (ignored ones, such as build/, are left out).
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.cpp' '*.hpp' '*.cu' '*.c')
 (( ${#files[@]} > 0 )) || { echo "format: no C++ files found; run this in a git checkout of troupe" >&2; exit 2; }
 case "${1:-}" in
   "") "$tool" -i "${files[@]}"; echo "format: ${#files[@]} files formatted" ;;

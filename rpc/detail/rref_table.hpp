@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/time.hpp"
 #include "core/expected.hpp"
+#include "core/time.hpp"
 #include "rpc/wire.hpp"
 
 namespace troupe::rpc::detail {
