@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Formats the tree's C++ sources (.cpp, .hpp, .cu, .c, tracked or new, not ignored) as .clang-format says, or
-# with --check changes nothing and fails naming each file that differs (the test
+# Formats the tree's C++ sources (.cpp, .hpp, .cu, .c; tracked or new, not ignored) as
+# .clang-format says, or with --check changes nothing and fails naming each file that
+# differs (the test
 # "format: every C++ source is formatted as .clang-format says" runs the check).
 #   bash scripts/format.sh [--check]
 # Needs clang-format-14 (scripts/install-deps.sh installs it); another version may format
