@@ -544,10 +544,20 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   }
 
  private:
+  // A point-to-point body posts its transfer and hands the posted buffer here, for the
+  // p2p thread to complete; the worker moves on to the next operation meanwhile.
+  struct handed_off {
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+    bool is_send;
+    int peer;
+    std::chrono::milliseconds timeout;
+  };
   struct run_ctx {
     std::uint32_t tag;
     std::chrono::milliseconds timeout;
     std::uint64_t seq;
+    // Set by a point-to-point body (null for collectives).
+    std::optional<handed_off>* handoff = nullptr;
   };
   struct task {
     std::string what;
@@ -728,18 +738,10 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
             buf->send(peer, slot);
           else
             buf->recv(peer, slot);
-          throw handed_off{std::move(buf), is_send, peer, rc.timeout};
+          *rc.handoff = handed_off{std::move(buf), is_send, peer, rc.timeout};
         },
         peer);
   }
-
-  // Thrown by a p2p body to hand its posted buffer to the p2p thread.
-  struct handed_off {
-    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
-    bool is_send;
-    int peer;
-    std::chrono::milliseconds timeout;
-  };
 
   // The worker runs the queued operations in order, one at a time. An operation runs on
   // whichever thread takes it first: this worker, or a waiter in run_inline. busy_ (under
@@ -820,8 +822,9 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
   // Runs a task taken from the queue with busy_ set, completes its work and clears busy_.
   void execute(task& t) {
     auto budget = roll_call_budget(t.timeout);
+    std::optional<handed_off> handoff;
     run_ctx rc{static_cast<std::uint32_t>(t.seq & 0xffffffu),
-               std::max(t.timeout - budget, duration(1)), t.seq};
+               std::max(t.timeout - budget, duration(1)), t.seq, t.peer >= 0 ? &handoff : nullptr};
     const auto started = clock::now();
     trace::span traced("collectives", t.op);
     if (traced.on()) {
@@ -837,13 +840,16 @@ class gloo_group final : public process_group, public std::enable_shared_from_th
     }
     try {
       t.body(rc);
-      if (t.peer < 0) record_collective(t, clock::now() - started);
-      t.done.complete(ok());
-    } catch (handed_off& h) {
-      std::lock_guard lk(mu_);
-      p2p_queue_.push_back(p2p_wait{t.what, std::move(h.buffer), h.is_send, h.peer,
-                                    clock::now() + h.timeout, t.timeout, t.done});
-      p2p_cv_.notify_one();
+      if (handoff) {
+        std::lock_guard lk(mu_);
+        p2p_queue_.push_back(p2p_wait{t.what, std::move(handoff->buffer), handoff->is_send,
+                                      handoff->peer, clock::now() + handoff->timeout, t.timeout,
+                                      t.done});
+        p2p_cv_.notify_one();
+      } else {
+        if (t.peer < 0) record_collective(t, clock::now() - started);
+        t.done.complete(ok());
+      }
     } catch (...) {
       auto cause = current_error();
       fail_group(t, cause, budget);
