@@ -254,4 +254,8 @@ expected<void> check_reachable(std::span<const advertised_address> members,
   return ok();
 }
 
+std::string local_socket_name(std::string_view service, std::string_view host, std::uint16_t port) {
+  return strcat(std::string_view("\0", 1), "troupe-", service, "/", host, ":", port);
+}
+
 }  // namespace troupe

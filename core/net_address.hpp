@@ -17,6 +17,12 @@ namespace troupe {
 /// Whether `host` is a loopback name or address: "localhost", 127.0.0.0/8 or ::1.
 bool is_loopback_address(std::string_view host) noexcept;
 
+/// The abstract-namespace name (leading NUL byte included) of the local (Unix domain)
+/// socket that a `service` ("store", "rpc") listening on loopback `host`:`port` opens
+/// beside its TCP listener: "\0troupe-<service>/<host>:<port>". Abstract names belong to
+/// the network namespace, so they reach only the processes that share its loopback.
+std::string local_socket_name(std::string_view service, std::string_view host, std::uint16_t port);
+
 /// One address assigned to one interface of this host.
 struct interface_address {
   /// The interface's name, e.g. "eth0".

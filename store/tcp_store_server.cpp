@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/log.hpp"
+#include "core/net_address.hpp"
 #include "store/detail/server_connection.hpp"
 #include "store/detail/server_core.hpp"
 
@@ -300,7 +301,7 @@ bool tcp_store_server::has_local_socket() const noexcept {
 bool tcp_store_server::uses_tls() const noexcept { return impl_->core->tls != nullptr; }
 
 std::string local_socket_name(std::string_view address, std::uint16_t port) {
-  return strcat(std::string_view("\0", 1), "troupe-store/", address, ":", port);
+  return local_socket_name("store", address, port);
 }
 
 std::size_t tcp_store_server::num_connections() const {

@@ -284,7 +284,7 @@ expected<std::shared_ptr<connection>> agent_core::connection_to(const member& m,
 namespace {
 // The abstract-namespace name of the local socket of a worker listening on host:port.
 std::string local_socket_name(std::string_view host, std::uint16_t port) {
-  return strcat(std::string_view("\0", 1), "troupe-rpc/", host, ":", port);
+  return troupe::local_socket_name("rpc", host, port);
 }
 }  // namespace
 

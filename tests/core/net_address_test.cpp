@@ -166,3 +166,11 @@ TEST_CASE("a process with no launcher offers its host name's address when that i
   CHECK(decide_local_address({}, two_interfaces({"10.9.0.99"})).value() == "127.0.0.1");
   CHECK(decide_local_address({}, two_interfaces({})).value() == "127.0.0.1");
 }
+
+TEST_CASE("local socket names are abstract and differ by service, host and port") {
+  const auto store = troupe::local_socket_name("store", "127.0.0.1", 29500);
+  CHECK(store == std::string("\0troupe-store/127.0.0.1:29500", 29));
+  CHECK(troupe::local_socket_name("rpc", "127.0.0.1", 29500) != store);
+  CHECK(troupe::local_socket_name("store", "127.0.0.2", 29500) != store);
+  CHECK(troupe::local_socket_name("store", "127.0.0.1", 29501) != store);
+}
