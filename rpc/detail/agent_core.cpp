@@ -17,7 +17,11 @@ constexpr auto sweep_interval = std::chrono::milliseconds(5);
 
 agent_core::agent_core(std::string name, int rank, std::optional<int> world_size,
                        rpc_backend_options opts)
-    : name_(std::move(name)), rank_(rank), world_size_(world_size), opts_(std::move(opts)) {
+    : name_(std::move(name)),
+      rank_(rank),
+      world_size_(world_size),
+      opts_(std::move(opts)),
+      members_(name_, world_size_ ? group_kind::static_group : group_kind::dynamic_group) {
   self_ = worker_info{name_, world_size_ ? rank_ : -1};
   functions_ = opts_.functions ? opts_.functions : std::make_shared<function_table>();
 }
@@ -228,35 +232,11 @@ void agent_core::sample_send_queue(std::int64_t queued) {
   if (stopping_.load()) rpc_stats().send_queue.add(-send_queue_sample_.exchange(0));
 }
 
-std::vector<worker_info> agent_core::workers() const {
-  std::shared_lock lk(members_mu_);
-  std::vector<worker_info> out;
-  for (const auto& [n, m] : members_) out.push_back(m.info);
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-  return out;
-}
+std::vector<worker_info> agent_core::workers() const { return members_.infos(); }
 
-expected<worker_info> agent_core::find(const worker_ref& w) const {
-  std::shared_lock lk(members_mu_);
-  if (!w.name.empty()) {
-    auto it = members_.find(w.name);
-    if (it != members_.end()) return it->second.info;
-  } else {
-    for (const auto& [n, m] : members_)
-      if (m.info.id == w.id) return m.info;
-  }
-  std::string names;
-  for (const auto& [n, m] : members_) names += (names.empty() ? "" : ", ") + n;
-  return make_error(errc::not_found, "no worker ",
-                    w.name.empty() ? strcat("with id ", w.id) : strcat("named '", w.name, "'"),
-                    " in this group (workers: ", names.empty() ? "none" : names, ")",
-                    dynamic() ? "; it may have left or died" : "");
-}
+expected<worker_info> agent_core::find(const worker_ref& w) const { return members_.find(w); }
 
-device_setup agent_core::setup() const {
-  std::shared_lock lk(members_mu_);
-  return setup_;
-}
+device_setup agent_core::setup() const { return members_.setup(); }
 
 expected<std::shared_ptr<connection>> agent_core::connection_to(const member& m, deadline d) {
   {
@@ -537,13 +517,7 @@ expected<void> agent_core::shutdown(duration timeout) {
 }
 
 ipc_lender* agent_core::lender_for(const std::string& peer) {
-  if (!opts_.cuda_ipc) return nullptr;
-  std::shared_lock lk(members_mu_);
-  auto them = members_.find(peer);
-  auto me = members_.find(name_);
-  if (them == members_.end() || me == members_.end() || them->second.host_key.empty())
-    return nullptr;
-  if (them->second.host_key != me->second.host_key || device_count_ <= 0) return nullptr;
+  if (!opts_.cuda_ipc || device_count_ <= 0 || !members_.same_host(peer)) return nullptr;
   return &loans_;
 }
 
@@ -561,10 +535,7 @@ std::function<void(std::uint64_t)> agent_core::releaser(const std::shared_ptr<co
 }
 
 std::optional<device_map> agent_core::reverse_map_for(const std::string& caller) const {
-  std::shared_lock lk(members_mu_);
-  if (auto it = setup_.reverse_maps.find(caller); it != setup_.reverse_maps.end())
-    return it->second;
-  return std::nullopt;
+  return members_.reverse_map_for(caller);
 }
 
 }  // namespace troupe::rpc::detail

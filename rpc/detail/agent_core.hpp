@@ -4,10 +4,10 @@
 //   there; responses complete their caller's future there (continuations attached to RPC
 //   futures run on an I/O thread: keep them short).
 // - User functions run on the worker pool, unless registered with run_inline.
-// - Membership (peers, reverse maps, device list) is guarded by members_mu_; connections
-//   by conns_mu_; remote references this worker owns live in rrefs_ (rref_table.hpp), under
-//   its own lock, with no I/O inside. No lock is held while
-//   calling user code, completing a promise, or waiting on the network.
+// - Membership (peers, reverse maps, device list) lives in members_ (member_view.hpp) under
+//   its own lock; connections are guarded by conns_mu_; remote references this worker owns live in
+//   rrefs_ (rref_table.hpp), under its own lock, with no I/O inside. No lock is held while calling
+//   user code, completing a promise, or waiting on the network.
 #pragma once
 
 #include <atomic>
@@ -26,6 +26,7 @@
 #include "devicemap/derive.hpp"
 #include "rpc/detail/connection.hpp"
 #include "rpc/detail/loan_book.hpp"
+#include "rpc/detail/member_view.hpp"
 #include "rpc/detail/rref_table.hpp"
 #include "rpc/detail/worker_pool.hpp"
 #include "rpc/function_table.hpp"
@@ -36,22 +37,6 @@
 #include "store/store.hpp"
 
 namespace troupe::rpc::detail {
-
-/// What the group knows about one worker.
-struct member {
-  worker_info info;
-  std::string host;
-  std::uint16_t port = 0;
-  worker_device_info devices;
-  /// The worker's host (core/net_address.hpp host_key() and host name), so that a loopback
-  /// address in a group across hosts is refused by name instead of refused by the kernel.
-  std::string host_key;
-  std::string host_name;
-  /// rpc_backend_options::membership_tag of the worker (empty when the agent decides).
-  std::string tag;
-};
-bytes encode_member(const member& m);
-expected<member> decode_member(std::span<const std::byte> data);
 
 /// Flags of a request.
 inline constexpr std::uint8_t request_as_remote = 1;
@@ -164,11 +149,6 @@ class agent_core final : public connection_owner,
   expected<void> warm_up(deadline d);
   expected<void> ensure_token(deadline d);
   member my_record() const;
-  expected<void> apply_members(std::map<std::string, member> all);
-  // Erases member `it` (a worker of a dynamic group that was expelled or vanished) and
-  // recomputes the device setup from the members left; a setup they cannot resolve keeps
-  // the previous one. The caller holds members_mu_ exclusively; never blocks otherwise.
-  void forget_member(std::map<std::string, member>::iterator it);
   void handle_membership(const std::shared_ptr<connection>& c, wire::frame&& f);
   expected<void> announce(const member& who, std::uint8_t op, const std::vector<member>& to,
                           deadline d);
@@ -232,10 +212,8 @@ class agent_core final : public connection_owner,
   std::uint16_t port_ = 0;
   std::unique_ptr<worker_pool> pool_;
 
-  // Membership.
-  mutable std::shared_mutex members_mu_;
-  std::map<std::string, member> members_;
-  device_setup setup_;
+  // Membership: this worker's view of its group (rpc/detail/member_view.hpp).
+  member_view members_;
 
   // Connections.
   mutable std::mutex conns_mu_;

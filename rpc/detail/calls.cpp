@@ -72,20 +72,15 @@ future<wire::frame> agent_core::send_request_now(const worker_info& to, wire::fr
   };
   if (stopping_.load())
     return context(make_error(errc::shut_down, "worker '", name_, "' is shut down; no more calls"));
-  member m;
   device_map fwd;
   bool have_fwd = false;
-  {
-    std::shared_lock lk(members_mu_);
-    auto it = members_.find(to.name);
-    if (it == members_.end()) {
-      lk.unlock();
-      auto f = find(worker_ref(to.name));
-      return context(f ? make_error(errc::internal, "membership changed during the call")
-                       : f.error());
-    }
-    m = it->second;
+  auto found = members_.get(to.name);
+  if (!found) {
+    auto f = find(worker_ref(to.name));
+    return context(f ? make_error(errc::internal, "membership changed during the call")
+                     : f.error());
   }
+  member m = std::move(*found);
   if (auto it = opts_.device_maps.find(to.name); it != opts_.device_maps.end()) {
     fwd = it->second;
     have_fwd = true;

@@ -93,11 +93,9 @@ void agent_core::on_closed(const std::shared_ptr<connection>& c, const error& wh
     return;
   if (dynamic() && !opts_.membership_tag.empty()) {
     // The job's membership decides: the worker stays a member until expel() takes it out.
-    std::shared_lock lk(members_mu_);
-    auto it = members_.find(peer);
-    if (it == members_.end() || peer == name_) return;
-    auto info = it->second.info;
-    lk.unlock();
+    auto known = members_.get(peer);
+    if (!known || peer == name_) return;
+    auto info = known->info;
     TROUPE_LOG(log_level::warn, "rpc", "worker '", peer, "' is unreachable (", why.message(),
                "); it stays a member until the job's membership takes it out");
     notify_membership({membership_change::unreachable, info, why});
@@ -112,11 +110,7 @@ void agent_core::on_closed(const std::shared_ptr<connection>& c, const error& wh
   }
   // A member of a dynamic group that vanished without leaving: drop it here. The store
   // entry is cleaned up by the next worker that joins.
-  std::unique_lock lk(members_mu_);
-  auto it = members_.find(peer);
-  if (it == members_.end() || peer == name_) return;
-  forget_member(it);
-  lk.unlock();
+  if (!members_.remove(peer)) return;
   TROUPE_LOG(log_level::warn, "rpc", "worker '", peer, "' vanished (", why.message(),
              "); removed it from the group");
   notify_membership({membership_change::failed, c->peer(), why});

@@ -83,26 +83,6 @@ expected<void> agent_core::ensure_token(deadline d) {
   return ok();
 }
 
-expected<void> agent_core::apply_members(std::map<std::string, member> all) {
-  std::vector<worker_device_info> infos;
-  for (auto& [n, m] : all) infos.push_back(m.devices);
-  auto s = resolve_device_setup(name_, infos,
-                                dynamic() ? group_kind::dynamic_group : group_kind::static_group);
-  if (!s) return std::move(s).error();
-  std::unique_lock lk(members_mu_);
-  members_ = std::move(all);
-  setup_ = std::move(*s);
-  return ok();
-}
-
-void agent_core::forget_member(std::map<std::string, member>::iterator it) {
-  members_.erase(it);
-  std::vector<worker_device_info> infos;
-  for (auto& [n, m] : members_) infos.push_back(m.devices);
-  if (auto s = resolve_device_setup(name_, infos, group_kind::dynamic_group))
-    setup_ = std::move(*s);
-}
-
 expected<void> agent_core::warm_up(deadline d) {
   std::vector<future<wire::frame>> pings;
   for (const auto& w : workers()) {
@@ -136,7 +116,7 @@ expected<void> agent_core::init_static(deadline d) {
   // same first error, naming the culprit, before anything else starts.
   auto checked = resolve_device_setup(name_, infos, group_kind::static_group);
   if (!checked) return std::move(checked).error();
-  TROUPE_TRY(apply_members(std::move(all)));
+  TROUPE_TRY(members_.replace(std::move(all)));
   TROUPE_TRY(warm_up(d));
   if (trace::enabled()) {
     // Rank 0 is the trace's clock reference: every other rank measures against it.
@@ -270,7 +250,7 @@ expected<void> agent_core::init_dynamic(deadline d) {
     (void)announce(me, op_leave, alive, deadline::after(std::chrono::seconds(2)));
     return std::move(told).error();
   }
-  TROUPE_TRY(apply_members(std::move(all)));
+  TROUPE_TRY(members_.replace(std::move(all)));
   for (const auto& n : dead) (void)store_->erase(strcat(opts_.group, "/worker/", n), d.remaining());
   TROUPE_TRY(store_->set(strcat(opts_.group, "/worker/", name_), encode_member(me), d.remaining()));
   std::vector<std::string> now;
@@ -293,11 +273,7 @@ void agent_core::handle_membership(const std::shared_ptr<connection>& c, wire::f
   if (op != op_join && op != op_leave)
     return reply_error(c, id,
                        make_error(errc::protocol_error, "unknown membership operation ", int(op)));
-  std::map<std::string, member> all;
-  {
-    std::shared_lock lk(members_mu_);
-    all = members_;
-  }
+  auto all = members_.all();
   std::shared_ptr<connection> stale;
   // A leaver the job's membership already took out (expel) was announced then.
   const bool known = all.count(m->info.name) > 0;
@@ -319,7 +295,7 @@ void agent_core::handle_membership(const std::shared_ptr<connection>& c, wire::f
     stale->close(make_error(errc::peer_left, "worker '", m->info.name, "' left the group")
                      .with_worker(m->info.name));
   }
-  if (auto r = apply_members(std::move(all)); !r)
+  if (auto r = members_.replace(std::move(all)); !r)
     return reply_error(c, id, r.error().with_worker(name_));
   TROUPE_LOG(log_level::info, "rpc", "worker '", m->info.name, "' ",
              op == op_join ? "joined" : "left");
@@ -336,14 +312,9 @@ void agent_core::handle_membership(const std::shared_ptr<connection>& c, wire::f
 
 bool agent_core::expel(const std::string& name, std::string_view tag, const error& why) {
   if (!dynamic() || name == name_) return false;
-  worker_info info;
-  {
-    std::unique_lock lk(members_mu_);
-    auto it = members_.find(name);
-    if (it == members_.end() || (!tag.empty() && it->second.tag != tag)) return false;
-    info = it->second.info;
-    forget_member(it);
-  }
+  auto gone_member = members_.remove(name, tag);
+  if (!gone_member) return false;
+  const worker_info info = gone_member->info;
   std::shared_ptr<connection> gone;
   {
     std::lock_guard<std::mutex> lk(conns_mu_);
@@ -379,12 +350,7 @@ expected<void> agent_core::leave(duration timeout) {
   auto guard = acquire_membership_token(*store_, strcat(opts_.group, "/membership"), name_,
                                         d.remaining(), mo);
   if (guard) {
-    std::vector<member> others;
-    {
-      std::shared_lock lk(members_mu_);
-      for (auto& [n, m] : members_)
-        if (n != name_) others.push_back(m);
-    }
+    const auto others = members_.others();
     auto told = announce(my_record(), op_leave, others, d);
     if (!told && result) result = std::move(told).error();
     std::string members_key = strcat(opts_.group, "/members");
