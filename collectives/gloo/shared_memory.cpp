@@ -70,12 +70,6 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
-std::string hex(std::uint64_t v) {
-  char buf[17];
-  auto [p, ec] = std::to_chars(buf, buf + 16, v, 16);
-  return std::string(buf, p);
-}
-
 std::string errno_text(int e) { return std::strerror(e); }
 
 using gloo_blocks::block;
@@ -245,7 +239,7 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
         !o.enabled
             ? "TROUPE_GLOO_SHM=0"
             : seg->create(name, token, round_up(std::max<std::size_t>(o.slot_bytes, 1), page));
-    std::string offer = why.empty() ? strcat(name, " ", hex(token)) : "none " + why;
+    std::string offer = why.empty() ? strcat(name, " ", token_hex(token)) : "none " + why;
     if (!why.empty()) my_answer = "0 " + why;
     auto set = s.set("offer", std::as_bytes(std::span(offer.data(), offer.size())), dl.remaining());
     if (!set) {

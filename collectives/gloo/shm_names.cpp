@@ -24,13 +24,13 @@ bool parse_name_part(std::string_view s, T& out, int base) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
-std::string token_hex(std::uint64_t v) {
+}  // namespace
+
+std::string token_hex(std::uint64_t token) {
   char buf[17];
-  auto [p, ec] = std::to_chars(buf, buf + 16, v, 16);
+  auto [p, ec] = std::to_chars(buf, buf + 16, token, 16);
   return std::string(buf, p);
 }
-
-}  // namespace
 
 std::optional<proc_state> read_proc(int pid) {
   std::ifstream f(strcat("/proc/", pid, "/stat"));
@@ -110,9 +110,7 @@ int sweep_dead_segments(const std::string& dir) {
     if (::shm_unlink(("/" + file).c_str()) == 0) {
       ++removed;
       TROUPE_LOG(log_level::info, "collectives", "removed /dev/shm/", file, ": its maker (pid ",
-                 maker->pid,
-                 ") is gone; it was killed while its group "
-                 "was being created");
+                 maker->pid, ") is gone; it was killed while its group was being created");
     }
   }
   return removed;

@@ -33,6 +33,9 @@ struct segment_maker {
   std::uint64_t pid_ns = 0;
 };
 
+/// `token` as segment names and rank 0's offer write it (lowercase hex).
+std::string token_hex(std::uint64_t token);
+
 /// The shm_open name ("/troupe-...") of a new segment of this process with `token`.
 std::string segment_name(std::uint64_t token);
 
