@@ -43,8 +43,10 @@ std::size_t agent::owned_remote_refs() const { return core_->owned_rrefs(); }
 duration agent::timeout_of(const call_options& o) const { return core_->timeout_of(o); }
 
 std::weak_ptr<detail::rref_context> agent::decode_context() const {
-  return std::shared_ptr<detail::rref_context>(core_, core_.get());
+  return std::shared_ptr<detail::rref_context>(core_, context());
 }
+
+detail::rref_context* agent::context() const noexcept { return core_.get(); }
 
 future<wire::frame> agent::send_call(const call_options& o, const worker_ref& to,
                                      std::string_view fn, call_kind kind, std::uint64_t rref_id,

@@ -149,9 +149,10 @@ class agent {
                                                     std::string_view fn,
                                                     detail::write_args_fn write, const void* args);
   duration timeout_of(const call_options& o) const;
-  // The context replies are decoded in (remote references in results); empty once the
-  // agent is gone.
+  // The context replies are decoded in (remote references in results): for a continuation
+  // that may outlive the agent (empty once it is gone), and for a caller that holds it.
   std::weak_ptr<detail::rref_context> decode_context() const;
+  detail::rref_context* context() const noexcept;
   std::shared_ptr<detail::agent_core> core_;
 };
 
@@ -211,8 +212,7 @@ expected<R> agent::rpc_sync(const call_options& o, const worker_ref& to, std::st
   // The deadline sweeper fails the call at its timeout; the extra second only guards it.
   auto f = raw.get(timeout + std::chrono::seconds(1));
   if (!f) return std::move(f).error();
-  auto ctx = decode_context().lock();
-  return detail::decode_result<R>(std::move(*f), ctx.get());
+  return detail::decode_result<R>(std::move(*f), context());
 }
 
 template <class T, class... Args>

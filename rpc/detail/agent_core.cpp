@@ -261,19 +261,12 @@ expected<std::shared_ptr<connection>> agent_core::connection_to(const member& m,
   return *c;
 }
 
-namespace {
-// The abstract-namespace name of the local socket of a worker listening on host:port.
-std::string local_socket_name(std::string_view host, std::uint16_t port) {
-  return troupe::local_socket_name("rpc", host, port);
-}
-}  // namespace
-
 // A loopback listener gets a local socket beside it; any failure only loses the fast path.
 void agent_core::listen_locally() {
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(host_, ec);
   if (!opts_.local_socket || ec || !addr.is_loopback()) return;
-  asio::local::stream_protocol::endpoint ep(local_socket_name(host_, port_));
+  asio::local::stream_protocol::endpoint ep(local_socket_name("rpc", host_, port_));
   local_acceptor_.emplace(io_);
   local_acceptor_->open(ep.protocol(), ec);
   if (!ec) local_acceptor_->bind(ep, ec);
@@ -297,7 +290,8 @@ std::optional<connection::socket_type> agent_core::dial_locally(const member& m,
   // blocking connect wait, so it is non-blocking: EAGAIN falls back to TCP as well).
   if (!ec) sock.non_blocking(true, ec);
   if (!ec)
-    sock.connect(asio::local::stream_protocol::endpoint(local_socket_name(m.host, m.port)), ec);
+    sock.connect(asio::local::stream_protocol::endpoint(local_socket_name("rpc", m.host, m.port)),
+                 ec);
   if (ec) return std::nullopt;
   sock.non_blocking(false, ec);
   return connection::socket_type(std::move(sock));
