@@ -19,8 +19,8 @@
 #include <sstream>
 #include <type_traits>
 
-#include "core/tensor.hpp"
-#include "rpc/inspect.hpp"
+#include <troupe/core/tensor.hpp>
+#include <troupe/rpc/inspect.hpp>
 
 namespace troupe::rpc {
 

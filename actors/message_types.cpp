@@ -1,4 +1,4 @@
-#include "actors/message_types.hpp"
+#include <troupe/actors/message_types.hpp>
 
 #include <cxxabi.h>
 
@@ -8,7 +8,7 @@
 #include <map>
 #include <memory>
 
-#include "core/error.hpp"
+#include <troupe/core/error.hpp>
 
 namespace troupe::actors {
 

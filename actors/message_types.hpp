@@ -24,10 +24,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/caf_inspect.hpp"
-#include "core/codec.hpp"
-#include "core/expected.hpp"
-#include "rpc/serializer.hpp"
+#include <troupe/actors/caf_inspect.hpp>
+#include <troupe/core/codec.hpp>
+#include <troupe/core/expected.hpp>
+#include <troupe/rpc/serializer.hpp>
 
 namespace caf {
 class actor_system_config;

@@ -3,7 +3,7 @@
 // the RPC handlers, the membership listener and the public calls all update under one
 // lock; the parts that need none of it are in actors/detail/ (the proxies, the control
 // messages, the tracing of messages). The RPC handlers are the next piece to move out.
-#include "actors/node.hpp"
+#include <troupe/actors/node.hpp>
 
 #include <caf/all.hpp>
 #include <condition_variable>
@@ -12,13 +12,13 @@
 #include <thread>
 #include <unordered_map>
 
-#include "actors/detail/control_messages.hpp"
-#include "actors/detail/inline_unit.hpp"
-#include "actors/detail/message_trace.hpp"
-#include "actors/detail/remote_proxy.hpp"
-#include "actors/detail/reply_sink.hpp"
-#include "actors/system.hpp"
-#include "core/log.hpp"
+#include <troupe/actors/detail/control_messages.hpp>
+#include <troupe/actors/detail/inline_unit.hpp>
+#include <troupe/actors/detail/message_trace.hpp>
+#include <troupe/actors/detail/remote_proxy.hpp>
+#include <troupe/actors/detail/reply_sink.hpp>
+#include <troupe/actors/system.hpp>
+#include <troupe/core/log.hpp>
 
 namespace troupe::actors {
 

@@ -40,12 +40,12 @@
 #include <string>
 #include <string_view>
 
-#include "actors/message_types.hpp"
-#include "core/expected.hpp"
-#include "core/time.hpp"
-#include "core/worker_info.hpp"
-#include "rpc/agent.hpp"
-#include "world/world.hpp"
+#include <troupe/actors/message_types.hpp>
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
+#include <troupe/core/worker_info.hpp>
+#include <troupe/rpc/agent.hpp>
+#include <troupe/world/world.hpp>
 
 namespace troupe::actors {
 

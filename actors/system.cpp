@@ -1,4 +1,4 @@
-#include "actors/system.hpp"
+#include <troupe/actors/system.hpp>
 
 #include <caf/atom.hpp>
 #include <caf/sec.hpp>

@@ -13,8 +13,8 @@
 #include <memory>
 #include <string>
 
-#include "actors/message_types.hpp"
-#include "core/error.hpp"
+#include <troupe/actors/message_types.hpp>
+#include <troupe/core/error.hpp>
 
 namespace troupe::actors {
 

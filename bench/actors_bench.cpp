@@ -26,11 +26,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <troupe/actors/node.hpp>
+#include <troupe/actors/system.hpp>
+#include <troupe/rpc/backend_registry.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "actor_bench_common.hpp"
-#include "actors/node.hpp"
-#include "actors/system.hpp"
-#include "rpc/backend_registry.hpp"
-#include "store/tcp_store_server.hpp"
 #include "support/child_process.hpp"
 
 namespace {

@@ -32,10 +32,10 @@
 #include <string>
 #include <vector>
 
-#include "collectives/group.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/world/world.hpp>
 #include "rank_processes.hpp"
-#include "store/connect.hpp"
-#include "world/world.hpp"
 
 namespace {
 

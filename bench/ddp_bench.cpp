@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "collectives/group.hpp"
-#include "core/cluster_env.hpp"
-#include "launcher/launch.hpp"
-#include "store/connect.hpp"
-#include "training/ddp.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/core/cluster_env.hpp>
+#include <troupe/launcher/launch.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/training/ddp.hpp>
 
 namespace {
 

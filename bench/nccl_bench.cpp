@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "collectives/group.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/store/connect.hpp>
 #include "rank_processes.hpp"
-#include "store/connect.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "store/tcp_store_server.hpp"
+#include <troupe/store/tcp_store_server.hpp>
 #include "support/child_process.hpp"
 
 namespace troupe::bench {

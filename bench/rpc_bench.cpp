@@ -26,11 +26,11 @@
 #include <thread>
 #include <vector>
 
-#include "rpc/backend_registry.hpp"
-#include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/rpc/backend_registry.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store_server.hpp>
+#include <troupe/world/world.hpp>
 #include "support/child_process.hpp"
-#include "world/world.hpp"
 
 using namespace troupe;
 using namespace troupe::rpc;

@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "rpc/backend_registry.hpp"
-#include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/rpc/backend_registry.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "support/child_process.hpp"
 
 using namespace troupe;

@@ -24,9 +24,9 @@
 #include <thread>
 #include <vector>
 
-#include "store/connect.hpp"
-#include "store/tcp_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "support/child_process.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "collectives/autograd_all_to_all.hpp"
+#include <troupe/collectives/autograd_all_to_all.hpp>
 
 #include <numeric>
 #include <string>

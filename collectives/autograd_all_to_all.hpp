@@ -12,10 +12,10 @@
 #include <optional>
 #include <vector>
 
-#include "collectives/options.hpp"
-#include "collectives/process_group.hpp"
-#include "collectives/tensor.hpp"
-#include "collectives/work.hpp"
+#include <troupe/collectives/options.hpp>
+#include <troupe/collectives/process_group.hpp>
+#include <troupe/collectives/tensor.hpp>
+#include <troupe/collectives/work.hpp>
 
 namespace troupe::collectives {
 

@@ -1,8 +1,8 @@
-#include "collectives/comm_plan.hpp"
+#include <troupe/collectives/comm_plan.hpp>
 
 #include <algorithm>
 
-#include "collectives/process_group.hpp"
+#include <troupe/collectives/process_group.hpp>
 
 namespace troupe::collectives {
 

@@ -18,9 +18,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/expected.hpp"
-#include "membership/epoch.hpp"
+#include <troupe/core/error.hpp>
+#include <troupe/core/expected.hpp>
+#include <troupe/membership/epoch.hpp>
 
 namespace troupe::collectives {
 

@@ -1,6 +1,6 @@
-#include "collectives/communicator_carry.hpp"
+#include <troupe/collectives/communicator_carry.hpp>
 
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
 
 namespace troupe::collectives {
 

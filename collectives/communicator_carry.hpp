@@ -14,10 +14,10 @@
 #include <optional>
 #include <string>
 
-#include "collectives/comm_plan.hpp"
-#include "collectives/process_group.hpp"
-#include "membership/epoch.hpp"
-#include "store/store.hpp"
+#include <troupe/collectives/comm_plan.hpp>
+#include <troupe/collectives/process_group.hpp>
+#include <troupe/membership/epoch.hpp>
+#include <troupe/store/store.hpp>
 
 namespace troupe::collectives {
 

@@ -2,7 +2,7 @@
 // Threads: on_epoch runs on the membership watcher and only aborts and releases; rebuild()
 // runs on the caller's thread; the hold thread ends held works at their grace. No lock is
 // held while calling a group, a work's completion or the service.
-#include "collectives/elastic_group.hpp"
+#include <troupe/collectives/elastic_group.hpp>
 
 #include <algorithm>
 #include <condition_variable>
@@ -10,13 +10,13 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/comm_plan.hpp"
-#include "collectives/communicator_carry.hpp"
-#include "collectives/interruptible_store.hpp"
-#include "collectives/registry.hpp"
-#include "core/codec.hpp"
-#include "core/log.hpp"
-#include "store/key_ledger.hpp"
+#include <troupe/collectives/comm_plan.hpp>
+#include <troupe/collectives/communicator_carry.hpp>
+#include <troupe/collectives/interruptible_store.hpp>
+#include <troupe/collectives/registry.hpp>
+#include <troupe/core/codec.hpp>
+#include <troupe/core/log.hpp>
+#include <troupe/store/key_ledger.hpp>
 
 namespace troupe::collectives {
 

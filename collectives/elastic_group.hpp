@@ -21,8 +21,8 @@
 #include <memory>
 #include <string>
 
-#include "collectives/process_group.hpp"
-#include "membership/service.hpp"
+#include <troupe/collectives/process_group.hpp>
+#include <troupe/membership/service.hpp>
 
 namespace troupe::collectives {
 

@@ -1,11 +1,11 @@
-#include "collectives/group.hpp"
+#include <troupe/collectives/group.hpp>
 
 #include <algorithm>
 #include <map>
 #include <set>
 
-#include "collectives/registry.hpp"
-#include "store/rendezvous.hpp"
+#include <troupe/collectives/registry.hpp>
+#include <troupe/store/rendezvous.hpp>
 
 namespace troupe::collectives {
 

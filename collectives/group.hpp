@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/process_group.hpp"
+#include <troupe/collectives/process_group.hpp>
 
 namespace troupe::collectives {
 

@@ -1,4 +1,4 @@
-#include "collectives/interruptible_store.hpp"
+#include <troupe/collectives/interruptible_store.hpp>
 
 #include <algorithm>
 

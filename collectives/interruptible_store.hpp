@@ -8,7 +8,7 @@
 #include <memory>
 #include <optional>
 
-#include "store/store.hpp"
+#include <troupe/store/store.hpp>
 
 namespace troupe::collectives {
 

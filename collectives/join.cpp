@@ -1,7 +1,7 @@
-#include "collectives/join.hpp"
+#include <troupe/collectives/join.hpp>
 
-#include "core/log.hpp"
-#include "core/trace.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/core/trace.hpp>
 
 namespace troupe::collectives {
 

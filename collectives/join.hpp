@@ -35,8 +35,8 @@
 #include <variant>
 #include <vector>
 
-#include "collectives/process_group.hpp"
-#include "collectives/scratch_buffer.hpp"
+#include <troupe/collectives/process_group.hpp>
+#include <troupe/collectives/scratch_buffer.hpp>
 
 namespace troupe::collectives {
 

@@ -1,4 +1,4 @@
-#include "collectives/op_checks.hpp"
+#include <troupe/collectives/op_checks.hpp>
 
 #include <numeric>
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "collectives/process_group.hpp"
+#include <troupe/collectives/process_group.hpp>
 
 namespace troupe::collectives {
 

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "collectives/tensor.hpp"
-#include "core/time.hpp"
+#include <troupe/collectives/tensor.hpp>
+#include <troupe/core/time.hpp>
 
 namespace troupe::collectives {
 

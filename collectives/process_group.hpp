@@ -22,11 +22,11 @@
 #include <string_view>
 #include <vector>
 
-#include "collectives/comm_plan.hpp"
-#include "collectives/options.hpp"
-#include "collectives/tensor.hpp"
-#include "collectives/work.hpp"
-#include "store/store.hpp"
+#include <troupe/collectives/comm_plan.hpp>
+#include <troupe/collectives/options.hpp>
+#include <troupe/collectives/tensor.hpp>
+#include <troupe/collectives/work.hpp>
+#include <troupe/store/store.hpp>
 
 namespace troupe::collectives {
 

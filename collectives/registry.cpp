@@ -1,16 +1,16 @@
-#include "collectives/registry.hpp"
+#include <troupe/collectives/registry.hpp>
 
 #include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 
-#include "collectives/gloo/gloo_group.hpp"
-#include "collectives/settings.hpp"
-#include "core/cuda_runtime.hpp"
-#include "core/log.hpp"
+#include <troupe/collectives/gloo/gloo_group.hpp>
+#include <troupe/collectives/settings.hpp>
+#include <troupe/core/cuda_runtime.hpp>
+#include <troupe/core/log.hpp>
 #ifdef TROUPE_COLLECTIVES_HAVE_NCCL
-#include "collectives/nccl/nccl_group.hpp"
+#include <troupe/collectives/nccl/nccl_group.hpp>
 #endif
 
 namespace troupe::collectives {

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "collectives/process_group.hpp"
+#include <troupe/collectives/process_group.hpp>
 
 namespace troupe::collectives {
 

@@ -1,4 +1,4 @@
-#include "collectives/roll_call.hpp"
+#include <troupe/collectives/roll_call.hpp>
 
 #include <algorithm>
 

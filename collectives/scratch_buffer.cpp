@@ -1,4 +1,4 @@
-#include "collectives/scratch_buffer.hpp"
+#include <troupe/collectives/scratch_buffer.hpp>
 
 #include <cstring>
 #include <vector>

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "collectives/tensor.hpp"
+#include <troupe/collectives/tensor.hpp>
 
 namespace troupe::collectives {
 

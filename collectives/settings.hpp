@@ -1,7 +1,7 @@
 // The environment settings the collectives module reads. See core/setting.hpp.
 #pragma once
 
-#include "core/setting.hpp"
+#include <troupe/core/setting.hpp>
 
 namespace troupe::settings {
 

@@ -1,4 +1,4 @@
-#include "collectives/tensor.hpp"
+#include <troupe/collectives/tensor.hpp>
 
 #include <bit>
 #include <cstring>

@@ -8,9 +8,9 @@
 #include <span>
 #include <string_view>
 
-#include "core/device.hpp"
-#include "core/expected.hpp"
-#include "core/tensor.hpp"
+#include <troupe/core/device.hpp>
+#include <troupe/core/expected.hpp>
+#include <troupe/core/tensor.hpp>
 
 namespace troupe::collectives {
 

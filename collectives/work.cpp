@@ -1,4 +1,4 @@
-#include "collectives/work.hpp"
+#include <troupe/collectives/work.hpp>
 
 #include <condition_variable>
 #include <mutex>

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "core/future.hpp"
+#include <troupe/core/future.hpp>
 
 namespace troupe::collectives {
 

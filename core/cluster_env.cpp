@@ -1,11 +1,11 @@
-#include "core/cluster_env.hpp"
-#include "core/settings.hpp"
+#include <troupe/core/cluster_env.hpp>
+#include <troupe/core/settings.hpp>
 
 #include <unistd.h>
 
 #include <charconv>
 
-#include "core/strcat.hpp"
+#include <troupe/core/strcat.hpp>
 
 extern char** environ;
 

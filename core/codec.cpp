@@ -1,4 +1,4 @@
-#include "core/codec.hpp"
+#include <troupe/core/codec.hpp>
 
 namespace troupe {
 

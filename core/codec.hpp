@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/expected.hpp"
+#include <troupe/core/expected.hpp>
 
 namespace troupe {
 

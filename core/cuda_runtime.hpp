@@ -2,7 +2,7 @@
 // against libcudart when troupe is configured with CUDA, else it reports "built without".
 #pragma once
 
-#include "core/expected.hpp"
+#include <troupe/core/expected.hpp>
 
 namespace troupe {
 

@@ -1,6 +1,6 @@
 #include <cuda_runtime_api.h>
 
-#include "core/cuda_runtime.hpp"
+#include <troupe/core/cuda_runtime.hpp>
 
 namespace troupe {
 

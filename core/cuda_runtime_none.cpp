@@ -1,4 +1,4 @@
-#include "core/cuda_runtime.hpp"
+#include <troupe/core/cuda_runtime.hpp>
 
 namespace troupe {
 

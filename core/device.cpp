@@ -1,4 +1,4 @@
-#include "core/device.hpp"
+#include <troupe/core/device.hpp>
 
 #include <charconv>
 

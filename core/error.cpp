@@ -1,4 +1,4 @@
-#include "core/error.hpp"
+#include <troupe/core/error.hpp>
 
 #include <array>
 #include <utility>

@@ -131,7 +131,7 @@ error make_error(errc code, const Ts&... parts);
 
 }  // namespace troupe
 
-#include "core/strcat.hpp"
+#include <troupe/core/strcat.hpp>
 
 template <class... Ts>
 troupe::error troupe::make_error(errc code, const Ts&... parts) {

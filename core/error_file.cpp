@@ -1,4 +1,4 @@
-#include "core/error_file.hpp"
+#include <troupe/core/error_file.hpp>
 
 #include <execinfo.h>
 #include <fcntl.h>
@@ -12,8 +12,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "core/json.hpp"
-#include "core/settings.hpp"
+#include <troupe/core/json.hpp>
+#include <troupe/core/settings.hpp>
 
 namespace troupe {
 

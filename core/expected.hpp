@@ -5,7 +5,7 @@
 #include <utility>
 #include <variant>
 
-#include "core/error.hpp"
+#include <troupe/core/error.hpp>
 
 namespace troupe {
 

@@ -21,9 +21,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/expected.hpp"
-#include "core/time.hpp"
-#include "core/unique_function.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
+#include <troupe/core/unique_function.hpp>
 
 namespace troupe {
 

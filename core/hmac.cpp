@@ -1,4 +1,4 @@
-#include "core/hmac.hpp"
+#include <troupe/core/hmac.hpp>
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>

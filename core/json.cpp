@@ -1,4 +1,4 @@
-#include "core/json.hpp"
+#include <troupe/core/json.hpp>
 
 #include <cstdio>
 

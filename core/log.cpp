@@ -1,4 +1,4 @@
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -10,7 +10,7 @@
 #include <memory>
 #include <mutex>
 
-#include "core/settings.hpp"
+#include <troupe/core/settings.hpp>
 
 namespace troupe {
 

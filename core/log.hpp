@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/expected.hpp"
-#include "core/strcat.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/strcat.hpp>
 
 namespace troupe {
 

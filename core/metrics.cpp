@@ -1,4 +1,4 @@
-#include "core/metrics.hpp"
+#include <troupe/core/metrics.hpp>
 
 #include <unistd.h>
 
@@ -13,8 +13,8 @@
 #include <thread>
 #include <variant>
 
-#include "core/settings.hpp"
-#include "core/strcat.hpp"
+#include <troupe/core/settings.hpp>
+#include <troupe/core/strcat.hpp>
 
 namespace troupe::metrics {
 

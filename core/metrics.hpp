@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/expected.hpp"
-#include "core/time.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
 
 namespace troupe::metrics {
 

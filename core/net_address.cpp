@@ -1,4 +1,4 @@
-#include "core/net_address.hpp"
+#include <troupe/core/net_address.hpp>
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -11,9 +11,9 @@
 #include <algorithm>
 #include <set>
 
-#include "core/cluster_env.hpp"
-#include "core/settings.hpp"
-#include "core/strcat.hpp"
+#include <troupe/core/cluster_env.hpp>
+#include <troupe/core/settings.hpp>
+#include <troupe/core/strcat.hpp>
 
 extern char** environ;
 

@@ -1,8 +1,8 @@
-#include "core/setting.hpp"
+#include <troupe/core/setting.hpp>
 
 #include <cstdlib>
 
-#include "core/settings.hpp"
+#include <troupe/core/settings.hpp>
 
 namespace troupe {
 

@@ -2,7 +2,7 @@
 // address, and the job's place that troupe-run hands to its workers. See core/setting.hpp.
 #pragma once
 
-#include "core/setting.hpp"
+#include <troupe/core/setting.hpp>
 
 namespace troupe::settings {
 

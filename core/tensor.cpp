@@ -1,4 +1,4 @@
-#include "core/tensor.hpp"
+#include <troupe/core/tensor.hpp>
 
 #include <cstdlib>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <mutex>
 #include <new>
 
-#include "core/strcat.hpp"
+#include <troupe/core/strcat.hpp>
 
 namespace troupe {
 

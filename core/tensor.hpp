@@ -18,9 +18,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/device.hpp"
-#include "core/dtype.hpp"
-#include "core/expected.hpp"
+#include <troupe/core/device.hpp>
+#include <troupe/core/dtype.hpp>
+#include <troupe/core/expected.hpp>
 
 namespace troupe {
 

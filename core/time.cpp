@@ -1,12 +1,12 @@
-#include "core/time.hpp"
+#include <troupe/core/time.hpp>
 
 #include <atomic>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
 
-#include "core/log.hpp"
-#include "core/settings.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/core/settings.hpp>
 
 namespace troupe {
 

@@ -1,10 +1,10 @@
-#include "core/tls.hpp"
+#include <troupe/core/tls.hpp>
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
-#include "core/strcat.hpp"
+#include <troupe/core/strcat.hpp>
 
 #include <algorithm>
 #include <cerrno>

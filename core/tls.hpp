@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/expected.hpp"
+#include <troupe/core/expected.hpp>
 
 namespace troupe::tls {
 

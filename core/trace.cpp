@@ -1,4 +1,4 @@
-#include "core/trace.hpp"
+#include <troupe/core/trace.hpp>
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -12,10 +12,10 @@
 #include <mutex>
 #include <optional>
 
-#include "core/json.hpp"
-#include "core/log.hpp"
-#include "core/settings.hpp"
-#include "core/strcat.hpp"
+#include <troupe/core/json.hpp>
+#include <troupe/core/log.hpp>
+#include <troupe/core/settings.hpp>
+#include <troupe/core/strcat.hpp>
 
 namespace troupe::trace {
 

@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/expected.hpp"
+#include <troupe/core/expected.hpp>
 
 #ifndef TROUPE_TRACE_SITES
 #define TROUPE_TRACE_SITES 1

@@ -8,9 +8,9 @@
 #include <optional>
 #include <sstream>
 
-#include "core/error.hpp"
-#include "core/strcat.hpp"
-#include "core/trace.hpp"
+#include <troupe/core/error.hpp>
+#include <troupe/core/strcat.hpp>
+#include <troupe/core/trace.hpp>
 
 namespace troupe::trace {
 

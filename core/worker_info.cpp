@@ -1,4 +1,4 @@
-#include "core/worker_info.hpp"
+#include <troupe/core/worker_info.hpp>
 
 namespace troupe {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/expected.hpp"
+#include <troupe/core/expected.hpp>
 
 namespace troupe {
 

@@ -1,4 +1,4 @@
-#include "devicemap/derive.hpp"
+#include <troupe/devicemap/derive.hpp>
 
 #include <algorithm>
 #include <set>

@@ -6,11 +6,11 @@
 #include <string_view>
 #include <vector>
 
-#include "core/device.hpp"
-#include "core/expected.hpp"
-#include "devicemap/device_map.hpp"
-#include "devicemap/validate.hpp"
-#include "devicemap/worker_device_info.hpp"
+#include <troupe/core/device.hpp>
+#include <troupe/core/expected.hpp>
+#include <troupe/devicemap/device_map.hpp>
+#include <troupe/devicemap/validate.hpp>
+#include <troupe/devicemap/worker_device_info.hpp>
 
 namespace troupe {
 

@@ -1,4 +1,4 @@
-#include "devicemap/device_map.hpp"
+#include <troupe/devicemap/device_map.hpp>
 
 #include <sstream>
 

@@ -9,8 +9,8 @@
 #include <span>
 #include <string>
 
-#include "core/device.hpp"
-#include "core/expected.hpp"
+#include <troupe/core/device.hpp>
+#include <troupe/core/expected.hpp>
 
 namespace troupe {
 

@@ -1,4 +1,4 @@
-#include "devicemap/validate.hpp"
+#include <troupe/devicemap/validate.hpp>
 
 #include <cstddef>
 #include <map>
@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/strcat.hpp"
+#include <troupe/core/strcat.hpp>
 
 namespace troupe {
 namespace {

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <span>
 
-#include "core/expected.hpp"
-#include "devicemap/worker_device_info.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/devicemap/worker_device_info.hpp>
 
 namespace troupe {
 

@@ -1,8 +1,8 @@
-#include "devicemap/worker_device_info.hpp"
+#include <troupe/devicemap/worker_device_info.hpp>
 
 #include <cstdint>
 
-#include "core/strcat.hpp"
+#include <troupe/core/strcat.hpp>
 
 namespace troupe {
 namespace {

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core/codec.hpp"
-#include "core/device.hpp"
-#include "core/expected.hpp"
-#include "devicemap/device_map.hpp"
+#include <troupe/core/codec.hpp>
+#include <troupe/core/device.hpp>
+#include <troupe/core/expected.hpp>
+#include <troupe/devicemap/device_map.hpp>
 
 namespace troupe {
 

@@ -4,7 +4,7 @@
 // store, the group of workers, the attempt's counters and log folders). The helpers above
 // it are the parts that need none of that state; the replace branch is the next piece to
 // move out.
-#include "launcher/agent.hpp"
+#include <troupe/launcher/agent.hpp>
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -19,21 +19,21 @@
 #include <iostream>
 #include <random>
 
-#include "core/error_file.hpp"
-#include "core/log.hpp"
-#include "core/net_address.hpp"
-#include "core/settings.hpp"
-#include "core/trace.hpp"
-#include "launcher/metrics_server.hpp"
-#include "launcher/node_rendezvous.hpp"
-#include "launcher/signals.hpp"
-#include "launcher/trace_attempts.hpp"
-#include "launcher/worker_env.hpp"
-#include "launcher/worker_group.hpp"
-#include "membership/service.hpp"
-#include "store/connect.hpp"
-#include "store/prefix_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/core/error_file.hpp>
+#include <troupe/core/log.hpp>
+#include <troupe/core/net_address.hpp>
+#include <troupe/core/settings.hpp>
+#include <troupe/core/trace.hpp>
+#include <troupe/launcher/metrics_server.hpp>
+#include <troupe/launcher/node_rendezvous.hpp>
+#include <troupe/launcher/signals.hpp>
+#include <troupe/launcher/trace_attempts.hpp>
+#include <troupe/launcher/worker_env.hpp>
+#include <troupe/launcher/worker_group.hpp>
+#include <troupe/membership/service.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/prefix_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 
 extern char** environ;
 

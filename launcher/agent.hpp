@@ -3,7 +3,7 @@
 // or when the world re-forms, forwards stop signals, and reports the first failure.
 #pragma once
 
-#include "launcher/config.hpp"
+#include <troupe/launcher/config.hpp>
 
 namespace troupe::launcher {
 

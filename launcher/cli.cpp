@@ -1,4 +1,4 @@
-#include "launcher/cli.hpp"
+#include <troupe/launcher/cli.hpp>
 
 #include <CLI/CLI.hpp>
 #include <cctype>

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "launcher/config.hpp"
+#include <troupe/launcher/config.hpp>
 
 namespace troupe::launcher {
 

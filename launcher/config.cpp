@@ -1,4 +1,4 @@
-#include "launcher/config.hpp"
+#include <troupe/launcher/config.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "core/cuda_runtime.hpp"
-#include "store/connect.hpp"
+#include <troupe/core/cuda_runtime.hpp>
+#include <troupe/store/connect.hpp>
 
 namespace troupe::launcher {
 

@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/expected.hpp"
-#include "core/time.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
 
 namespace troupe::launcher {
 

@@ -1,9 +1,9 @@
-#include "launcher/job_status.hpp"
+#include <troupe/launcher/job_status.hpp>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "core/strcat.hpp"
+#include <troupe/core/strcat.hpp>
 
 namespace troupe::launcher {
 

@@ -1,4 +1,4 @@
-#include "launcher/launch.hpp"
+#include <troupe/launcher/launch.hpp>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,10 +16,10 @@
 #include <optional>
 #include <utility>
 
-#include "launcher/agent.hpp"
-#include "launcher/worker_env.hpp"
-#include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/launcher/agent.hpp>
+#include <troupe/launcher/worker_env.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 
 namespace troupe {
 

@@ -19,8 +19,8 @@
 #include <string>
 #include <type_traits>
 
-#include "core/expected.hpp"
-#include "core/time.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
 
 namespace troupe {
 

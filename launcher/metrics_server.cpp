@@ -1,6 +1,6 @@
 #include <utility>  // before Asio: g++ 12 needs it for Asio's coroutine support
 
-#include "launcher/metrics_server.hpp"
+#include <troupe/launcher/metrics_server.hpp>
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
@@ -13,9 +13,9 @@
 #include <sstream>
 #include <thread>
 
-#include "core/metrics.hpp"
-#include "core/strcat.hpp"
-#include "store/connect.hpp"
+#include <troupe/core/metrics.hpp>
+#include <troupe/core/strcat.hpp>
+#include <troupe/store/connect.hpp>
 
 namespace troupe::launcher {
 

@@ -11,9 +11,9 @@
 #include <memory>
 #include <string>
 
-#include "core/expected.hpp"
-#include "core/time.hpp"
-#include "launcher/job_status.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
+#include <troupe/launcher/job_status.hpp>
 
 namespace troupe::launcher {
 

@@ -1,11 +1,11 @@
-#include "launcher/node_rendezvous.hpp"
+#include <troupe/launcher/node_rendezvous.hpp>
 
 #include <algorithm>
 #include <charconv>
 #include <numeric>
 #include <thread>
 
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
 
 namespace troupe::launcher {
 

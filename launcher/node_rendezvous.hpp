@@ -45,9 +45,9 @@
 #include <string>
 #include <vector>
 
-#include "core/expected.hpp"
-#include "core/time.hpp"
-#include "store/store.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
+#include <troupe/store/store.hpp>
 
 namespace troupe::launcher {
 

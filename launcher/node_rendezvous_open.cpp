@@ -5,8 +5,8 @@
 #include <thread>
 #include <utility>
 
-#include "core/log.hpp"
-#include "launcher/node_rendezvous.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/launcher/node_rendezvous.hpp>
 
 namespace troupe::launcher {
 

@@ -1,4 +1,4 @@
-#include "launcher/signals.hpp"
+#include <troupe/launcher/signals.hpp>
 
 #include <fcntl.h>
 #include <signal.h>

@@ -2,7 +2,7 @@
 // worker exits (SIGCHLD) and requests to stop (SIGINT, SIGTERM, SIGHUP) alongside output.
 #pragma once
 
-#include "core/expected.hpp"
+#include <troupe/core/expected.hpp>
 
 namespace troupe::launcher {
 

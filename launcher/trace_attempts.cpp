@@ -1,4 +1,4 @@
-#include "launcher/trace_attempts.hpp"
+#include <troupe/launcher/trace_attempts.hpp>
 
 #include <unistd.h>
 
@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <vector>
 
-#include "core/settings.hpp"
-#include "core/strcat.hpp"
-#include "core/trace.hpp"
+#include <troupe/core/settings.hpp>
+#include <troupe/core/strcat.hpp>
+#include <troupe/core/trace.hpp>
 
 namespace troupe::launcher {
 

@@ -1,11 +1,11 @@
-#include "launcher/worker_env.hpp"
+#include <troupe/launcher/worker_env.hpp>
 
 #include <cstdlib>
 #include <set>
 #include <string_view>
 
-#include "core/settings.hpp"
-#include "store/settings.hpp"
+#include <troupe/core/settings.hpp>
+#include <troupe/store/settings.hpp>
 
 namespace troupe::launcher {
 

@@ -1,4 +1,4 @@
-#include "launcher/worker_group.hpp"
+#include <troupe/launcher/worker_group.hpp>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -12,8 +12,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/log.hpp"
-#include "launcher/config.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/launcher/config.hpp>
 
 namespace troupe::launcher {
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/expected.hpp"
-#include "core/time.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
 
 namespace troupe::launcher {
 

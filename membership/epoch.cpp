@@ -1,10 +1,10 @@
-#include "membership/epoch.hpp"
+#include <troupe/membership/epoch.hpp>
 
 #include <algorithm>
 #include <charconv>
 #include <sstream>
 
-#include "core/strcat.hpp"
+#include <troupe/core/strcat.hpp>
 
 namespace troupe::membership {
 

@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/expected.hpp"
+#include <troupe/core/error.hpp>
+#include <troupe/core/expected.hpp>
 
 namespace troupe::membership {
 

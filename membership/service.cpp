@@ -1,4 +1,4 @@
-#include "membership/service.hpp"
+#include <troupe/membership/service.hpp>
 
 #include <unistd.h>
 
@@ -9,10 +9,10 @@
 #include <random>
 #include <thread>
 
-#include "core/log.hpp"
-#include "core/strcat.hpp"
-#include "core/trace.hpp"
-#include "membership/settings.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/core/strcat.hpp>
+#include <troupe/core/trace.hpp>
+#include <troupe/membership/settings.hpp>
 
 namespace troupe::membership {
 

@@ -12,9 +12,9 @@
 #include <memory>
 #include <string>
 
-#include "core/time.hpp"
-#include "membership/epoch.hpp"
-#include "store/store.hpp"
+#include <troupe/core/time.hpp>
+#include <troupe/membership/epoch.hpp>
+#include <troupe/store/store.hpp>
 
 namespace troupe::membership {
 

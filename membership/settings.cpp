@@ -1,4 +1,4 @@
-#include "membership/settings.hpp"
+#include <troupe/membership/settings.hpp>
 
 namespace troupe::settings {
 

@@ -2,7 +2,7 @@
 // docs/membership.md.
 #pragma once
 
-#include "core/setting.hpp"
+#include <troupe/core/setting.hpp>
 
 namespace troupe::settings {
 

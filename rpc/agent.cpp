@@ -1,6 +1,6 @@
-#include "rpc/agent.hpp"
+#include <troupe/rpc/agent.hpp>
 
-#include "rpc/detail/agent_core.hpp"
+#include <troupe/rpc/detail/agent_core.hpp>
 
 namespace troupe::rpc {
 

@@ -20,15 +20,15 @@
 #include <tuple>
 #include <vector>
 
-#include "core/future.hpp"
-#include "core/worker_info.hpp"
-#include "devicemap/derive.hpp"
-#include "rpc/function_table.hpp"
-#include "rpc/membership_event.hpp"
-#include "rpc/options.hpp"
-#include "rpc/remote_ref.hpp"
-#include "rpc/serializer.hpp"
-#include "rpc/worker_ref.hpp"
+#include <troupe/core/future.hpp>
+#include <troupe/core/worker_info.hpp>
+#include <troupe/devicemap/derive.hpp>
+#include <troupe/rpc/function_table.hpp>
+#include <troupe/rpc/membership_event.hpp>
+#include <troupe/rpc/options.hpp>
+#include <troupe/rpc/remote_ref.hpp>
+#include <troupe/rpc/serializer.hpp>
+#include <troupe/rpc/worker_ref.hpp>
 
 namespace troupe::rpc {
 

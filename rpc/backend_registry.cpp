@@ -1,11 +1,11 @@
-#include "rpc/backend_registry.hpp"
+#include <troupe/rpc/backend_registry.hpp>
 
 #include <charconv>
 #include <mutex>
 
-#include "core/cluster_env.hpp"
-#include "core/metrics.hpp"
-#include "store/cluster_store.hpp"
+#include <troupe/core/cluster_env.hpp>
+#include <troupe/core/metrics.hpp>
+#include <troupe/store/cluster_store.hpp>
 
 namespace troupe::rpc {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/expected.hpp"
-#include "rpc/agent.hpp"
-#include "rpc/options.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/rpc/agent.hpp>
+#include <troupe/rpc/options.hpp>
 
 namespace troupe::rpc {
 

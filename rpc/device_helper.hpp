@@ -11,8 +11,8 @@
 // socket (receive_buffer), so their upload is a single DMA copy.
 #pragma once
 
-#include "core/expected.hpp"
-#include "core/tensor.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/tensor.hpp>
 
 namespace troupe::rpc {
 

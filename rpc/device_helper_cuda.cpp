@@ -5,9 +5,9 @@
 #include <map>
 #include <mutex>
 
-#include "rpc/detail/block_pool.hpp"
-#include "rpc/detail/ipc_record.hpp"
-#include "rpc/device_helper.hpp"
+#include <troupe/rpc/detail/block_pool.hpp>
+#include <troupe/rpc/detail/ipc_record.hpp>
+#include <troupe/rpc/device_helper.hpp>
 
 namespace troupe::rpc {
 

@@ -1,4 +1,4 @@
-#include "rpc/device_helper.hpp"
+#include <troupe/rpc/device_helper.hpp>
 
 namespace troupe::rpc {
 

@@ -1,4 +1,4 @@
-#include "rpc/function_table.hpp"
+#include <troupe/rpc/function_table.hpp>
 
 #include <mutex>
 

@@ -14,9 +14,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/expected.hpp"
-#include "core/worker_info.hpp"
-#include "rpc/serializer.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/worker_info.hpp>
+#include <troupe/rpc/serializer.hpp>
 
 namespace troupe::rpc {
 

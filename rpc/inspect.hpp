@@ -24,7 +24,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "core/error.hpp"
+#include <troupe/core/error.hpp>
 
 namespace troupe::rpc {
 

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <functional>
 
-#include "core/error.hpp"
-#include "core/worker_info.hpp"
+#include <troupe/core/error.hpp>
+#include <troupe/core/worker_info.hpp>
 
 namespace troupe::rpc {
 

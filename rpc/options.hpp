@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "core/device.hpp"
-#include "core/time.hpp"
-#include "core/tls.hpp"
-#include "devicemap/device_map.hpp"
-#include "rpc/wire.hpp"
+#include <troupe/core/device.hpp>
+#include <troupe/core/time.hpp>
+#include <troupe/core/tls.hpp>
+#include <troupe/devicemap/device_map.hpp>
+#include <troupe/rpc/wire.hpp>
 
 namespace troupe {
 class store;

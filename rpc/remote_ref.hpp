@@ -11,10 +11,10 @@
 #include <optional>
 #include <type_traits>
 
-#include "core/future.hpp"
-#include "core/worker_info.hpp"
-#include "rpc/serializer.hpp"
-#include "rpc/wire.hpp"
+#include <troupe/core/future.hpp>
+#include <troupe/core/worker_info.hpp>
+#include <troupe/rpc/serializer.hpp>
+#include <troupe/rpc/wire.hpp>
 
 namespace troupe::rpc {
 

@@ -1,6 +1,6 @@
-#include "rpc/routing.hpp"
+#include <troupe/rpc/routing.hpp>
 
-#include "rpc/device_helper.hpp"
+#include <troupe/rpc/device_helper.hpp>
 
 namespace troupe::rpc {
 

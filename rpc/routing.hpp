@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/expected.hpp"
-#include "core/tensor.hpp"
-#include "devicemap/device_map.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/tensor.hpp>
+#include <troupe/devicemap/device_map.hpp>
 
 namespace troupe::rpc {
 

@@ -20,13 +20,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/codec.hpp"
-#include "core/device.hpp"
-#include "core/error.hpp"
-#include "core/expected.hpp"
-#include "core/tensor.hpp"
-#include "core/worker_info.hpp"
-#include "rpc/inspect.hpp"
+#include <troupe/core/codec.hpp>
+#include <troupe/core/device.hpp>
+#include <troupe/core/error.hpp>
+#include <troupe/core/expected.hpp>
+#include <troupe/core/tensor.hpp>
+#include <troupe/core/worker_info.hpp>
+#include <troupe/rpc/inspect.hpp>
 
 static_assert(std::endian::native == std::endian::little,
               "troupe's RPC encoding assumes a little-endian host");

@@ -1,11 +1,11 @@
-#include "rpc/wire.hpp"
+#include <troupe/rpc/wire.hpp>
 
 #include <algorithm>
 #include <array>
 #include <cstring>
 #include <new>
 
-#include "core/hmac.hpp"
+#include <troupe/core/hmac.hpp>
 
 namespace troupe::rpc::wire {
 

@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/codec.hpp"
-#include "core/expected.hpp"
-#include "core/tensor.hpp"
+#include <troupe/core/codec.hpp>
+#include <troupe/core/expected.hpp>
+#include <troupe/core/tensor.hpp>
 
 namespace troupe::rpc::wire {
 

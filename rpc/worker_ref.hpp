@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/worker_info.hpp"
+#include <troupe/core/worker_info.hpp>
 
 namespace troupe::rpc {
 

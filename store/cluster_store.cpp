@@ -1,16 +1,16 @@
-#include "store/cluster_store.hpp"
+#include <troupe/store/cluster_store.hpp>
 
 #include <netdb.h>
 #include <sys/socket.h>
 #include <cstdlib>
 
-#include "core/log.hpp"
-#include "core/net_address.hpp"
-#include "core/settings.hpp"
-#include "store/connect.hpp"
-#include "store/memory_store.hpp"
-#include "store/prefix_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/core/net_address.hpp>
+#include <troupe/core/settings.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/memory_store.hpp>
+#include <troupe/store/prefix_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 
 namespace troupe {
 

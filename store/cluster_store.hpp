@@ -11,9 +11,9 @@
 #include <memory>
 #include <string>
 
-#include "core/cluster_env.hpp"
-#include "core/time.hpp"
-#include "store/store.hpp"
+#include <troupe/core/cluster_env.hpp>
+#include <troupe/core/time.hpp>
+#include <troupe/store/store.hpp>
 
 namespace troupe {
 

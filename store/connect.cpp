@@ -1,4 +1,4 @@
-#include "store/connect.hpp"
+#include <troupe/store/connect.hpp>
 
 #include <sys/random.h>
 
@@ -10,11 +10,11 @@
 #include <iterator>
 
 #if TROUPE_HAVE_ETCD
-#include "store/etcd_store.hpp"
+#include <troupe/store/etcd_store.hpp>
 #endif
-#include "store/memory_store.hpp"
-#include "store/settings.hpp"
-#include "store/tcp_store.hpp"
+#include <troupe/store/memory_store.hpp>
+#include <troupe/store/settings.hpp>
+#include <troupe/store/tcp_store.hpp>
 
 namespace troupe {
 

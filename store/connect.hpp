@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/tls.hpp"
-#include "store/store.hpp"
+#include <troupe/core/tls.hpp>
+#include <troupe/store/store.hpp>
 
 namespace troupe {
 

@@ -9,7 +9,7 @@
 // deadline is the tcp_stream's expiry, and cancel_all() stops the io_contexts in use.
 #include <utility>  // before Asio: g++ 12 needs it for Asio's coroutine support
 
-#include "store/etcd_http.hpp"
+#include <troupe/store/etcd_http.hpp>
 
 #include <algorithm>
 #include <array>
@@ -26,7 +26,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
 
 namespace troupe::detail {
 

@@ -26,8 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/expected.hpp"
-#include "core/time.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
 
 namespace troupe::detail {
 

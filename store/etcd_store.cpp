@@ -2,7 +2,7 @@
 // one key layout and one lease; keeping them together keeps that layout in one place.
 // etcd_store on top of etcd_http: key layout, the lease and its keep-alive thread,
 // transactions for add/compare_set, and watches for get/wait.
-#include "store/etcd_store.hpp"
+#include <troupe/store/etcd_store.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -12,9 +12,9 @@
 #include <mutex>
 #include <thread>
 
-#include "core/log.hpp"
-#include "store/detail/kv_table.hpp"
-#include "store/etcd_http.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/store/detail/kv_table.hpp>
+#include <troupe/store/etcd_http.hpp>
 
 namespace troupe {
 

@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "core/time.hpp"
-#include "store/prefix_count.hpp"
-#include "store/store.hpp"
+#include <troupe/core/time.hpp>
+#include <troupe/store/prefix_count.hpp>
+#include <troupe/store/store.hpp>
 
 namespace troupe {
 

@@ -1,4 +1,4 @@
-#include "store/key_ledger.hpp"
+#include <troupe/store/key_ledger.hpp>
 
 namespace troupe {
 

@@ -13,7 +13,7 @@
 #include <set>
 #include <string>
 
-#include "store/store.hpp"
+#include <troupe/store/store.hpp>
 
 namespace troupe {
 

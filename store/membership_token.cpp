@@ -1,4 +1,4 @@
-#include "store/membership_token.hpp"
+#include <troupe/store/membership_token.hpp>
 
 #include <charconv>
 #include <condition_variable>
@@ -6,7 +6,7 @@
 #include <random>
 #include <thread>
 
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
 
 namespace troupe {
 

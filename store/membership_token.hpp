@@ -22,7 +22,7 @@
 #include <memory>
 #include <string>
 
-#include "store/store.hpp"
+#include <troupe/store/store.hpp>
 
 namespace troupe {
 

@@ -1,10 +1,10 @@
-#include "store/memory_store.hpp"
+#include <troupe/store/memory_store.hpp>
 
 #include <condition_variable>
 #include <map>
 #include <mutex>
 
-#include "store/detail/kv_table.hpp"
+#include <troupe/store/detail/kv_table.hpp>
 
 namespace troupe {
 

@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "store/prefix_count.hpp"
-#include "store/store.hpp"
+#include <troupe/store/prefix_count.hpp>
+#include <troupe/store/store.hpp>
 
 namespace troupe {
 

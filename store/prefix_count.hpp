@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "core/expected.hpp"
-#include "core/time.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
 
 namespace troupe {
 

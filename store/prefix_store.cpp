@@ -1,6 +1,6 @@
-#include "store/prefix_store.hpp"
+#include <troupe/store/prefix_store.hpp>
 
-#include "store/detail/kv_table.hpp"
+#include <troupe/store/detail/kv_table.hpp>
 
 namespace troupe {
 

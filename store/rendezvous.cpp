@@ -1,8 +1,8 @@
-#include "store/rendezvous.hpp"
+#include <troupe/store/rendezvous.hpp>
 
 #include <array>
 
-#include "store/detail/kv_table.hpp"
+#include <troupe/store/detail/kv_table.hpp>
 
 namespace troupe {
 

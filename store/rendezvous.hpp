@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "store/store.hpp"
+#include <troupe/store/store.hpp>
 
 namespace troupe {
 

@@ -1,4 +1,4 @@
-#include "store/store.hpp"
+#include <troupe/store/store.hpp>
 
 namespace troupe {
 

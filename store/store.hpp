@@ -18,9 +18,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/codec.hpp"
-#include "core/expected.hpp"
-#include "core/time.hpp"
+#include <troupe/core/codec.hpp>
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
 
 namespace troupe {
 

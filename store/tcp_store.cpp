@@ -7,7 +7,7 @@
 // time acting as the reader (see "running" below). No thread handoff on the fast path.
 #include <utility>  // before Asio, for g++ 12
 
-#include "store/tcp_store.hpp"
+#include <troupe/store/tcp_store.hpp>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -27,11 +27,11 @@
 #include <thread>
 #include <unordered_map>
 
-#include "core/hmac.hpp"
-#include "core/log.hpp"
-#include "store/detail/kv_table.hpp"
-#include "store/detail/wire.hpp"
-#include "store/tcp_store_server.hpp"  // local_socket_name
+#include <troupe/core/hmac.hpp>
+#include <troupe/core/log.hpp>
+#include <troupe/store/detail/kv_table.hpp>
+#include <troupe/store/detail/wire.hpp>
+#include <troupe/store/tcp_store_server.hpp>  // local_socket_name
 
 namespace troupe {
 

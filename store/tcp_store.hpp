@@ -15,9 +15,9 @@
 #include <optional>
 #include <string>
 
-#include "core/tls.hpp"
-#include "store/prefix_count.hpp"
-#include "store/store.hpp"
+#include <troupe/core/tls.hpp>
+#include <troupe/store/prefix_count.hpp>
+#include <troupe/store/store.hpp>
 
 namespace troupe {
 

@@ -3,7 +3,7 @@
 // while touching a socket (store/detail/server_core.hpp, server_connection.hpp).
 #include <utility>  // before Asio, for g++ 12
 
-#include "store/tcp_store_server.hpp"
+#include <troupe/store/tcp_store_server.hpp>
 
 #include <sys/socket.h>
 
@@ -16,10 +16,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/log.hpp"
-#include "core/net_address.hpp"
-#include "store/detail/server_connection.hpp"
-#include "store/detail/server_core.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/core/net_address.hpp>
+#include <troupe/store/detail/server_connection.hpp>
+#include <troupe/store/detail/server_core.hpp>
 
 namespace troupe {
 

@@ -30,9 +30,9 @@
 #include <string>
 #include <string_view>
 
-#include "core/expected.hpp"
-#include "core/time.hpp"
-#include "core/tls.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
+#include <troupe/core/tls.hpp>
 
 namespace troupe {
 

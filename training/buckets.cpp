@@ -1,4 +1,4 @@
-#include "training/buckets.hpp"
+#include <troupe/training/buckets.hpp>
 
 #include <algorithm>
 #include <map>

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "training/parameter.hpp"
+#include <troupe/training/parameter.hpp>
 
 namespace troupe::training {
 

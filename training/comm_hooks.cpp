@@ -1,9 +1,9 @@
-#include "training/comm_hooks.hpp"
+#include <troupe/training/comm_hooks.hpp>
 
 #include <memory>
 #include <vector>
 
-#include "training/flat_views.hpp"
+#include <troupe/training/flat_views.hpp>
 
 namespace troupe::training {
 

@@ -10,8 +10,8 @@
 
 #include <functional>
 
-#include "collectives/process_group.hpp"
-#include "core/future.hpp"
+#include <troupe/collectives/process_group.hpp>
+#include <troupe/core/future.hpp>
 
 namespace troupe::training {
 

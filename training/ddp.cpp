@@ -1,6 +1,6 @@
-#include "training/ddp.hpp"
+#include <troupe/training/ddp.hpp>
 
-#include "core/trace.hpp"
+#include <troupe/core/trace.hpp>
 
 #include <algorithm>
 #include <map>

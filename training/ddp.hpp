@@ -41,12 +41,12 @@
 #include <optional>
 #include <vector>
 
-#include "collectives/join.hpp"
-#include "training/buckets.hpp"
-#include "training/comm_hooks.hpp"
-#include "training/flat_views.hpp"
-#include "training/object_codec.hpp"
-#include "training/parameter.hpp"
+#include <troupe/collectives/join.hpp>
+#include <troupe/training/buckets.hpp>
+#include <troupe/training/comm_hooks.hpp>
+#include <troupe/training/flat_views.hpp>
+#include <troupe/training/object_codec.hpp>
+#include <troupe/training/parameter.hpp>
 
 namespace troupe::training {
 

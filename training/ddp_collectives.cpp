@@ -3,7 +3,7 @@
 // barrier / broadcast / reduce helpers.
 #include <array>
 
-#include "training/ddp.hpp"
+#include <troupe/training/ddp.hpp>
 
 namespace troupe::training {
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "training/ddp.hpp"
+#include <troupe/training/ddp.hpp>
 
 namespace troupe::training {
 

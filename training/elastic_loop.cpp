@@ -1,9 +1,9 @@
-#include "training/elastic_loop.hpp"
+#include <troupe/training/elastic_loop.hpp>
 
 #include <cstring>
 #include <limits>
 
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
 
 namespace troupe::training {
 

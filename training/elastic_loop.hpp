@@ -34,8 +34,8 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/elastic_group.hpp"
-#include "training/parameter.hpp"
+#include <troupe/collectives/elastic_group.hpp>
+#include <troupe/training/parameter.hpp>
 
 namespace troupe::training {
 

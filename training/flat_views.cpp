@@ -1,4 +1,4 @@
-#include "training/flat_views.hpp"
+#include <troupe/training/flat_views.hpp>
 
 #include <algorithm>
 #include <cstdint>

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "collectives/tensor.hpp"
+#include <troupe/collectives/tensor.hpp>
 
 namespace troupe::training {
 

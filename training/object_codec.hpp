@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/codec.hpp"
+#include <troupe/core/codec.hpp>
 
 namespace troupe::training {
 

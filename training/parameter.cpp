@@ -1,4 +1,4 @@
-#include "training/parameter.hpp"
+#include <troupe/training/parameter.hpp>
 
 #include <set>
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/tensor.hpp"
+#include <troupe/collectives/tensor.hpp>
 
 namespace troupe::training {
 

@@ -1,4 +1,4 @@
-#include "training/strategy_registry.hpp"
+#include <troupe/training/strategy_registry.hpp>
 
 #include <algorithm>
 #include <mutex>

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/expected.hpp"
+#include <troupe/core/expected.hpp>
 
 namespace troupe::training {
 

@@ -1,10 +1,10 @@
-#include "world/trace_clock.hpp"
+#include <troupe/world/trace_clock.hpp>
 
 #include <charconv>
 #include <string>
 
-#include "core/strcat.hpp"
-#include "core/trace.hpp"
+#include <troupe/core/strcat.hpp>
+#include <troupe/core/trace.hpp>
 
 namespace troupe::detail {
 

@@ -2,9 +2,9 @@
 // by ping itself, docs/tracing.md), measured through the job's store. Internal to world/.
 #pragma once
 
-#include "core/expected.hpp"
-#include "core/time.hpp"
-#include "store/store.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
+#include <troupe/store/store.hpp>
 
 namespace troupe::detail {
 

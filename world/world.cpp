@@ -1,4 +1,4 @@
-#include "world/world.hpp"
+#include <troupe/world/world.hpp>
 
 #include <condition_variable>
 #include <deque>
@@ -6,19 +6,19 @@
 #include <optional>
 #include <thread>
 
-#include "collectives/group.hpp"
-#include "collectives/process_group.hpp"
-#include "core/log.hpp"
-#include "core/metrics.hpp"
-#include "core/net_address.hpp"
-#include "core/settings.hpp"
-#include "core/trace.hpp"
-#include "membership/service.hpp"
-#include "rpc/agent.hpp"
-#include "rpc/backend_registry.hpp"
-#include "store/cluster_store.hpp"
-#include "store/prefix_store.hpp"
-#include "world/trace_clock.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/collectives/process_group.hpp>
+#include <troupe/core/log.hpp>
+#include <troupe/core/metrics.hpp>
+#include <troupe/core/net_address.hpp>
+#include <troupe/core/settings.hpp>
+#include <troupe/core/trace.hpp>
+#include <troupe/membership/service.hpp>
+#include <troupe/rpc/agent.hpp>
+#include <troupe/rpc/backend_registry.hpp>
+#include <troupe/store/cluster_store.hpp>
+#include <troupe/store/prefix_store.hpp>
+#include <troupe/world/trace_clock.hpp>
 
 namespace troupe {
 

@@ -31,12 +31,12 @@
 #include <optional>
 #include <string>
 
-#include "collectives/elastic_group.hpp"
-#include "collectives/process_group.hpp"
-#include "core/cluster_env.hpp"
-#include "core/expected.hpp"
-#include "core/time.hpp"
-#include "rpc/options.hpp"
+#include <troupe/collectives/elastic_group.hpp>
+#include <troupe/collectives/process_group.hpp>
+#include <troupe/core/cluster_env.hpp>
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
+#include <troupe/rpc/options.hpp>
 
 namespace troupe {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/codec.hpp"
-#include "core/error.hpp"
-#include "core/tensor.hpp"
+#include <troupe/core/codec.hpp>
+#include <troupe/core/error.hpp>
+#include <troupe/core/tensor.hpp>
 
 namespace troupe::actors::detail {
 

@@ -1,11 +1,11 @@
-#include "actors/detail/inline_unit.hpp"
+#include <troupe/actors/detail/inline_unit.hpp>
 
 #include <caf/resumable.hpp>
 #include <caf/scheduler/abstract_coordinator.hpp>
 #include <memory>
 #include <utility>
 
-#include "rpc/function_table.hpp"
+#include <troupe/rpc/function_table.hpp>
 
 namespace troupe::actors::detail {
 

@@ -1,4 +1,4 @@
-#include "actors/detail/message_trace.hpp"
+#include <troupe/actors/detail/message_trace.hpp>
 
 namespace troupe::actors::detail {
 

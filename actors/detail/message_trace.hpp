@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/codec.hpp"
-#include "core/tensor.hpp"
-#include "core/trace.hpp"
+#include <troupe/core/codec.hpp>
+#include <troupe/core/tensor.hpp>
+#include <troupe/core/trace.hpp>
 
 namespace troupe::actors::detail {
 

@@ -1,4 +1,4 @@
-#include "actors/detail/remote_proxy.hpp"
+#include <troupe/actors/detail/remote_proxy.hpp>
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>

@@ -1,4 +1,4 @@
-#include "actors/detail/reply_sink.hpp"
+#include <troupe/actors/detail/reply_sink.hpp>
 
 #include <caf/actor_system.hpp>
 #include <caf/make_actor.hpp>

@@ -1,4 +1,4 @@
-#include "collectives/gloo/cpu_reduce.hpp"
+#include <troupe/collectives/gloo/cpu_reduce.hpp>
 
 #include <algorithm>
 #include <cstdint>

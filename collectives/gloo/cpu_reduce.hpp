@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <functional>
 
-#include "collectives/tensor.hpp"
+#include <troupe/collectives/tensor.hpp>
 
 namespace troupe::collectives {
 

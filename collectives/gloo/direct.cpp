@@ -1,4 +1,4 @@
-#include "collectives/gloo/direct.hpp"
+#include <troupe/collectives/gloo/direct.hpp>
 
 #include <gloo/common/error.h>
 #include <gloo/context.h>
@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/gloo/blocks.hpp"
+#include <troupe/collectives/gloo/blocks.hpp>
 
 namespace troupe::collectives::gloo_direct {
 

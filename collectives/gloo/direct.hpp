@@ -16,9 +16,9 @@
 #include <span>
 #include <vector>
 
-#include "collectives/gloo/cpu_reduce.hpp"
-#include "collectives/tensor.hpp"
-#include "core/time.hpp"
+#include <troupe/collectives/gloo/cpu_reduce.hpp>
+#include <troupe/collectives/tensor.hpp>
+#include <troupe/core/time.hpp>
 
 namespace gloo {
 class Context;

@@ -1,4 +1,4 @@
-#include "collectives/gloo/full_mesh.hpp"
+#include <troupe/collectives/gloo/full_mesh.hpp>
 
 #include <gloo/common/error.h>
 #include <gloo/transport/context.h>

@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "core/error.hpp"
+#include <troupe/core/error.hpp>
 
 namespace troupe::collectives::gloo_mesh {
 

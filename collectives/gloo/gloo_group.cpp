@@ -11,7 +11,7 @@
 // which the worker only posts, so that a send and a recv posted back to back cannot
 // deadlock. Gloo's exceptions are caught on these threads and become the group's sticky
 // error; they never reach the caller.
-#include "collectives/gloo/gloo_group.hpp"
+#include <troupe/collectives/gloo/gloo_group.hpp>
 
 #include <gloo/alltoall.h>
 #include <gloo/alltoallv.h>
@@ -38,25 +38,25 @@
 #include <mutex>
 #include <thread>
 
-#include "collectives/gloo/cpu_reduce.hpp"
-#include "collectives/gloo/direct.hpp"
-#include "collectives/gloo/full_mesh.hpp"
-#include "collectives/gloo/hierarchical.hpp"
-#include "collectives/gloo/local_sockets.hpp"
-#include "collectives/gloo/os_tuning.hpp"
-#include "collectives/gloo/shared_memory.hpp"
-#include "collectives/gloo/store_adapter.hpp"
-#include "collectives/interruptible_store.hpp"
-#include "collectives/op_checks.hpp"
-#include "collectives/roll_call.hpp"
-#include "collectives/settings.hpp"
-#include "core/codec.hpp"
-#include "core/log.hpp"
-#include "core/metrics.hpp"
-#include "core/net_address.hpp"
-#include "core/trace.hpp"
-#include "store/prefix_store.hpp"
-#include "store/rendezvous.hpp"
+#include <troupe/collectives/gloo/cpu_reduce.hpp>
+#include <troupe/collectives/gloo/direct.hpp>
+#include <troupe/collectives/gloo/full_mesh.hpp>
+#include <troupe/collectives/gloo/hierarchical.hpp>
+#include <troupe/collectives/gloo/local_sockets.hpp>
+#include <troupe/collectives/gloo/os_tuning.hpp>
+#include <troupe/collectives/gloo/shared_memory.hpp>
+#include <troupe/collectives/gloo/store_adapter.hpp>
+#include <troupe/collectives/interruptible_store.hpp>
+#include <troupe/collectives/op_checks.hpp>
+#include <troupe/collectives/roll_call.hpp>
+#include <troupe/collectives/settings.hpp>
+#include <troupe/core/codec.hpp>
+#include <troupe/core/log.hpp>
+#include <troupe/core/metrics.hpp>
+#include <troupe/core/net_address.hpp>
+#include <troupe/core/trace.hpp>
+#include <troupe/store/prefix_store.hpp>
+#include <troupe/store/rendezvous.hpp>
 
 namespace troupe::collectives {
 

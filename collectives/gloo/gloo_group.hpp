@@ -1,7 +1,7 @@
 // The "gloo" backend: CPU tensors over Gloo's TCP transport. Internal to collectives/.
 #pragma once
 
-#include "collectives/registry.hpp"
+#include <troupe/collectives/registry.hpp>
 
 namespace troupe::collectives {
 

@@ -1,4 +1,4 @@
-#include "collectives/gloo/hierarchical.hpp"
+#include <troupe/collectives/gloo/hierarchical.hpp>
 
 #include <gloo/common/error.h>
 #include <gloo/context.h>
@@ -8,12 +8,12 @@
 #include <cstring>
 #include <exception>
 
-#include "collectives/gloo/blocks.hpp"
-#include "collectives/process_group.hpp"
-#include "collectives/settings.hpp"
-#include "core/log.hpp"
-#include "store/prefix_store.hpp"
-#include "store/rendezvous.hpp"
+#include <troupe/collectives/gloo/blocks.hpp>
+#include <troupe/collectives/process_group.hpp>
+#include <troupe/collectives/settings.hpp>
+#include <troupe/core/log.hpp>
+#include <troupe/store/prefix_store.hpp>
+#include <troupe/store/rendezvous.hpp>
 
 namespace troupe::collectives::gloo_hier {
 

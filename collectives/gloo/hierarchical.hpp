@@ -31,12 +31,12 @@
 #include <string>
 #include <vector>
 
-#include "collectives/gloo/cpu_reduce.hpp"
-#include "collectives/gloo/direct.hpp"
-#include "collectives/gloo/shared_memory.hpp"
-#include "collectives/tensor.hpp"
-#include "core/time.hpp"
-#include "store/store.hpp"
+#include <troupe/collectives/gloo/cpu_reduce.hpp>
+#include <troupe/collectives/gloo/direct.hpp>
+#include <troupe/collectives/gloo/shared_memory.hpp>
+#include <troupe/collectives/tensor.hpp>
+#include <troupe/core/time.hpp>
+#include <troupe/store/store.hpp>
 
 namespace gloo {
 class Context;

@@ -1,4 +1,4 @@
-#include "collectives/gloo/local_sockets.hpp"
+#include <troupe/collectives/gloo/local_sockets.hpp>
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -15,8 +15,8 @@
 #include <sstream>
 #include <string>
 
-#include "collectives/settings.hpp"
-#include "core/log.hpp"
+#include <troupe/collectives/settings.hpp>
+#include <troupe/core/log.hpp>
 
 namespace troupe::collectives::gloo_sockets {
 

@@ -1,4 +1,4 @@
-#include "collectives/gloo/os_tuning.hpp"
+#include <troupe/collectives/gloo/os_tuning.hpp>
 
 #include <gloo/context.h>
 #include <gloo/transport/pair.h>
@@ -13,9 +13,9 @@
 #include <iterator>
 #include <mutex>
 
-#include "collectives/gloo/local_sockets.hpp"
-#include "collectives/settings.hpp"
-#include "core/log.hpp"
+#include <troupe/collectives/gloo/local_sockets.hpp>
+#include <troupe/collectives/settings.hpp>
+#include <troupe/core/log.hpp>
 
 namespace troupe::collectives::gloo_os {
 

@@ -1,7 +1,7 @@
 // Why this file is long (~630 lines): the segment's layout, its waits (spin, then futex) and
 // the collectives over its slots share one set of invariants about who writes which slot
 // when; they are kept in one file so that those invariants are read in one place.
-#include "collectives/gloo/shared_memory.hpp"
+#include <troupe/collectives/gloo/shared_memory.hpp>
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -19,12 +19,12 @@
 #include <random>
 #include <thread>
 
-#include "collectives/gloo/blocks.hpp"
-#include "collectives/gloo/shm_names.hpp"
-#include "collectives/process_group.hpp"
-#include "collectives/settings.hpp"
-#include "core/log.hpp"
-#include "core/strcat.hpp"
+#include <troupe/collectives/gloo/blocks.hpp>
+#include <troupe/collectives/gloo/shm_names.hpp>
+#include <troupe/collectives/process_group.hpp>
+#include <troupe/collectives/settings.hpp>
+#include <troupe/core/log.hpp>
+#include <troupe/core/strcat.hpp>
 
 namespace troupe::collectives::gloo_shm {
 

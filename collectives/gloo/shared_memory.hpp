@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "collectives/gloo/cpu_reduce.hpp"
-#include "collectives/tensor.hpp"
-#include "core/time.hpp"
-#include "store/store.hpp"
+#include <troupe/collectives/gloo/cpu_reduce.hpp>
+#include <troupe/collectives/tensor.hpp>
+#include <troupe/core/time.hpp>
+#include <troupe/store/store.hpp>
 
 namespace troupe::collectives::gloo_shm {
 

@@ -1,4 +1,4 @@
-#include "collectives/gloo/shm_names.hpp"
+#include <troupe/collectives/gloo/shm_names.hpp>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -8,8 +8,8 @@
 #include <fstream>
 #include <vector>
 
-#include "core/log.hpp"
-#include "core/strcat.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/core/strcat.hpp>
 
 namespace troupe::collectives::gloo_shm {
 

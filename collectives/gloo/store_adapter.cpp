@@ -1,4 +1,4 @@
-#include "collectives/gloo/store_adapter.hpp"
+#include <troupe/collectives/gloo/store_adapter.hpp>
 
 #include <gloo/common/error.h>
 

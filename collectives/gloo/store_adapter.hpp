@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "store/store.hpp"
+#include <troupe/store/store.hpp>
 
 namespace troupe::collectives {
 

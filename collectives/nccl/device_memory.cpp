@@ -2,8 +2,8 @@
 // legacy default stream, which orders them after the collectives the caller waited for.
 #include <cuda_runtime_api.h>
 
-#include "collectives/nccl/nccl_errors.hpp"
-#include "core/expected.hpp"
+#include <troupe/collectives/nccl/nccl_errors.hpp>
+#include <troupe/core/expected.hpp>
 
 namespace troupe::collectives::detail {
 

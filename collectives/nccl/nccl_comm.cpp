@@ -1,12 +1,12 @@
-#include "collectives/nccl/nccl_comm.hpp"
+#include <troupe/collectives/nccl/nccl_comm.hpp>
 
 #include <dlfcn.h>
 
 #include <thread>
 
-#include "collectives/comm_plan.hpp"
-#include "collectives/nccl/nccl_errors.hpp"
-#include "core/log.hpp"
+#include <troupe/collectives/comm_plan.hpp>
+#include <troupe/collectives/nccl/nccl_errors.hpp>
+#include <troupe/core/log.hpp>
 
 namespace troupe::collectives {
 

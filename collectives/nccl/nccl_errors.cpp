@@ -1,4 +1,4 @@
-#include "collectives/nccl/nccl_errors.hpp"
+#include <troupe/collectives/nccl/nccl_errors.hpp>
 
 namespace troupe::collectives {
 

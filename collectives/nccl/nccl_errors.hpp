@@ -6,7 +6,7 @@
 
 #include <string_view>
 
-#include "core/error.hpp"
+#include <troupe/core/error.hpp>
 
 namespace troupe::collectives {
 

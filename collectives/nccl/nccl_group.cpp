@@ -2,7 +2,7 @@
 // failure path (roll call, waiters told, communicator aborted) share the pending queue,
 // the communicator lock and the sticky error; the pieces that need none of them are in
 // their own files (nccl_comm, stream_ordering, watchdog, nccl_errors, unique_id).
-#include "collectives/nccl/nccl_group.hpp"
+#include <troupe/collectives/nccl/nccl_group.hpp>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -15,18 +15,18 @@
 #include <mutex>
 #include <thread>
 
-#include "collectives/nccl/nccl_comm.hpp"
-#include "collectives/nccl/nccl_errors.hpp"
-#include "collectives/nccl/stream_ordering.hpp"
-#include "collectives/nccl/unique_id.hpp"
-#include "collectives/nccl/watchdog.hpp"
-#include "collectives/op_checks.hpp"
-#include "collectives/roll_call.hpp"
-#include "collectives/settings.hpp"
-#include "core/cuda_runtime.hpp"
-#include "core/log.hpp"
-#include "core/trace.hpp"
-#include "store/prefix_store.hpp"
+#include <troupe/collectives/nccl/nccl_comm.hpp>
+#include <troupe/collectives/nccl/nccl_errors.hpp>
+#include <troupe/collectives/nccl/stream_ordering.hpp>
+#include <troupe/collectives/nccl/unique_id.hpp>
+#include <troupe/collectives/nccl/watchdog.hpp>
+#include <troupe/collectives/op_checks.hpp>
+#include <troupe/collectives/roll_call.hpp>
+#include <troupe/collectives/settings.hpp>
+#include <troupe/core/cuda_runtime.hpp>
+#include <troupe/core/log.hpp>
+#include <troupe/core/trace.hpp>
+#include <troupe/store/prefix_store.hpp>
 
 namespace troupe::collectives {
 

@@ -7,7 +7,7 @@
 // pending work with that error, which stays the group's sticky error.
 #pragma once
 
-#include "collectives/registry.hpp"
+#include <troupe/collectives/registry.hpp>
 
 namespace troupe::collectives {
 

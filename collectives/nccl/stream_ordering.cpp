@@ -1,4 +1,4 @@
-#include "collectives/nccl/stream_ordering.hpp"
+#include <troupe/collectives/nccl/stream_ordering.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/nccl/nccl_errors.hpp"
+#include <troupe/collectives/nccl/nccl_errors.hpp>
 
 namespace troupe::collectives {
 

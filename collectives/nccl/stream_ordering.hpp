@@ -5,7 +5,7 @@
 #include <functional>
 #include <memory>
 
-#include "core/expected.hpp"
+#include <troupe/core/expected.hpp>
 
 namespace troupe::collectives {
 

@@ -1,4 +1,4 @@
-#include "collectives/nccl/unique_id.hpp"
+#include <troupe/collectives/nccl/unique_id.hpp>
 
 namespace troupe::collectives {
 

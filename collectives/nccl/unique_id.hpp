@@ -4,7 +4,7 @@
 
 #include <functional>
 
-#include "store/store.hpp"
+#include <troupe/store/store.hpp>
 
 namespace troupe::collectives {
 

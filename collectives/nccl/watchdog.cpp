@@ -1,4 +1,4 @@
-#include "collectives/nccl/watchdog.hpp"
+#include <troupe/collectives/nccl/watchdog.hpp>
 
 namespace troupe::collectives {
 

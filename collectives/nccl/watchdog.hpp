@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/work.hpp"
+#include <troupe/collectives/work.hpp>
 
 namespace troupe::collectives {
 

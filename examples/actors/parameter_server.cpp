@@ -22,9 +22,9 @@
 
 #include <caf/all.hpp>
 
-#include "actors/node.hpp"
-#include "actors/system.hpp"
-#include "world/world.hpp"
+#include <troupe/actors/node.hpp>
+#include <troupe/actors/system.hpp>
+#include <troupe/world/world.hpp>
 
 using namespace troupe;
 using namespace std::chrono_literals;

@@ -20,16 +20,16 @@
 #include <string>
 #include <vector>
 
-#include "core/cluster_env.hpp"
-#include "core/cuda_runtime.hpp"
-#include "core/log.hpp"
-#include "devicemap/derive.hpp"
-#include "devicemap/validate.hpp"
-#include "devicemap/worker_device_info.hpp"
-#include "store/cluster_store.hpp"
-#include "store/connect.hpp"
-#include "store/rendezvous.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/core/cluster_env.hpp>
+#include <troupe/core/cuda_runtime.hpp>
+#include <troupe/core/log.hpp>
+#include <troupe/devicemap/derive.hpp>
+#include <troupe/devicemap/validate.hpp>
+#include <troupe/devicemap/worker_device_info.hpp>
+#include <troupe/store/cluster_store.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/rendezvous.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 
 extern char** environ;
 

@@ -11,8 +11,8 @@
 #include <random>
 #include <thread>
 
-#include "core/strcat.hpp"
-#include "training/elastic_loop.hpp"
+#include <troupe/core/strcat.hpp>
+#include <troupe/training/elastic_loop.hpp>
 
 namespace troupe::examples {
 

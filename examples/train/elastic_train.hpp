@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/time.hpp"
+#include <troupe/core/time.hpp>
+#include <troupe/world/world.hpp>
 #include "mlp.hpp"
-#include "world/world.hpp"
 
 namespace troupe::examples {
 

@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "training/parameter.hpp"
+#include <troupe/training/parameter.hpp>
 
 namespace troupe::examples {
 

@@ -21,11 +21,11 @@
 #include <cstring>
 #include <string>
 
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/training/ddp.hpp>
+#include <troupe/world/world.hpp>
 #include "elastic_train.hpp"
 #include "mlp.hpp"
-#include "training/ddp.hpp"
-#include "world/world.hpp"
 
 namespace {
 

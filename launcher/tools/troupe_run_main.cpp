@@ -5,9 +5,9 @@
 #include <cstring>
 #include <iostream>
 
-#include "launcher/agent.hpp"
-#include "launcher/cli.hpp"
-#include "launcher/metrics_server.hpp"
+#include <troupe/launcher/agent.hpp>
+#include <troupe/launcher/cli.hpp>
+#include <troupe/launcher/metrics_server.hpp>
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.hpp"
+#include <troupe/core/trace.hpp>
 
 int main(int argc, char** argv) {
   if (argc < 3) {

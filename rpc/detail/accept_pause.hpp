@@ -14,7 +14,7 @@
 #include <functional>
 #include <memory>
 
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -1,13 +1,13 @@
-#include "rpc/detail/agent_core.hpp"
+#include <troupe/rpc/detail/agent_core.hpp>
 
-#include "core/cuda_runtime.hpp"
-#include "core/hmac.hpp"
-#include "core/log.hpp"
-#include "core/net_address.hpp"
-#include "rpc/detail/accept_pause.hpp"
-#include "rpc/detail/rpc_metrics.hpp"
-#include "store/connect.hpp"
-#include "store/rendezvous.hpp"
+#include <troupe/core/cuda_runtime.hpp>
+#include <troupe/core/hmac.hpp>
+#include <troupe/core/log.hpp>
+#include <troupe/core/net_address.hpp>
+#include <troupe/rpc/detail/accept_pause.hpp>
+#include <troupe/rpc/detail/rpc_metrics.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/rendezvous.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -22,19 +22,19 @@
 #include <thread>
 #include <vector>
 
-#include "core/future.hpp"
-#include "devicemap/derive.hpp"
-#include "rpc/detail/connection.hpp"
-#include "rpc/detail/loan_book.hpp"
-#include "rpc/detail/member_view.hpp"
-#include "rpc/detail/rref_table.hpp"
-#include "rpc/detail/worker_pool.hpp"
-#include "rpc/function_table.hpp"
-#include "rpc/membership_event.hpp"
-#include "rpc/options.hpp"
-#include "rpc/remote_ref.hpp"
-#include "rpc/worker_ref.hpp"
-#include "store/store.hpp"
+#include <troupe/core/future.hpp>
+#include <troupe/devicemap/derive.hpp>
+#include <troupe/rpc/detail/connection.hpp>
+#include <troupe/rpc/detail/loan_book.hpp>
+#include <troupe/rpc/detail/member_view.hpp>
+#include <troupe/rpc/detail/rref_table.hpp>
+#include <troupe/rpc/detail/worker_pool.hpp>
+#include <troupe/rpc/function_table.hpp>
+#include <troupe/rpc/membership_event.hpp>
+#include <troupe/rpc/options.hpp>
+#include <troupe/rpc/remote_ref.hpp>
+#include <troupe/rpc/worker_ref.hpp>
+#include <troupe/store/store.hpp>
 
 namespace troupe::rpc::detail {
 

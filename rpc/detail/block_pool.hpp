@@ -14,7 +14,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/expected.hpp"
+#include <troupe/core/expected.hpp>
 
 namespace troupe::rpc::detail {
 

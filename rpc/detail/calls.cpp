@@ -1,8 +1,8 @@
 // agent_core: the calling side (requests, remote-reference operations).
-#include "core/log.hpp"
-#include "core/trace.hpp"
-#include "rpc/detail/agent_core.hpp"
-#include "rpc/routing.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/core/trace.hpp>
+#include <troupe/rpc/detail/agent_core.hpp>
+#include <troupe/rpc/routing.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -1,14 +1,14 @@
-#include "rpc/detail/connection.hpp"
+#include <troupe/rpc/detail/connection.hpp>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
-#include "core/log.hpp"
-#include "rpc/detail/rpc_metrics.hpp"
-#include "rpc/device_helper.hpp"
-#include "rpc/function_table.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/rpc/detail/rpc_metrics.hpp>
+#include <troupe/rpc/device_helper.hpp>
+#include <troupe/rpc/function_table.hpp>
 
 namespace troupe::rpc::detail {
 

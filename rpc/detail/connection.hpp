@@ -48,10 +48,10 @@
 #include <mutex>
 #include <optional>
 
-#include "core/future.hpp"
-#include "core/tls.hpp"
-#include "core/worker_info.hpp"
-#include "rpc/wire.hpp"
+#include <troupe/core/future.hpp>
+#include <troupe/core/tls.hpp>
+#include <troupe/core/worker_info.hpp>
+#include <troupe/rpc/wire.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -8,9 +8,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/log.hpp"
-#include "rpc/detail/connection.hpp"
-#include "rpc/detail/rpc_metrics.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/rpc/detail/connection.hpp>
+#include <troupe/rpc/detail/rpc_metrics.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -1,10 +1,10 @@
 // agent_core: what happens to each received frame.
-#include "core/hmac.hpp"
-#include "core/log.hpp"
-#include "core/trace.hpp"
-#include "rpc/detail/agent_core.hpp"
-#include "rpc/detail/rpc_metrics.hpp"
-#include "rpc/routing.hpp"
+#include <troupe/core/hmac.hpp>
+#include <troupe/core/log.hpp>
+#include <troupe/core/trace.hpp>
+#include <troupe/rpc/detail/agent_core.hpp>
+#include <troupe/rpc/detail/rpc_metrics.hpp>
+#include <troupe/rpc/routing.hpp>
 
 namespace troupe::rpc::detail {
 

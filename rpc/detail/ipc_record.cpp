@@ -1,8 +1,8 @@
-#include "rpc/detail/ipc_record.hpp"
+#include <troupe/rpc/detail/ipc_record.hpp>
 
 #include <cstring>
 
-#include "rpc/device_helper.hpp"
+#include <troupe/rpc/device_helper.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/expected.hpp"
-#include "core/tensor.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/tensor.hpp>
 
 namespace troupe::rpc::detail {
 

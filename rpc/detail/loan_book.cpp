@@ -1,8 +1,8 @@
-#include "rpc/detail/loan_book.hpp"
+#include <troupe/rpc/detail/loan_book.hpp>
 
 #include <vector>
 
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -10,8 +10,8 @@
 #include <memory>
 #include <mutex>
 
-#include "core/time.hpp"
-#include "rpc/routing.hpp"
+#include <troupe/core/time.hpp>
+#include <troupe/rpc/routing.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -1,9 +1,9 @@
-#include "rpc/detail/member_view.hpp"
+#include <troupe/rpc/detail/member_view.hpp>
 
 #include <algorithm>
 #include <mutex>
 
-#include "core/strcat.hpp"
+#include <troupe/core/strcat.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -13,12 +13,12 @@
 #include <string_view>
 #include <vector>
 
-#include "core/codec.hpp"
-#include "core/expected.hpp"
-#include "core/worker_info.hpp"
-#include "devicemap/derive.hpp"
-#include "devicemap/validate.hpp"
-#include "rpc/worker_ref.hpp"
+#include <troupe/core/codec.hpp>
+#include <troupe/core/expected.hpp>
+#include <troupe/core/worker_info.hpp>
+#include <troupe/devicemap/derive.hpp>
+#include <troupe/devicemap/validate.hpp>
+#include <troupe/rpc/worker_ref.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -1,13 +1,13 @@
 // agent_core: forming the group (static and dynamic) and changing it (join, leave).
 #include <random>
 
-#include "core/log.hpp"
-#include "core/net_address.hpp"
-#include "core/trace.hpp"
-#include "rpc/detail/agent_core.hpp"
-#include "store/connect.hpp"
-#include "store/membership_token.hpp"
-#include "store/rendezvous.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/core/net_address.hpp>
+#include <troupe/core/trace.hpp>
+#include <troupe/rpc/detail/agent_core.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/membership_token.hpp>
+#include <troupe/store/rendezvous.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -1,7 +1,7 @@
 // The RPC agent's metrics (docs/metrics.md), looked up once per process.
 #pragma once
 
-#include "core/metrics.hpp"
+#include <troupe/core/metrics.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -1,4 +1,4 @@
-#include "rpc/detail/rref_table.hpp"
+#include <troupe/rpc/detail/rref_table.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -21,9 +21,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/expected.hpp"
-#include "core/time.hpp"
-#include "rpc/wire.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
+#include <troupe/rpc/wire.hpp>
 
 namespace troupe::rpc::detail {
 

@@ -1,4 +1,4 @@
-#include "rpc/detail/worker_pool.hpp"
+#include <troupe/rpc/detail/worker_pool.hpp>
 
 #include <atomic>
 

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/time.hpp"
-#include "core/unique_function.hpp"
+#include <troupe/core/time.hpp>
+#include <troupe/core/unique_function.hpp>
 
 namespace troupe::rpc::detail {
 

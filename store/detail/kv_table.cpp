@@ -1,9 +1,9 @@
-#include "store/detail/kv_table.hpp"
+#include <troupe/store/detail/kv_table.hpp>
 
 #include <algorithm>
 #include <charconv>
 
-#include "core/time.hpp"
+#include <troupe/core/time.hpp>
 
 namespace troupe::detail {
 

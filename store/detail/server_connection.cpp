@@ -1,4 +1,4 @@
-#include "store/detail/server_connection.hpp"
+#include <troupe/store/detail/server_connection.hpp>
 
 #include <sys/socket.h>
 
@@ -7,8 +7,8 @@
 #include <cstring>
 #include <optional>
 
-#include "core/hmac.hpp"
-#include "core/log.hpp"
+#include <troupe/core/hmac.hpp>
+#include <troupe/core/log.hpp>
 
 namespace troupe::detail {
 

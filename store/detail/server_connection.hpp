@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "core/codec.hpp"
-#include "core/tls.hpp"
-#include "store/detail/server_core.hpp"
-#include "store/detail/wire.hpp"
+#include <troupe/core/codec.hpp>
+#include <troupe/core/tls.hpp>
+#include <troupe/store/detail/server_core.hpp>
+#include <troupe/store/detail/wire.hpp>
 
 namespace troupe::detail {
 

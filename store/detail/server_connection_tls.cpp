@@ -5,8 +5,8 @@
 // on its own (handshake records, alerts) joins the outbox in order.
 #include <utility>
 
-#include "core/log.hpp"
-#include "store/detail/server_connection.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/store/detail/server_connection.hpp>
 
 namespace troupe::detail {
 

@@ -1,8 +1,8 @@
-#include "store/detail/server_core.hpp"
+#include <troupe/store/detail/server_core.hpp>
 
 #include <algorithm>
 
-#include "store/detail/wire.hpp"
+#include <troupe/store/detail/wire.hpp>
 
 namespace troupe::detail {
 

@@ -12,9 +12,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/tls.hpp"
-#include "store/detail/kv_table.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/core/tls.hpp>
+#include <troupe/store/detail/kv_table.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 
 namespace troupe::detail {
 

@@ -1,8 +1,8 @@
-#include "store/detail/wire.hpp"
+#include <troupe/store/detail/wire.hpp>
 
 #include <algorithm>
 
-#include "core/hmac.hpp"
+#include <troupe/core/hmac.hpp>
 
 namespace troupe::detail::wire {
 

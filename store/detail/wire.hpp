@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/codec.hpp"
-#include "core/expected.hpp"
+#include <troupe/core/codec.hpp>
+#include <troupe/core/expected.hpp>
 
 namespace troupe::detail::wire {
 

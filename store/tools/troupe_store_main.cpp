@@ -11,9 +11,9 @@
 #include <iostream>
 #include <sstream>
 
-#include "core/log.hpp"
-#include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 
 namespace {
 

@@ -6,9 +6,9 @@
 // "leave/<name>" appears. Exit codes: 0 ok, 2 setup failed, 3 a check failed.
 #include <iostream>
 
-#include "actors/node.hpp"
-#include "rpc/backend_registry.hpp"
-#include "store/connect.hpp"
+#include <troupe/actors/node.hpp>
+#include <troupe/rpc/backend_registry.hpp>
+#include <troupe/store/connect.hpp>
 #include "test_types.hpp"
 
 using namespace troupe;

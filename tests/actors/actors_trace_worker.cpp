@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "actors/node.hpp"
+#include <troupe/actors/node.hpp>
+#include <troupe/world/world.hpp>
 #include "test_types.hpp"
-#include "world/world.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;

@@ -22,10 +22,10 @@
 #include <thread>
 #include <vector>
 
-#include "actors/node.hpp"
-#include "rpc/agent.hpp"
+#include <troupe/actors/node.hpp>
+#include <troupe/rpc/agent.hpp>
+#include <troupe/world/world.hpp>
 #include "test_types.hpp"
-#include "world/world.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;

@@ -4,7 +4,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/message_types.hpp"
+#include <troupe/actors/message_types.hpp>
 
 namespace {
 

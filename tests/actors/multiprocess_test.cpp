@@ -4,11 +4,11 @@
 
 #include <signal.h>
 
-#include "actors/node.hpp"
+#include <troupe/actors/node.hpp>
+#include <troupe/rpc/backend_registry.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "collectives/spawn.hpp"
-#include "rpc/backend_registry.hpp"
-#include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
 #include "test_types.hpp"
 
 using namespace troupe;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/system.hpp"
+#include <troupe/actors/system.hpp>
 
 namespace troupe::actors::testing {
 

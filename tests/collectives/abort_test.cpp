@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/group.hpp"
-#include "collectives/registry.hpp"
-#include "store/memory_store.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/collectives/registry.hpp>
+#include <troupe/store/memory_store.hpp>
 #include "thread_ranks.hpp"
 
 using namespace std::chrono_literals;

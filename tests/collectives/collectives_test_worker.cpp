@@ -11,12 +11,12 @@
 #include <iostream>
 #include <string>
 
-#include "collectives/group.hpp"
-#include "collectives/registry.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/collectives/registry.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/prefix_store.hpp>
 #include "hierarchical_scenarios.hpp"
 #include "op_suite.hpp"
-#include "store/connect.hpp"
-#include "store/prefix_store.hpp"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // shrink or re-create, decided from the two epochs that membership::next_epoch makes.
 #include <doctest/doctest.h>
 
-#include "collectives/comm_plan.hpp"
+#include <troupe/collectives/comm_plan.hpp>
 
 using namespace troupe;
 using namespace troupe::collectives;

@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/elastic_group.hpp"
-#include "collectives/registry.hpp"
-#include "store/memory_store.hpp"
-#include "store/prefix_store.hpp"
+#include <troupe/collectives/elastic_group.hpp>
+#include <troupe/collectives/registry.hpp>
+#include <troupe/store/memory_store.hpp>
+#include <troupe/store/prefix_store.hpp>
 #include "support/membership_join.hpp"
 
 using namespace std::chrono_literals;

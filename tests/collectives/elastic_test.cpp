@@ -8,10 +8,10 @@
 #include <optional>
 #include <thread>
 
-#include "collectives/elastic_group.hpp"
-#include "collectives/interruptible_store.hpp"
-#include "store/memory_store.hpp"
-#include "store/prefix_store.hpp"
+#include <troupe/collectives/elastic_group.hpp>
+#include <troupe/collectives/interruptible_store.hpp>
+#include <troupe/store/memory_store.hpp>
+#include <troupe/store/prefix_store.hpp>
 #include "support/membership_join.hpp"
 
 using namespace std::chrono_literals;

@@ -24,10 +24,10 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/elastic_group.hpp"
-#include "membership/service.hpp"
-#include "store/connect.hpp"
-#include "store/prefix_store.hpp"
+#include <troupe/collectives/elastic_group.hpp>
+#include <troupe/membership/service.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/prefix_store.hpp>
 
 using namespace std::chrono_literals;
 namespace c = troupe::collectives;

@@ -7,11 +7,11 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/gloo/hierarchical.hpp"
+#include <troupe/collectives/gloo/hierarchical.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "rank_processes.hpp"
 #include "spawn.hpp"
-#include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
 
 namespace {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "collectives/group.hpp"
-#include "core/strcat.hpp"
-#include "store/rendezvous.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/core/strcat.hpp>
+#include <troupe/store/rendezvous.hpp>
 
 namespace troupe::collectives::testing {
 

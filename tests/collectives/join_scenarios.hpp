@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "collectives/group.hpp"
-#include "collectives/join.hpp"
-#include "core/log.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/collectives/join.hpp>
+#include <troupe/core/log.hpp>
 
 namespace troupe::collectives::testing {
 

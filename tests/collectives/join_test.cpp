@@ -5,8 +5,8 @@
 #include <mutex>
 #include <thread>
 
+#include <troupe/store/memory_store.hpp>
 #include "join_scenarios.hpp"
-#include "store/memory_store.hpp"
 #include "thread_ranks.hpp"
 
 using namespace troupe;

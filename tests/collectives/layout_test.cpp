@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "collectives/group.hpp"
+#include <troupe/collectives/group.hpp>
 
 using namespace troupe;
 using namespace troupe::collectives;

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "collectives/gloo/local_sockets.hpp"
+#include <troupe/collectives/gloo/local_sockets.hpp>
 
 using namespace troupe::collectives::gloo_sockets;
 

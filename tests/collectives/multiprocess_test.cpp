@@ -2,10 +2,10 @@
 // on port 0 and starts one collectives_test_worker per rank.
 #include <doctest/doctest.h>
 
-#include "collectives/group.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "spawn.hpp"
-#include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
 #include "support/skip.hpp"
 
 namespace {

@@ -11,12 +11,12 @@
 #include <cstdio>
 #include <sstream>
 
-#include "collectives/elastic_group.hpp"
-#include "core/codec.hpp"
-#include "core/cuda_runtime.hpp"
-#include "store/connect.hpp"
-#include "store/prefix_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/collectives/elastic_group.hpp>
+#include <troupe/core/codec.hpp>
+#include <troupe/core/cuda_runtime.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/prefix_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "support/child_process.hpp"
 #include "support/peer_main.hpp"
 #include "support/skip.hpp"

@@ -6,8 +6,8 @@
 
 #include <thread>
 
-#include "collectives/group.hpp"
-#include "core/cuda_runtime.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/core/cuda_runtime.hpp>
 #include "nccl_world.hpp"
 #include "op_suite.hpp"
 #include "support/gpu_skip.hpp"

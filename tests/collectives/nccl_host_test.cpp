@@ -6,15 +6,15 @@
 #include <map>
 #include <thread>
 
-#include "collectives/comm_plan.hpp"
-#include "collectives/nccl/nccl_comm.hpp"
-#include "collectives/nccl/nccl_errors.hpp"
-#include "collectives/nccl/nccl_group.hpp"
-#include "collectives/nccl/stream_ordering.hpp"
-#include "collectives/nccl/unique_id.hpp"
-#include "collectives/nccl/watchdog.hpp"
-#include "core/cuda_runtime.hpp"
-#include "store/memory_store.hpp"
+#include <troupe/collectives/comm_plan.hpp>
+#include <troupe/collectives/nccl/nccl_comm.hpp>
+#include <troupe/collectives/nccl/nccl_errors.hpp>
+#include <troupe/collectives/nccl/nccl_group.hpp>
+#include <troupe/collectives/nccl/stream_ordering.hpp>
+#include <troupe/collectives/nccl/unique_id.hpp>
+#include <troupe/collectives/nccl/watchdog.hpp>
+#include <troupe/core/cuda_runtime.hpp>
+#include <troupe/store/memory_store.hpp>
 #include "support/skip.hpp"
 
 using namespace std::chrono_literals;

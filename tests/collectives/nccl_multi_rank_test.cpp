@@ -15,11 +15,11 @@
 #include <sstream>
 #include <thread>
 
-#include "collectives/group.hpp"
-#include "core/cuda_runtime.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/core/cuda_runtime.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "op_suite.hpp"
-#include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
 #include "support/child_process.hpp"
 #include "support/peer_main.hpp"
 #include "support/skip.hpp"

@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "collectives/group.hpp"
-#include "store/memory_store.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/store/memory_store.hpp>
 
 namespace troupe::collectives::testing {
 

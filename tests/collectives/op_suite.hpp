@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/process_group.hpp"
-#include "core/strcat.hpp"
+#include <troupe/collectives/process_group.hpp>
+#include <troupe/core/strcat.hpp>
 
 namespace troupe::collectives::testing {
 

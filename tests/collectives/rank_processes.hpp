@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <troupe/store/tcp_store_server.hpp>
 #include "spawn.hpp"
-#include "store/tcp_store_server.hpp"
 
 namespace troupe::collectives::testing {
 

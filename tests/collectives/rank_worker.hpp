@@ -7,8 +7,8 @@
 #include <string>
 #include <variant>
 
-#include "collectives/group.hpp"
-#include "store/connect.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/store/connect.hpp>
 
 namespace troupe::collectives::testing {
 

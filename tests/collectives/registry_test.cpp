@@ -2,9 +2,9 @@
 
 #include <cstdlib>
 
-#include "collectives/registry.hpp"
-#include "core/cuda_runtime.hpp"
-#include "store/memory_store.hpp"
+#include <troupe/collectives/registry.hpp>
+#include <troupe/core/cuda_runtime.hpp>
+#include <troupe/store/memory_store.hpp>
 
 using namespace troupe;
 using namespace troupe::collectives;

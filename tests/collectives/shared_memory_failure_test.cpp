@@ -9,7 +9,7 @@
 
 #include <filesystem>
 
-#include "collectives/gloo/shm_names.hpp"
+#include <troupe/collectives/gloo/shm_names.hpp>
 #include "shared_memory_members.hpp"
 #include "support/child_process.hpp"
 

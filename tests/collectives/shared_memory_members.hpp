@@ -24,11 +24,11 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/gloo/cpu_reduce.hpp"
-#include "collectives/gloo/shared_memory.hpp"
-#include "core/strcat.hpp"
+#include <troupe/collectives/gloo/cpu_reduce.hpp>
+#include <troupe/collectives/gloo/shared_memory.hpp>
+#include <troupe/core/strcat.hpp>
+#include <troupe/store/memory_store.hpp>
 #include "op_suite.hpp"
-#include "store/memory_store.hpp"
 #include "thread_ranks.hpp"
 
 namespace troupe::collectives::testing::shm {

@@ -17,12 +17,12 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/gloo/cpu_reduce.hpp"
-#include "collectives/gloo/shared_memory.hpp"
-#include "core/strcat.hpp"
+#include <troupe/collectives/gloo/cpu_reduce.hpp>
+#include <troupe/collectives/gloo/shared_memory.hpp>
+#include <troupe/core/strcat.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "spawn.hpp"
-#include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
 
 using namespace std::chrono_literals;
 using namespace troupe;

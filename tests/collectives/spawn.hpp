@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "store/store.hpp"
+#include <troupe/store/store.hpp>
 #include "support/child_process.hpp"
 
 namespace troupe::collectives::testing {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "collectives/tensor.hpp"
+#include <troupe/collectives/tensor.hpp>
 
 using namespace troupe;
 using namespace troupe::collectives;

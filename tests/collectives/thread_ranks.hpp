@@ -9,8 +9,8 @@
 
 #include <doctest/doctest.h>
 
-#include "collectives/group.hpp"
-#include "store/memory_store.hpp"
+#include <troupe/collectives/group.hpp>
+#include <troupe/store/memory_store.hpp>
 
 namespace troupe::collectives::testing {
 

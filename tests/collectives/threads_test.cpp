@@ -9,10 +9,10 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/autograd_all_to_all.hpp"
-#include "collectives/group.hpp"
+#include <troupe/collectives/autograd_all_to_all.hpp>
+#include <troupe/collectives/group.hpp>
+#include <troupe/store/memory_store.hpp>
 #include "op_suite.hpp"
-#include "store/memory_store.hpp"
 #include "thread_ranks.hpp"
 
 using namespace std::chrono_literals;

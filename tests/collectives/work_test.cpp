@@ -2,7 +2,7 @@
 
 #include <thread>
 
-#include "collectives/work.hpp"
+#include <troupe/collectives/work.hpp>
 
 using namespace std::chrono_literals;
 using namespace troupe;

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "core/cluster_env.hpp"
+#include <troupe/core/cluster_env.hpp>
 
 using namespace troupe;
 using vars = std::map<std::string, std::string>;

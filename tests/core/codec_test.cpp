@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "core/codec.hpp"
+#include <troupe/core/codec.hpp>
 
 using namespace troupe;
 

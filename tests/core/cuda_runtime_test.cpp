@@ -1,8 +1,8 @@
 // GPU-labelled: runs on a machine with a CUDA device, reports itself skipped elsewhere.
 #include <doctest/doctest.h>
 
-#include "core/cuda_runtime.hpp"
-#include "core/device.hpp"
+#include <troupe/core/cuda_runtime.hpp>
+#include <troupe/core/device.hpp>
 #include "support/skip.hpp"
 
 using namespace troupe;

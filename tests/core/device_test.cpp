@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "core/device.hpp"
+#include <troupe/core/device.hpp>
 
 using namespace troupe;
 

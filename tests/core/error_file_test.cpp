@@ -1,4 +1,4 @@
-#include "core/error_file.hpp"
+#include <troupe/core/error_file.hpp>
 
 #include <doctest/doctest.h>
 #include <unistd.h>

@@ -2,8 +2,8 @@
 
 #include <memory>
 
-#include "core/error.hpp"
-#include "core/expected.hpp"
+#include <troupe/core/error.hpp>
+#include <troupe/core/expected.hpp>
 
 using namespace troupe;
 

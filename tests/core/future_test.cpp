@@ -3,7 +3,7 @@
 #include <memory>
 #include <string>
 
-#include "core/future.hpp"
+#include <troupe/core/future.hpp>
 
 using namespace troupe;
 using namespace std::chrono_literals;

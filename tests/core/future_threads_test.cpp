@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/future.hpp"
+#include <troupe/core/future.hpp>
 
 using namespace troupe;
 using namespace std::chrono_literals;

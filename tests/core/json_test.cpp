@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "core/json.hpp"
+#include <troupe/core/json.hpp>
 
 using troupe::append_json_string;
 

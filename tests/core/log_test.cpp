@@ -3,7 +3,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
 
 using namespace troupe;
 

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/metrics.hpp"
+#include <troupe/core/metrics.hpp>
 
 using namespace troupe;
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/net_address.hpp"
+#include <troupe/core/net_address.hpp>
 
 using namespace troupe;
 using vars = std::map<std::string, std::string>;

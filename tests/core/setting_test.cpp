@@ -4,7 +4,7 @@
 #include <set>
 #include <string>
 
-#include "core/settings.hpp"
+#include <troupe/core/settings.hpp>
 
 using namespace troupe;
 

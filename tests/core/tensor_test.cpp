@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "core/tensor.hpp"
+#include <troupe/core/tensor.hpp>
 
 using namespace troupe;
 

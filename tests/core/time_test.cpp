@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "core/time.hpp"
+#include <troupe/core/time.hpp>
 
 using namespace troupe;
 using namespace std::chrono_literals;

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/trace.hpp"
+#include <troupe/core/trace.hpp>
 
 using namespace troupe;
 

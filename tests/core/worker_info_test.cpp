@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "core/worker_info.hpp"
+#include <troupe/core/worker_info.hpp>
 
 using namespace troupe;
 

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "devicemap/derive.hpp"
+#include <troupe/devicemap/derive.hpp>
 #include "helpers.hpp"
 
 using namespace troupe;

@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "devicemap/device_map.hpp"
+#include <troupe/devicemap/device_map.hpp>
 #include "helpers.hpp"
 
 using namespace troupe;

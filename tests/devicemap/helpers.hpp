@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/device.hpp"
-#include "core/expected.hpp"
-#include "devicemap/device_map.hpp"
-#include "devicemap/worker_device_info.hpp"
+#include <troupe/core/device.hpp>
+#include <troupe/core/expected.hpp>
+#include <troupe/devicemap/device_map.hpp>
+#include <troupe/devicemap/worker_device_info.hpp>
 
 namespace troupe::test {
 

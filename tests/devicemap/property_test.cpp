@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "devicemap/derive.hpp"
-#include "devicemap/validate.hpp"
+#include <troupe/devicemap/derive.hpp>
+#include <troupe/devicemap/validate.hpp>
 #include "helpers.hpp"
 
 using namespace troupe;

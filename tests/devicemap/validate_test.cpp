@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "devicemap/validate.hpp"
+#include <troupe/devicemap/validate.hpp>
 #include "helpers.hpp"
 
 using namespace troupe;

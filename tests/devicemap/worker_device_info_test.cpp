@@ -2,8 +2,8 @@
 
 #include <sstream>
 
-#include "core/codec.hpp"
-#include "devicemap/worker_device_info.hpp"
+#include <troupe/core/codec.hpp>
+#include <troupe/devicemap/worker_device_info.hpp>
 #include "helpers.hpp"
 
 using namespace troupe;

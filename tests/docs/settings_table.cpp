@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "collectives/settings.hpp"
-#include "core/settings.hpp"
-#include "membership/settings.hpp"
-#include "store/settings.hpp"
+#include <troupe/collectives/settings.hpp>
+#include <troupe/core/settings.hpp>
+#include <troupe/membership/settings.hpp>
+#include <troupe/store/settings.hpp>
 
 namespace fs = std::filesystem;
 

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include <troupe/rpc/serializer.hpp>
+#include <troupe/rpc/wire.hpp>
 #include "fuzz/fuzz_seeds.hpp"
-#include "rpc/serializer.hpp"
-#include "rpc/wire.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace troupe::rpc;

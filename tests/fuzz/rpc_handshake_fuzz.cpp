@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <string>
 
-#include "core/worker_info.hpp"
+#include <troupe/core/worker_info.hpp>
+#include <troupe/rpc/serializer.hpp>
+#include <troupe/rpc/wire.hpp>
 #include "fuzz/fuzz_seeds.hpp"
-#include "rpc/serializer.hpp"
-#include "rpc/wire.hpp"
 
 using namespace troupe::rpc;
 using troupe::worker_info;

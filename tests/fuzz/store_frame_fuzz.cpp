@@ -6,8 +6,8 @@
 #include <span>
 #include <string>
 
+#include <troupe/store/detail/wire.hpp>
 #include "fuzz/fuzz_seeds.hpp"
-#include "store/detail/wire.hpp"
 
 namespace wire = troupe::detail::wire;
 

@@ -31,7 +31,7 @@ check_one() {  # header -> prints offences, one per line
   local h=$1 module
   module=$(cut -d/ -f2 <<< "$h")
   [[ $module == *.hpp ]] && module=""
-  "$cxx" -std=c++20 -E -H -o /dev/null -I "$inc" -I "$inc/troupe" "${extra[@]}" -x c++ "$inc/$h" 2> "$work/$(tr / _ <<< "$h").log" ||
+  "$cxx" -std=c++20 -E -H -o /dev/null -I "$inc" "${extra[@]}" -x c++ "$inc/$h" 2> "$work/$(tr / _ <<< "$h").log" ||
     { echo "$h: does not preprocess on its own: $(grep -m1 "error:" "$work/$(tr / _ <<< "$h").log")"; return; }
   # -H prints one line per include, dots giving the depth.
   awk -v h="$h" -v module="$module" -v inc="$inc/" '

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 
-#include "launcher/cli.hpp"
-#include "launcher/config.hpp"
-#include "launcher/worker_env.hpp"
+#include <troupe/launcher/cli.hpp>
+#include <troupe/launcher/config.hpp>
+#include <troupe/launcher/worker_env.hpp>
 
 using namespace troupe::launcher;
 

@@ -5,10 +5,10 @@
 #include <fstream>
 #include <set>
 
-#include "launcher/launch.hpp"
+#include <troupe/launcher/launch.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/rendezvous.hpp>
 #include "process_helpers.hpp"
-#include "store/connect.hpp"
-#include "store/rendezvous.hpp"
 
 using namespace std::chrono_literals;
 

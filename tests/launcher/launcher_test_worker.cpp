@@ -35,10 +35,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/error_file.hpp"
-#include "membership/service.hpp"
-#include "store/connect.hpp"
-#include "store/prefix_store.hpp"
+#include <troupe/core/error_file.hpp>
+#include <troupe/membership/service.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/prefix_store.hpp>
 
 namespace {
 

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/process_group.hpp"
-#include "rpc/agent.hpp"
-#include "world/world.hpp"
+#include <troupe/collectives/process_group.hpp>
+#include <troupe/rpc/agent.hpp>
+#include <troupe/world/world.hpp>
 
 using namespace troupe;
 

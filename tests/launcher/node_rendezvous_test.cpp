@@ -5,8 +5,8 @@
 #include <set>
 #include <thread>
 
-#include "launcher/node_rendezvous.hpp"
-#include "store/memory_store.hpp"
+#include <troupe/launcher/node_rendezvous.hpp>
+#include <troupe/store/memory_store.hpp>
 
 using namespace troupe;
 using namespace troupe::launcher;

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <set>
 
-#include "core/error_file.hpp"
-#include "launcher/config.hpp"
+#include <troupe/core/error_file.hpp>
+#include <troupe/launcher/config.hpp>
 #include "process_helpers.hpp"
 
 using namespace launcher_test;

@@ -3,8 +3,8 @@
 // and probes its store as another process would.
 #include <cstdlib>
 
+#include <troupe/store/tcp_store.hpp>
 #include "process_helpers.hpp"
-#include "store/tcp_store.hpp"
 
 using namespace launcher_test;
 

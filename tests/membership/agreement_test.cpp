@@ -7,8 +7,8 @@
 #include <set>
 #include <thread>
 
-#include "membership/service.hpp"
-#include "store/memory_store.hpp"
+#include <troupe/membership/service.hpp>
+#include <troupe/store/memory_store.hpp>
 
 using namespace troupe::membership;
 using namespace std::chrono_literals;

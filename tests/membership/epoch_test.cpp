@@ -1,7 +1,7 @@
 // The epoch record and the pure rules of the next epoch (docs/membership.md).
 #include <doctest/doctest.h>
 
-#include "membership/epoch.hpp"
+#include <troupe/membership/epoch.hpp>
 
 using namespace troupe::membership;
 using troupe::errc;

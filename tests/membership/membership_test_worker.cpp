@@ -13,9 +13,9 @@
 #include <mutex>
 #include <string>
 
-#include "membership/service.hpp"
-#include "store/connect.hpp"
-#include "store/prefix_store.hpp"
+#include <troupe/membership/service.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/prefix_store.hpp>
 
 using namespace std::chrono_literals;
 namespace m = troupe::membership;

@@ -10,10 +10,10 @@
 #include <map>
 #include <thread>
 
-#include "membership/epoch.hpp"
-#include "store/connect.hpp"
-#include "store/prefix_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/membership/epoch.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/prefix_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "support/child_process.hpp"
 
 namespace {

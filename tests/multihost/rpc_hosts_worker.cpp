@@ -29,7 +29,7 @@
 
 #include <unistd.h>
 
-#include "rpc/backend_registry.hpp"
+#include <troupe/rpc/backend_registry.hpp>
 
 using namespace troupe;
 using namespace troupe::rpc;

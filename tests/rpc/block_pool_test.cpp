@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "rpc/detail/block_pool.hpp"
+#include <troupe/rpc/detail/block_pool.hpp>
 
 using troupe::rpc::detail::block_pool;
 

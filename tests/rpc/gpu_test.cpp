@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include "rpc/backend_registry.hpp"
-#include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/rpc/backend_registry.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "support/child_process.hpp"
 #include "support/cuda_fill.hpp"
 #include "support/peer_main.hpp"

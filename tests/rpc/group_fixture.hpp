@@ -6,8 +6,8 @@
 
 #include <thread>
 
-#include "rpc/backend_registry.hpp"
-#include "store/memory_store.hpp"
+#include <troupe/rpc/backend_registry.hpp>
+#include <troupe/store/memory_store.hpp>
 
 namespace troupe::rpc::testing {
 

@@ -6,10 +6,10 @@
 #include <cstring>
 #include <thread>
 
-#include "rpc/detail/ipc_record.hpp"
-#include "rpc/detail/loan_book.hpp"
-#include "rpc/device_helper.hpp"
-#include "rpc/routing.hpp"
+#include <troupe/rpc/detail/ipc_record.hpp>
+#include <troupe/rpc/detail/loan_book.hpp>
+#include <troupe/rpc/device_helper.hpp>
+#include <troupe/rpc/routing.hpp>
 
 using namespace troupe;
 using namespace troupe::rpc;

@@ -2,7 +2,7 @@
 // setup kept in step, and which peers share this worker's host.
 #include <doctest/doctest.h>
 
-#include "rpc/detail/member_view.hpp"
+#include <troupe/rpc/detail/member_view.hpp>
 
 using namespace troupe;
 using troupe::rpc::worker_ref;

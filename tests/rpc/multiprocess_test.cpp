@@ -4,10 +4,10 @@
 
 #include <signal.h>
 
+#include <troupe/rpc/backend_registry.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "collectives/spawn.hpp"
-#include "rpc/backend_registry.hpp"
-#include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
 #include "support/skip.hpp"
 
 using namespace troupe;

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "rpc/backend_registry.hpp"
+#include <troupe/rpc/backend_registry.hpp>
 
 int main() {
   const char* restart = std::getenv("TROUPE_RESTART_COUNT");

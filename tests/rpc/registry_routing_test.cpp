@@ -1,8 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <troupe/rpc/device_helper.hpp>
+#include <troupe/rpc/routing.hpp>
 #include "group_fixture.hpp"
-#include "rpc/device_helper.hpp"
-#include "rpc/routing.hpp"
 
 using namespace troupe;
 using namespace troupe::rpc;

@@ -17,8 +17,8 @@
 #include <mutex>
 #include <thread>
 
-#include "rpc/backend_registry.hpp"
-#include "store/connect.hpp"
+#include <troupe/rpc/backend_registry.hpp>
+#include <troupe/store/connect.hpp>
 
 using namespace troupe;
 using namespace troupe::rpc;

@@ -2,7 +2,7 @@
 // values and fetches can arrive, since they travel on different connections.
 #include <doctest/doctest.h>
 
-#include "rpc/detail/rref_table.hpp"
+#include <troupe/rpc/detail/rref_table.hpp>
 
 using namespace std::chrono_literals;
 using namespace troupe;

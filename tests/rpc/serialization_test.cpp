@@ -5,7 +5,7 @@
 #include <random>
 #include <unordered_map>
 
-#include "rpc/serializer.hpp"
+#include <troupe/rpc/serializer.hpp>
 
 namespace demo {
 

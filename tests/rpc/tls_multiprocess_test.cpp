@@ -7,11 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <troupe/rpc/backend_registry.hpp>
+#include <troupe/rpc/detail/agent_core.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "collectives/spawn.hpp"
-#include "rpc/backend_registry.hpp"
-#include "rpc/detail/agent_core.hpp"
-#include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
 #include "support/skip.hpp"
 #include "support/test_pki.hpp"
 

@@ -12,9 +12,9 @@
 #include <mutex>
 #include <thread>
 
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/rpc/detail/agent_core.hpp>
 #include "group_fixture.hpp"
-#include "rpc/detail/agent_core.hpp"
 #include "support/skip.hpp"
 #include "support/test_pki.hpp"
 

@@ -14,10 +14,10 @@
 #include <random>
 #include <thread>
 
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/rpc/detail/agent_core.hpp>
+#include <troupe/rpc/detail/rpc_metrics.hpp>
 #include "group_fixture.hpp"
-#include "rpc/detail/agent_core.hpp"
-#include "rpc/detail/rpc_metrics.hpp"
 #include "support/skip.hpp"
 
 using namespace troupe;

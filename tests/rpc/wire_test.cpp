@@ -2,8 +2,8 @@
 
 #include <random>
 
-#include "rpc/serializer.hpp"
-#include "rpc/wire.hpp"
+#include <troupe/rpc/serializer.hpp>
+#include <troupe/rpc/wire.hpp>
 
 using namespace troupe;
 using namespace troupe::rpc;

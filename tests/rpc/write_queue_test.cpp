@@ -7,7 +7,7 @@
 #include <mutex>
 #include <thread>
 
-#include "core/metrics.hpp"
+#include <troupe/core/metrics.hpp>
 #include "group_fixture.hpp"
 
 using namespace troupe;

@@ -8,8 +8,8 @@
 
 #include <cstdlib>
 
-#include "store/cluster_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/store/cluster_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 
 using namespace troupe;
 using namespace std::chrono_literals;

@@ -14,8 +14,8 @@
 
 #include <cstdio>
 
-#include "store/etcd_store.hpp"
-#include "store/prefix_store.hpp"
+#include <troupe/store/etcd_store.hpp>
+#include <troupe/store/prefix_store.hpp>
 #include "support/etcd_server.hpp"
 
 namespace {

@@ -14,7 +14,7 @@
 
 #include <doctest/doctest.h>
 
-#include "store/connect.hpp"
+#include <troupe/store/connect.hpp>
 #include "support/child_process.hpp"
 #include "support/etcd_server.hpp"
 #include "support/skip.hpp"

@@ -12,8 +12,8 @@
 
 #include <doctest/doctest.h>
 
-#include "store/connect.hpp"
-#include "store/etcd_store.hpp"
+#include <troupe/store/connect.hpp>
+#include <troupe/store/etcd_store.hpp>
 #include "support/etcd_server.hpp"
 #include "support/skip.hpp"
 #include "support/test_pki.hpp"

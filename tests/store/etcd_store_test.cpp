@@ -13,8 +13,8 @@
 
 #include <doctest/doctest.h>
 
-#include "store/connect.hpp"
-#include "store/etcd_store.hpp"
+#include <troupe/store/connect.hpp>
+#include <troupe/store/etcd_store.hpp>
 #include "support/child_process.hpp"
 #include "support/etcd_server.hpp"
 #include "support/peer_main.hpp"

@@ -13,8 +13,8 @@
 #include <set>
 #include <thread>
 
-#include "store/connect.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/store/connect.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "support/child_process.hpp"
 
 namespace {

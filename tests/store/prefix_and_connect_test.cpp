@@ -3,11 +3,11 @@
 
 #include <cstdlib>
 
-#include "store/connect.hpp"
-#include "store/key_ledger.hpp"
-#include "store/memory_store.hpp"
-#include "store/prefix_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/store/connect.hpp>
+#include <troupe/store/key_ledger.hpp>
+#include <troupe/store/memory_store.hpp>
+#include <troupe/store/prefix_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 
 namespace {
 

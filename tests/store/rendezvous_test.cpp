@@ -4,11 +4,11 @@
 #include <atomic>
 #include <thread>
 
-#include "store/membership_token.hpp"
-#include "store/memory_store.hpp"
-#include "store/rendezvous.hpp"
-#include "store/tcp_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/store/membership_token.hpp>
+#include <troupe/store/memory_store.hpp>
+#include <troupe/store/rendezvous.hpp>
+#include <troupe/store/tcp_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <thread>
 
-#include "store/tcp_store_server.hpp"
+#include <troupe/store/tcp_store_server.hpp>
 
 namespace troupe::test {
 

@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/codec.hpp"
-#include "store/store.hpp"
+#include <troupe/core/codec.hpp>
+#include <troupe/store/store.hpp>
 
 namespace troupe::contract {
 

@@ -1,10 +1,10 @@
 // Runs the store contract against the in-process, prefix and TCP stores.
 #include "store_contract.hpp"
 
-#include "store/memory_store.hpp"
-#include "store/prefix_store.hpp"
-#include "store/tcp_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/store/memory_store.hpp>
+#include <troupe/store/prefix_store.hpp>
+#include <troupe/store/tcp_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 
 namespace {
 

@@ -9,9 +9,9 @@
 #include <iostream>
 #include <string>
 
-#include "store/connect.hpp"
-#include "store/membership_token.hpp"
-#include "store/rendezvous.hpp"
+#include <troupe/store/connect.hpp>
+#include <troupe/store/membership_token.hpp>
+#include <troupe/store/rendezvous.hpp>
 
 namespace {
 

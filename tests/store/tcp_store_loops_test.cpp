@@ -6,8 +6,8 @@
 #include <thread>
 #include <vector>
 
-#include "store/tcp_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/store/tcp_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 
 namespace {
 

@@ -5,12 +5,12 @@
 #include <mutex>
 #include <thread>
 
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/store/detail/wire.hpp>
+#include <troupe/store/tcp_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "raw_socket.hpp"
 #include "settled_output.hpp"
-#include "store/detail/wire.hpp"
-#include "store/tcp_store.hpp"
-#include "store/tcp_store_server.hpp"
 
 namespace {
 

@@ -16,13 +16,13 @@
 #include <thread>
 #include <vector>
 
-#include "core/log.hpp"
+#include <troupe/core/log.hpp>
+#include <troupe/store/connect.hpp>
+#include <troupe/store/detail/wire.hpp>
+#include <troupe/store/tcp_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "raw_socket.hpp"
 #include "settled_output.hpp"
-#include "store/connect.hpp"
-#include "store/detail/wire.hpp"
-#include "store/tcp_store.hpp"
-#include "store/tcp_store_server.hpp"
 #include "support/skip.hpp"
 #include "support/test_pki.hpp"
 

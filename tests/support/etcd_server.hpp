@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/expected.hpp"
-#include "core/time.hpp"
+#include <troupe/core/expected.hpp>
+#include <troupe/core/time.hpp>
 #include "support/child_process.hpp"
 
 namespace troupe::test {

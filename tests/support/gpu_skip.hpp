@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "core/cuda_runtime.hpp"
+#include <troupe/core/cuda_runtime.hpp>
 
 namespace troupe_test {
 

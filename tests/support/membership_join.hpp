@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "membership/service.hpp"
-#include "store/prefix_store.hpp"
+#include <troupe/membership/service.hpp>
+#include <troupe/store/prefix_store.hpp>
 
 namespace troupe::test {
 

@@ -13,9 +13,9 @@
 #include <memory>
 #include <string>
 
-#include "store/connect.hpp"
-#include "store/prefix_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/store/connect.hpp>
+#include <troupe/store/prefix_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "support/child_process.hpp"
 
 namespace troupe::test {

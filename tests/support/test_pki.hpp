@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "core/expected.hpp"
+#include <troupe/core/expected.hpp>
 
 namespace troupe::test {
 

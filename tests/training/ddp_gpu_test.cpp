@@ -8,13 +8,13 @@
 
 #include <vector>
 
+#include <troupe/collectives/group.hpp>
+#include <troupe/collectives/join.hpp>
+#include <troupe/core/cuda_runtime.hpp>
+#include <troupe/training/ddp.hpp>
 #include "../collectives/nccl_world.hpp"
-#include "collectives/group.hpp"
-#include "collectives/join.hpp"
-#include "core/cuda_runtime.hpp"
 #include "support/gpu_skip.hpp"
 #include "support/skip.hpp"
-#include "training/ddp.hpp"
 
 using namespace std::chrono_literals;
 using namespace troupe;

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "collectives/join.hpp"
+#include <troupe/collectives/join.hpp>
+#include <troupe/training/ddp.hpp>
 #include "mlp.hpp"
-#include "training/ddp.hpp"
 
 namespace troupe::training::testing {
 

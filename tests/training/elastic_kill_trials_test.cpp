@@ -33,7 +33,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/strcat.hpp"
+#include <troupe/core/strcat.hpp>
 #include "support/store_job.hpp"
 
 namespace {

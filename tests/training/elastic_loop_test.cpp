@@ -8,10 +8,10 @@
 #include <thread>
 #include <vector>
 
-#include "store/memory_store.hpp"
-#include "store/prefix_store.hpp"
+#include <troupe/store/memory_store.hpp>
+#include <troupe/store/prefix_store.hpp>
+#include <troupe/training/elastic_loop.hpp>
 #include "support/membership_join.hpp"
-#include "training/elastic_loop.hpp"
 
 using namespace std::chrono_literals;
 using troupe::test::join_membership;

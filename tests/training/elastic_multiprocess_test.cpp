@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "store/connect.hpp"
-#include "store/prefix_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include <troupe/store/connect.hpp>
+#include <troupe/store/prefix_store.hpp>
+#include <troupe/store/tcp_store_server.hpp>
 #include "support/store_job.hpp"
 
 namespace {

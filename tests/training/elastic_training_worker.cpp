@@ -32,10 +32,10 @@
 #include <string>
 #include <thread>
 
+#include <troupe/store/connect.hpp>
+#include <troupe/store/prefix_store.hpp>
+#include <troupe/training/elastic_loop.hpp>
 #include "mlp.hpp"
-#include "store/connect.hpp"
-#include "store/prefix_store.hpp"
-#include "training/elastic_loop.hpp"
 
 using namespace std::chrono_literals;
 using namespace troupe;

@@ -1,8 +1,8 @@
 // The strategy registry and bucket planning (no groups involved).
 #include <doctest/doctest.h>
 
-#include "training/buckets.hpp"
-#include "training/strategy_registry.hpp"
+#include <troupe/training/buckets.hpp>
+#include <troupe/training/strategy_registry.hpp>
 
 using namespace troupe;
 using namespace troupe::training;

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "world/world.hpp"
+#include <troupe/world/world.hpp>
 
 using namespace troupe;
 using namespace std::chrono_literals;

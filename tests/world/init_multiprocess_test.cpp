@@ -3,8 +3,8 @@
 // through a restart, and failing clearly when the store or a setting is wrong.
 #include <doctest/doctest.h>
 
+#include <troupe/world/world.hpp>
 #include "support/child_process.hpp"
-#include "world/world.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "collectives/process_group.hpp"
-#include "rpc/agent.hpp"
-#include "world/world.hpp"
+#include <troupe/collectives/process_group.hpp>
+#include <troupe/rpc/agent.hpp>
+#include <troupe/world/world.hpp>
 
 using namespace troupe;
 
