@@ -209,12 +209,6 @@ tensor tensor::with_device(device d) const {
   return t;
 }
 
-tensor tensor::as_ipc_record(bool on) const {
-  tensor t = *this;
-  t.ipc_record_ = on;
-  return t;
-}
-
 tensor tensor::with_stream(void* cuda_stream) const {
   tensor t = *this;
   t.stream_ = cuda_stream;

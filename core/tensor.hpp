@@ -117,13 +117,6 @@ class tensor {
   /// The stream set by with_stream, or null.
   void* stream() const noexcept { return stream_; }
 
-  /// RPC's own use: whether this (uint8, host memory) tensor holds a CUDA IPC record that
-  /// stands for a GPU tensor lent by a worker on this host (rpc/device_helper.hpp), not
-  /// the tensor's bytes; dev() is the device it lands on. Never set on user tensors.
-  bool is_ipc_record() const noexcept { return ipc_record_; }
-  /// The same view marked (or unmarked) as an IPC record.
-  tensor as_ipc_record(bool on = true) const;
-
   /// Same dtype, shape and element values (device ignored); for tests.
   friend bool same_values(const tensor& a, const tensor& b);
 
@@ -135,7 +128,6 @@ class tensor {
   std::vector<std::int64_t> strides_;
   std::shared_ptr<void> owner_;
   void* stream_ = nullptr;
-  bool ipc_record_ = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const tensor& t);

@@ -42,9 +42,10 @@ inline constexpr std::size_t receive_buffer_min = std::size_t{64} << 10;
 // channel does): the sender lends its tensor's memory through a CUDA IPC handle plus an
 // interprocess event recorded after the work queued on t.stream(); the receiver opens the
 // handle, orders a device-to-device copy after that event, and then releases the loan.
-// The record travels in place of the bytes (ipc_record_size bytes, a u8 host tensor marked
-// is_ipc_record()); it also carries the sender's pid, so that a receiver in the same
-// process uses the pointer and event directly (CUDA refuses to open its own handles).
+// The record travels in place of the bytes (ipc_record_size bytes, a u8 host tensor whose
+// memory marks it as a record, rpc/detail/ipc_record.hpp); it also carries the sender's pid, so
+// that a receiver in the same process uses the pointer and event directly (CUDA refuses to open its
+// own handles).
 
 /// Bytes of an IPC record on the wire.
 inline constexpr std::size_t ipc_record_size = 320;

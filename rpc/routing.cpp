@@ -1,5 +1,6 @@
 #include <troupe/rpc/routing.hpp>
 
+#include <troupe/rpc/detail/ipc_record.hpp>
 #include <troupe/rpc/device_helper.hpp>
 
 namespace troupe::rpc {
@@ -71,7 +72,7 @@ expected<void> place_incoming(std::vector<tensor>& ts, std::string_view self, in
     const std::function<void(std::uint64_t)>& release;
     ~release_rest() {
       for (std::size_t i = next; i < ts.size(); ++i)
-        if (ts[i].is_ipc_record() && release)
+        if (detail::is_ipc_record(ts[i]) && release)
           if (auto id = ipc_record_loan_id(ts[i])) release(id);
     }
   } guard{ts, next, release};
@@ -83,7 +84,7 @@ expected<void> place_incoming(std::vector<tensor>& ts, std::string_view self, in
                         self, "', which has ", device_count,
                         " CUDA devices; fix the sender's device map for '", self, "'")
           .with_worker(std::string(self));
-    if (t.is_ipc_record()) {
+    if (detail::is_ipc_record(t)) {
       const auto id = ipc_record_loan_id(t);
       auto copied = receive_through_ipc(t);
       if (id && release) release(id);

@@ -6,6 +6,7 @@
 #include <new>
 
 #include <troupe/core/hmac.hpp>
+#include <troupe/rpc/detail/ipc_record.hpp>
 
 namespace troupe::rpc::wire {
 
@@ -180,7 +181,7 @@ expected<void> frame_builder::finish(const limits& lim) {
     // Device type: 0 cpu, 1 cuda, 2 cuda through a CUDA IPC record (the bytes are the
     // record, rpc/device_helper.hpp).
     head_.push_back(static_cast<std::byte>(
-        t.is_ipc_record() ? std::uint8_t{2} : static_cast<std::uint8_t>(t.dev().type())));
+        detail::is_ipc_record(t) ? std::uint8_t{2} : static_cast<std::uint8_t>(t.dev().type())));
     append<std::int32_t>(head_, t.dev().index());
     head_.push_back(static_cast<std::byte>(t.shape().size()));
     for (auto d : t.shape()) append<std::int64_t>(head_, d);
@@ -271,6 +272,11 @@ expected<void> frame_decoder::parse_descriptors() {
           proto(strcat("descriptors claim more than the ", cur_.payload_len, " payload bytes")));
     std::shared_ptr<std::byte> mem;
     try {
+      if (dev_type == 2) {
+        if (dtype_v != dtype::uint8)
+          return fail(proto(strcat("descriptor ", i, ": a CUDA IPC record must be u8 bytes")));
+        mem = detail::allocate_ipc_record(static_cast<std::size_t>(nbytes));
+      }
       if (alloc_ != nullptr && dev_type == 1) mem = alloc_(dev, static_cast<std::size_t>(nbytes));
       if (!mem) mem = allocate_aligned(static_cast<std::size_t>(nbytes));
     } catch (const std::bad_alloc&) {
@@ -280,11 +286,6 @@ expected<void> frame_decoder::parse_descriptors() {
     auto t = tensor::wrap(mem.get(), dtype_v, std::move(shape), dev, {},
                           std::shared_ptr<void>(mem, mem.get()));
     if (!t) return fail(proto(t.error().message()));
-    if (dev_type == 2) {
-      if (dtype_v != dtype::uint8)
-        return fail(proto(strcat("descriptor ", i, ": a CUDA IPC record must be u8 bytes")));
-      *t = t->as_ipc_record();
-    }
     frame_.tensors.push_back(std::move(*t));
   }
   if (left != 0) return fail(proto(strcat(left, " bytes left over after the tensor descriptors")));

@@ -16,6 +16,12 @@ constexpr std::size_t shape_at = 56, mem_handle_at = shape_at + 8 * max_rank,
                       event_handle_at = mem_handle_at + 64;
 static_assert(event_handle_at + 64 + 8 == ipc_record_size);
 
+// The deleter type is the mark: std::get_deleter finds it through any copy or alias of
+// the owning pointer, so the mark travels with the tensor (with_device keeps its owner).
+struct ipc_record_deleter {
+  void operator()(std::byte* p) const noexcept { delete[] p; }
+};
+
 template <class U>
 void put(std::byte* p, U v) {
   std::memcpy(p, &v, sizeof v);
@@ -29,6 +35,14 @@ U get(const std::byte* p) {
 
 }  // namespace
 
+std::shared_ptr<std::byte> allocate_ipc_record(std::size_t n) {
+  return std::shared_ptr<std::byte>(new std::byte[n](), ipc_record_deleter{});
+}
+
+bool is_ipc_record(const tensor& t) noexcept {
+  return t.owner() != nullptr && std::get_deleter<ipc_record_deleter>(t.owner()) != nullptr;
+}
+
 std::size_t ipc_record::nbytes() const noexcept {
   std::size_t n = element_size(type);
   for (auto d : shape) n *= static_cast<std::size_t>(d);
@@ -39,8 +53,8 @@ expected<tensor> encode_ipc_record(const ipc_record& r, device target) {
   if (r.shape.size() > max_rank)
     return make_error(errc::invalid_argument, "a tensor of rank ", r.shape.size(),
                       " cannot be lent through CUDA IPC (at most ", max_rank, ")");
-  auto t = tensor::zeros(dtype::uint8, {static_cast<std::int64_t>(ipc_record_size)});
-  auto* p = static_cast<std::byte*>(t.data());
+  auto mem = allocate_ipc_record(ipc_record_size);
+  auto* p = mem.get();
   put<std::uint32_t>(p, record_magic);
   put<std::uint32_t>(p + 4, record_version);
   put<std::int32_t>(p + 8, r.pid);
@@ -55,7 +69,8 @@ expected<tensor> encode_ipc_record(const ipc_record& r, device target) {
     put<std::int64_t>(p + shape_at + 8 * i, r.shape[i]);
   std::memcpy(p + mem_handle_at, r.mem_handle.data(), 64);
   std::memcpy(p + event_handle_at, r.event_handle.data(), 64);
-  return t.with_device(target).as_ipc_record();
+  return tensor::wrap(p, dtype::uint8, {static_cast<std::int64_t>(ipc_record_size)}, target, {},
+                      std::shared_ptr<void>(std::move(mem)));
 }
 
 expected<ipc_record> decode_ipc_record(const tensor& t) {

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <troupe/core/expected.hpp>
@@ -34,8 +35,18 @@ struct ipc_record {
   std::size_t nbytes() const noexcept;
 };
 
-/// The record as a u8 host tensor marked is_ipc_record(), labelled `target` (the device it
-/// lands on). invalid_argument for a rank over 16.
+/// Zeroed host memory of `n` bytes for a record's bytes (sent or received). A tensor
+/// over this memory, and only such a tensor, is an IPC record: RPC's mark needs no flag
+/// on core's tensor, and a user's tensor can never pass for a record.
+std::shared_ptr<std::byte> allocate_ipc_record(std::size_t n);
+
+/// Whether `t` holds an IPC record (its memory came from allocate_ipc_record) that stands
+/// for a GPU tensor lent by a worker on this host, rather than a tensor's own bytes;
+/// t.dev() is then the device the lent tensor lands on.
+bool is_ipc_record(const tensor& t) noexcept;
+
+/// The record as a u8 host tensor for which is_ipc_record() holds, labelled `target` (the
+/// device it lands on). invalid_argument for a rank over 16.
 expected<tensor> encode_ipc_record(const ipc_record& r, device target);
 
 /// The record held by `t`. errc::protocol_error naming what is wrong when `t` is not a

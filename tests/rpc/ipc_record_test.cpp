@@ -39,7 +39,7 @@ ipc_record sample() {
 TEST_CASE("an IPC record round-trips every field and is marked as a record for its target device") {
   auto t = encode_ipc_record(sample(), *device::cuda(2));
   REQUIRE(t);
-  CHECK(t->is_ipc_record());
+  CHECK(is_ipc_record(*t));
   CHECK(t->dev() == *device::cuda(2));
   CHECK(t->nbytes() == ipc_record_size);
   auto r = decode_ipc_record(*t);
@@ -144,6 +144,6 @@ TEST_CASE("without a lender a CPU tensor is never lent and GPU routing is unchan
   std::vector<tensor> ts{tensor::zeros(dtype::float32, {8})};
   REQUIRE(prepare_outgoing(ts, "w0", "w1", &m, route_kind::request, &lender));
   CHECK(lender.filed == 0);
-  CHECK_FALSE(ts[0].is_ipc_record());
+  CHECK_FALSE(is_ipc_record(ts[0]));
   CHECK(ts[0].dev() == *device::cuda(0));
 }
