@@ -4,10 +4,13 @@
 //   there; responses complete their caller's future there (continuations attached to RPC
 //   futures run on an I/O thread: keep them short).
 // - User functions run on the worker pool, unless registered with run_inline.
-// - Membership (peers, reverse maps, device list) lives in members_ (member_view.hpp) under
-//   its own lock; connections are guarded by conns_mu_; remote references this worker owns live in
-//   rrefs_ (rref_table.hpp), under its own lock, with no I/O inside. No lock is held while calling
-//   user code, completing a promise, or waiting on the network.
+// - Each concern owns its state under one lock: the sockets, I/O threads and the table of
+//   connections are the transport's (transport.hpp); membership (peers, reverse maps,
+//   device list) is members_ (member_view.hpp); remote references this worker owns are
+//   rrefs_ (rref_table.hpp), with no I/O inside. What remains here is the dispatch of
+//   frames (dispatch.cpp), calls (calls.cpp), group formation (membership.cpp) and the
+//   lifecycle. No lock is held while calling user code, completing a promise, or waiting
+//   on the network.
 #pragma once
 
 #include <atomic>
@@ -28,6 +31,7 @@
 #include <troupe/rpc/detail/loan_book.hpp>
 #include <troupe/rpc/detail/member_view.hpp>
 #include <troupe/rpc/detail/rref_table.hpp>
+#include <troupe/rpc/detail/transport.hpp>
 #include <troupe/rpc/detail/worker_pool.hpp>
 #include <troupe/rpc/function_table.hpp>
 #include <troupe/rpc/membership_event.hpp>
@@ -129,13 +133,14 @@ class agent_core final : public connection_owner,
   // Lifecycle (agent_core.cpp).
   expected<void> start_io();
   void start_sweeper();
+  // The connection this worker opened to `m`, dialed when there is none.
   expected<std::shared_ptr<connection>> connection_to(const member& m, deadline d);
+  // A new connection to `m` (not kept in the table).
   expected<std::shared_ptr<connection>> dial(const member& m, deadline d);
-  std::optional<connection::socket_type> dial_locally(const member& m,
-                                                      const asio::ip::address& addr);
+  // The caller's side of the handshake over a connected socket.
   expected<std::shared_ptr<connection>> handshake(const member& m, connection::socket_type sock,
                                                   std::unique_ptr<tls::session> tls, deadline d);
-  void listen_locally();
+  transport::handshake_fn handshake_with(const member& m);
   expected<void> wait_outstanding(deadline d);
   void stop_local(const error& why);
   void send_shutdown_notices();
@@ -191,35 +196,15 @@ class agent_core final : public connection_owner,
   std::shared_ptr<store> store_;
   int device_count_ = 0;
   std::string token_;
-  // The job's TLS identity for TCP connections (options.tls, else the TROUPE_TLS_CERT/KEY/CA
-  // settings); null: plain.
-  std::shared_ptr<const tls::context> tls_;
-  // A TLS session for a new TCP connection (null when plain).
-  expected<std::unique_ptr<tls::session>> new_tls_session(bool client) const;
-
-  // I/O.
-  asio::io_context io_;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
-  std::optional<asio::ip::tcp::acceptor> acceptor_;
-  // The local socket beside a loopback listener (options::local_socket); null otherwise.
-  std::optional<asio::local::stream_protocol::acceptor> local_acceptor_;
+  // The sockets, I/O threads and connections (transport.hpp); made by create(), so null
+  // only while it runs. Declared before the sweeper, whose timer runs on its I/O context.
+  std::unique_ptr<transport> transport_;
   std::optional<asio::steady_timer> sweeper_;
-  std::shared_ptr<std::function<void()>> accept_loop_;
-  std::shared_ptr<std::function<void()>> local_accept_loop_;
   std::shared_ptr<std::function<void()>> sweep_loop_;
-  std::vector<std::thread> io_threads_;
-  std::string host_;
-  std::uint16_t port_ = 0;
   std::unique_ptr<worker_pool> pool_;
 
   // Membership: this worker's view of its group (rpc/detail/member_view.hpp).
   member_view members_;
-
-  // Connections.
-  mutable std::mutex conns_mu_;
-  std::map<std::string, std::shared_ptr<connection>> outbound_;
-  std::set<std::shared_ptr<connection>> inbound_;
-  std::mutex dial_mu_;
 
   // Remote references owned here (rpc/detail/rref_table.hpp).
   rref_table rrefs_;

@@ -92,11 +92,7 @@ future<wire::frame> agent_core::send_request_now(const worker_info& to, wire::fr
     return context(std::move(p).error());
   if (auto fin = fb.finish(opts_.limits); !fin) return context(std::move(fin).error());
   auto d = deadline::after(timeout);
-  std::shared_ptr<connection> existing;
-  {
-    std::lock_guard<std::mutex> lk(conns_mu_);
-    if (auto it = outbound_.find(to.name); it != outbound_.end()) existing = it->second;
-  }
+  auto existing = transport_->opened(to.name);
   auto finish_send = [d, expect_reply, mode](const std::shared_ptr<connection>& c,
                                              wire::frame_builder&& b) {
     if (!expect_reply) {
@@ -151,11 +147,7 @@ future<wire::frame> agent_core::send_request_now(const worker_info& to, wire::fr
 
 future<wire::frame> agent_core::fetch_rref(const worker_info& owner, std::uint64_t id,
                                            duration timeout) {
-  std::shared_ptr<connection> c;
-  {
-    std::lock_guard<std::mutex> lk(conns_mu_);
-    if (auto it = outbound_.find(owner.name); it != outbound_.end()) c = it->second;
-  }
+  auto c = transport_->opened(owner.name);
   if (!c)
     return make_error_future<wire::frame>(make_error(errc::peer_left, "the owner '", owner.name,
                                                      "' of remote reference ", id,
@@ -191,11 +183,7 @@ future<wire::frame> agent_core::fetch_rref(const worker_info& owner, std::uint64
 }
 
 void agent_core::release_rref(const worker_info& owner, std::uint64_t id, std::uint64_t fork) {
-  std::shared_ptr<connection> c;
-  {
-    std::lock_guard<std::mutex> lk(conns_mu_);
-    if (auto it = outbound_.find(owner.name); it != outbound_.end()) c = it->second;
-  }
+  auto c = transport_->opened(owner.name);
   if (!c || stopping_.load()) return;  // the owner is gone: so is the value
   wire::frame_builder fb(wire::kind::rref_release, 0);
   (void)serialize(fb.message(), nullptr, id, fork);
@@ -204,11 +192,7 @@ void agent_core::release_rref(const worker_info& owner, std::uint64_t id, std::u
 
 void agent_core::add_rref_share(const worker_info& owner, std::uint64_t id, std::uint64_t fork,
                                 const std::string& holder) {
-  std::shared_ptr<connection> c;
-  {
-    std::lock_guard<std::mutex> lk(conns_mu_);
-    if (auto it = outbound_.find(owner.name); it != outbound_.end()) c = it->second;
-  }
+  auto c = transport_->opened(owner.name);
   if (!c || stopping_.load()) {
     // The receiver will learn it from to_here (the owner is not connected).
     TROUPE_LOG(log_level::debug, "rpc", "remote reference ", id, " sent to '", holder,
@@ -221,8 +205,7 @@ void agent_core::add_rref_share(const worker_info& owner, std::uint64_t id, std:
 }
 
 bool agent_core::connected_to(const std::string& w) const {
-  std::lock_guard<std::mutex> lk(conns_mu_);
-  return outbound_.count(w) > 0;
+  return transport_->opened(w) != nullptr;
 }
 
 expected<std::uint64_t> agent_core::fork_rref(const std::shared_ptr<rref_holder>&) {

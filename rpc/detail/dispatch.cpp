@@ -49,9 +49,7 @@ void agent_core::on_frame(const std::shared_ptr<connection>& c, wire::frame&& f)
         return release_loan(f.id);
       case kind::shutdown: {
         c->note_shutdown_notice();
-        std::lock_guard<std::mutex> lk(conns_mu_);
-        if (auto it = outbound_.find(c->peer().name); it != outbound_.end())
-          it->second->mark_peer_leaving();
+        if (auto opened = transport_->opened(c->peer().name)) opened->mark_peer_leaving();
         return;
       }
       default:
@@ -78,14 +76,7 @@ void agent_core::on_frame(const std::shared_ptr<connection>& c, wire::frame&& f)
 
 void agent_core::on_closed(const std::shared_ptr<connection>& c, const error& why) {
   auto peer = c->peer().name;
-  {
-    std::lock_guard<std::mutex> lk(conns_mu_);
-    inbound_.erase(c);
-    if (dynamic() && !peer.empty()) {
-      if (auto it = outbound_.find(peer); it != outbound_.end() && it->second == c)
-        outbound_.erase(it);
-    }
-  }
+  transport_->forget(c, dynamic() && !peer.empty());
   // Only the loss of a connection we opened means the peer died: an inbound connection
   // also closes when its peer merely forgets us (after we left).
   if (stopping_.load() || leaving_.load() || peer.empty() || !c->outbound() ||

@@ -56,8 +56,8 @@ expected<member> decode_member(std::span<const std::byte> data) {
 
 member agent_core::my_record() const {
   return member{self_,
-                host_,
-                port_,
+                transport_->host(),
+                transport_->port(),
                 worker_device_info{name_, device_count_, opts_.device_maps, opts_.devices},
                 host_key(),
                 host_name(),
@@ -226,10 +226,7 @@ expected<void> agent_core::init_dynamic(deadline d) {
       return make_error(errc::already_exists, "a worker named '", name_,
                         "' is already in the group; choose another name, or wait until it leaves");
     }
-    {
-      std::lock_guard<std::mutex> lk(conns_mu_);
-      outbound_[n] = *c;
-    }
+    transport_->keep_opened(n, *c);
     alive.push_back(std::move(*m));
   }
   auto id = store_->add(strcat(opts_.group, "/next_id"), 1, d.remaining());
@@ -282,14 +279,8 @@ void agent_core::handle_membership(const std::shared_ptr<connection>& c, wire::f
   } else {
     all.erase(m->info.name);
   }
-  {
-    // A new worker under a reused name, or a leaver: forget the old connection.
-    std::lock_guard<std::mutex> lk(conns_mu_);
-    if (auto it = outbound_.find(m->info.name); it != outbound_.end()) {
-      stale = it->second;
-      outbound_.erase(it);
-    }
-  }
+  // A new worker under a reused name, or a leaver: forget the old connection.
+  stale = transport_->take_opened(m->info.name);
   if (stale) {
     stale->mark_peer_leaving();
     stale->close(make_error(errc::peer_left, "worker '", m->info.name, "' left the group")
@@ -315,14 +306,7 @@ bool agent_core::expel(const std::string& name, std::string_view tag, const erro
   auto gone_member = members_.remove(name, tag);
   if (!gone_member) return false;
   const worker_info info = gone_member->info;
-  std::shared_ptr<connection> gone;
-  {
-    std::lock_guard<std::mutex> lk(conns_mu_);
-    if (auto it = outbound_.find(name); it != outbound_.end()) {
-      gone = it->second;
-      outbound_.erase(it);
-    }
-  }
+  auto gone = transport_->take_opened(name);
   // Calls still waiting on it fail with the membership's reason.
   if (gone) gone->close(why);
   drop_rref_shares_of(name);
