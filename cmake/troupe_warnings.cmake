@@ -26,7 +26,9 @@ function(troupe_add_library name)
   endif()
   install(TARGETS ${target} EXPORT troupe_targets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-  install(FILES ${ARG_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/${name})
+  if(ARG_HEADERS)
+    install(FILES ${ARG_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/${name})
+  endif()
 endfunction()
 
 # A folder whose module has no code yet: an interface target that states its layering.

@@ -18,6 +18,8 @@
 
 #include <troupe/core/log.hpp>
 #include <troupe/core/net_address.hpp>
+#include <troupe/net/accept_backoff.hpp>
+#include <troupe/net/local_listener.hpp>
 #include <troupe/store/detail/server_connection.hpp>
 #include <troupe/store/detail/server_core.hpp>
 
@@ -63,93 +65,70 @@ struct tcp_store_server::impl {
   std::string host;
   std::uint16_t port = 0;
   std::size_t next_loop = 0;  // only on loops[0]: round-robin placement of connections
-  // Only on loops[0]: the pause after failed accepts (EMFILE and the like).
-  std::optional<asio::steady_timer> accept_timer;
-  std::chrono::milliseconds accept_delay{0};
-  std::size_t accept_failures = 0;
-  std::chrono::steady_clock::time_point last_accept_log{};
+  // Only on loops[0]: the pause after failed accepts (EMFILE and the like), one per
+  // listener so that both can wait at once.
+  std::optional<net::accept_backoff> accept_pause;
+  std::optional<net::accept_backoff> local_accept_pause;
   std::size_t refused_connections = 0;
   std::chrono::steady_clock::time_point last_refusal_log{};
   std::mutex shutdown_mu;
   bool stopped = false;
 
   // Accepts on loops[0]; each new connection goes to the next loop in turn.
-  void accept() { accept_on(*acceptor); }
-  void accept_local() { accept_on(*local_acceptor); }
+  void accept() { accept_on(*acceptor, *accept_pause); }
+  void accept_local() { accept_on(*local_acceptor, *local_accept_pause); }
 
   template <class Acceptor>
-  void accept_on(Acceptor& from) {
+  void accept_on(Acceptor& from, net::accept_backoff& pause) {
     auto& loop = *loops[next_loop];
     next_loop = (next_loop + 1) % loops.size();
-    from.async_accept(loop.io, [this, &loop, &from](boost::system::error_code ec,
-                                                    typename Acceptor::protocol_type::socket s) {
-      if (ec == asio::error::operation_aborted || !from.is_open()) return;
-      if (ec) {
-        if (!back_off(ec)) return;
-        // Out of descriptors or memory: wait before the next accept, so that a full fd
-        // table costs neither a core nor the log; open connections are served meanwhile.
-        accept_timer->expires_after(accept_delay);
-        accept_timer->async_wait([this, &from](boost::system::error_code e) {
-          if (!e && from.is_open()) accept_on(from);
-        });
-        return;
-      }
-      accept_delay = std::chrono::milliseconds(0);
-      {
-        std::string peer = describe_peer(s);
-        // TCP connections speak TLS when the server has an identity; the local socket
-        // stays plain (it reaches only processes of this host).
-        std::unique_ptr<tls::session> session;
-        if (core->tls && std::is_same_v<Acceptor, tcp::acceptor>) {
-          auto made = tls::session::make(core->tls, false);
-          if (!made) {
-            TROUPE_LOG(log_level::warn, "store", core->name, ": closing the connection from ", peer,
-                       ": ", made.error().message());
-            boost::system::error_code ignored;
-            s.close(ignored);
-            accept_on(from);
+    from.async_accept(
+        loop.io, [this, &loop, &from, &pause](boost::system::error_code ec,
+                                              typename Acceptor::protocol_type::socket s) {
+          if (ec == asio::error::operation_aborted || !from.is_open()) return;
+          if (ec) {
+            // Out of descriptors or memory: wait before the next accept, so that a full fd
+            // table costs neither a core nor the log; open connections are served meanwhile.
+            (void)pause.retry_after_failure(ec, [this, &from, &pause] {
+              if (from.is_open()) accept_on(from, pause);
+            });
             return;
           }
-          session = std::move(*made);
-        }
-        auto c = std::make_shared<server_connection>(loop.io,
-                                                     server_connection::stream_socket(std::move(s)),
-                                                     std::move(peer), core, std::move(session));
-        bool full = false;
-        {
-          std::lock_guard lk(core->mu);
-          full = core->connections.size() >= core->options.max_connections;
-          if (!full) core->connections.emplace(c.get(), c);
-        }
-        if (full) {
-          refused_full(c);
-        } else {
-          c->start();
-        }
-      }
-      accept_on(from);
-    });
-  }
-
-  // After a failed accept: doubles the pause before the next one (10 ms up to 1 s) and
-  // logs at most once a second, with the count of failures since the last line. False
-  // when the failure is not worth retrying (the acceptor is gone).
-  bool back_off(boost::system::error_code ec) {
-    if (ec == asio::error::bad_descriptor) return false;
-    using std::chrono::milliseconds;
-    accept_delay = std::clamp(accept_delay * 2, milliseconds(10), milliseconds(1000));
-    ++accept_failures;
-    auto now = std::chrono::steady_clock::now();
-    if (now - last_accept_log >= std::chrono::seconds(1)) {
-      TROUPE_LOG(log_level::warn, "store", core->name, ": accept failed ", accept_failures,
-                 " time(s) since the last report: ", ec.message(), "; retrying in ",
-                 accept_delay.count(),
-                 " ms (raise the open-file limit, ulimit -n, if this "
-                 "persists)");
-      accept_failures = 0;
-      last_accept_log = now;
-    }
-    return true;
+          pause.succeeded();
+          {
+            std::string peer = describe_peer(s);
+            // TCP connections speak TLS when the server has an identity; the local socket
+            // stays plain (it reaches only processes of this host).
+            std::unique_ptr<tls::session> session;
+            if (core->tls && std::is_same_v<Acceptor, tcp::acceptor>) {
+              auto made = tls::session::make(core->tls, false);
+              if (!made) {
+                TROUPE_LOG(log_level::warn, "store", core->name, ": closing the connection from ",
+                           peer, ": ", made.error().message());
+                boost::system::error_code ignored;
+                s.close(ignored);
+                accept_on(from, pause);
+                return;
+              }
+              session = std::move(*made);
+            }
+            auto c = std::make_shared<server_connection>(
+                loop.io, server_connection::stream_socket(std::move(s)), std::move(peer), core,
+                std::move(session));
+            bool full = false;
+            {
+              std::lock_guard lk(core->mu);
+              full = core->connections.size() >= core->options.max_connections;
+              if (!full) core->connections.emplace(c.get(), c);
+            }
+            if (full) {
+              refused_full(c);
+            } else {
+              c->start();
+            }
+          }
+          accept_on(from, pause);
+        });
   }
 
   // A connection past max_connections: closed at once, logged at most once a second.
@@ -185,21 +164,9 @@ struct tcp_store_server::impl {
   // (by a server in another process bound to the same address and port, which cannot
   // happen within one network namespace) or any other failure only loses the fast path.
   void listen_locally(const asio::ip::address& bound) {
-    if (!core->options.local_socket || !bound.is_loopback()) return;
-    std::string name = local_socket_name(bound.to_string(), port);
-    boost::system::error_code ec;
-    local_acceptor.emplace(loops[0]->io);
-    asio::local::stream_protocol::endpoint ep(name);
-    local_acceptor->open(ep.protocol(), ec);
-    if (!ec) local_acceptor->bind(ep, ec);
-    if (!ec) local_acceptor->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) {
-      TROUPE_LOG(log_level::debug, "store", core->name, ": no local socket (", ec.message(),
-                 "); clients on this host use TCP");
-      local_acceptor.reset();
-      return;
-    }
-    accept_local();
+    if (!core->options.local_socket) return;
+    local_acceptor = net::listen_beside(loops[0]->io, "store", bound, port, "store", core->name);
+    if (local_acceptor) accept_local();
   }
 };
 
@@ -239,7 +206,6 @@ expected<std::unique_ptr<tcp_store_server>> tcp_store_server::start(
   auto i = std::make_unique<impl>();
   for (std::size_t n = 0; n < threads; ++n) i->loops.push_back(std::make_unique<event_loop>());
   i->acceptor.emplace(i->loops[0]->io);
-  i->accept_timer.emplace(i->loops[0]->io);
   boost::system::error_code ec;
   tcp::endpoint ep;
   auto addr = asio::ip::make_address(options.host, ec);
@@ -273,6 +239,8 @@ expected<std::unique_ptr<tcp_store_server>> tcp_store_server::start(
   i->core->options = std::move(options);
   i->core->tls = std::move(tls_context);
   i->core->name = strcat("tcp store server ", i->host, ":", i->port);
+  i->accept_pause.emplace(i->loops[0]->io, "store", i->core->name);
+  i->local_accept_pause.emplace(i->loops[0]->io, "store", i->core->name + " (local socket)");
   i->accept();
   i->listen_locally(local.address());
   for (auto& l : i->loops) {
@@ -325,7 +293,8 @@ void tcp_store_server::shutdown(duration timeout) {
     boost::system::error_code ec;
     i.acceptor->close(ec);
     if (i.local_acceptor) i.local_acceptor->close(ec);
-    i.accept_timer->cancel();
+    if (i.accept_pause) i.accept_pause->cancel();
+    if (i.local_accept_pause) i.local_accept_pause->cancel();
     std::vector<std::shared_ptr<server_connection>> open;
     {
       std::lock_guard clk(i.core->mu);

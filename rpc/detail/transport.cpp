@@ -4,7 +4,8 @@
 
 #include <troupe/core/log.hpp>
 #include <troupe/core/net_address.hpp>
-#include <troupe/rpc/detail/accept_pause.hpp>
+#include <troupe/net/accept_backoff.hpp>
+#include <troupe/net/local_listener.hpp>
 
 namespace troupe::rpc::detail {
 
@@ -58,17 +59,9 @@ expected<void> transport::listen() {
 void transport::listen_locally() {
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(host_, ec);
-  if (!opts_.local_socket || ec || !addr.is_loopback()) return;
-  asio::local::stream_protocol::endpoint ep(local_socket_name("rpc", host_, port_));
-  local_acceptor_.emplace(io_);
-  local_acceptor_->open(ep.protocol(), ec);
-  if (!ec) local_acceptor_->bind(ep, ec);
-  if (!ec) local_acceptor_->listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    TROUPE_LOG(log_level::debug, "rpc", "worker '", opts_.worker, "': no local socket (",
-               ec.message(), "); peers on this host connect over TCP");
-    local_acceptor_.reset();
-  }
+  if (!opts_.local_socket || ec) return;
+  local_acceptor_ =
+      net::listen_beside(io_, "rpc", addr, port_, "rpc", strcat("worker '", opts_.worker, "'"));
 }
 
 expected<std::unique_ptr<tls::session>> transport::new_tls_session(bool client) const {
@@ -104,13 +97,18 @@ void transport::start(std::weak_ptr<connection_owner> owner, duration handshake_
   // Accept loops: each accepted socket gets its own strand. The handlers run on the I/O
   // threads, which stop() joins before this object goes.
   auto accept = std::make_shared<std::function<void()>>();
-  auto pause = std::make_shared<accept_pause>(io_);
+  auto pause = std::make_shared<net::accept_backoff>(io_, "rpc", "rpc");
   *accept = [this, pause, accept_w = std::weak_ptr<std::function<void()>>(accept)] {
     acceptor_->async_accept(
         asio::make_strand(io_),
         [this, pause, accept_w](const boost::system::error_code& ec, asio::ip::tcp::socket sock) {
           if (closing_.load() || ec == asio::error::operation_aborted) return;
-          if (ec) return pause->retry_after_failure(ec, "rpc", accept_w);
+          if (ec) {
+            (void)pause->retry_after_failure(ec, [accept_w] {
+              if (auto again = accept_w.lock()) (*again)();
+            });
+            return;
+          }
           pause->succeeded();
           adopt(connection::socket_type(std::move(sock)), true);
           if (auto again = accept_w.lock()) (*again)();
@@ -120,7 +118,7 @@ void transport::start(std::weak_ptr<connection_owner> owner, duration handshake_
   (*accept)();
   if (local_acceptor_) {
     auto accept_local = std::make_shared<std::function<void()>>();
-    auto local_pause = std::make_shared<accept_pause>(io_);
+    auto local_pause = std::make_shared<net::accept_backoff>(io_, "rpc", "rpc (local socket)");
     *accept_local = [this, local_pause,
                      again_w = std::weak_ptr<std::function<void()>>(accept_local)] {
       local_acceptor_->async_accept(
@@ -128,7 +126,12 @@ void transport::start(std::weak_ptr<connection_owner> owner, duration handshake_
           [this, local_pause, again_w](const boost::system::error_code& ec,
                                        asio::local::stream_protocol::socket sock) {
             if (closing_.load() || ec == asio::error::operation_aborted) return;
-            if (ec) return local_pause->retry_after_failure(ec, "rpc (local socket)", again_w);
+            if (ec) {
+              (void)local_pause->retry_after_failure(ec, [again_w] {
+                if (auto again = again_w.lock()) (*again)();
+              });
+              return;
+            }
             local_pause->succeeded();
             adopt(connection::socket_type(std::move(sock)), false);
             if (auto again = again_w.lock()) (*again)();
