@@ -10,7 +10,14 @@
 #     backend's hierarchical path from 256 KiB) against torch's gloo backend
 #     (bench/collectives_torch_gloo.py); also collectives_bench with
 #     TROUPE_GLOO_HIERARCHICAL=0 (the flat TCP path) and its two-level prototype
-#     (allreduce_hier: public subgroups, shared memory within a host, TCP across).
+#     (allreduce_hier: public subgroups, shared memory within a host, TCP across);
+#   - the same allreduce sizes against Open MPI (bench/mpi_collectives_bench, when built:
+#     `scripts/install-deps.sh --bench`), started by mpirun in host0's network and UTS
+#     namespaces, its daemon on host1 through bench/netns_rsh.sh (--mca plm_rsh_agent), with
+#     its defaults otherwise: shared memory within a host, its TCP transport on eth0 between
+#     them, and mpi_yield_when_idle (4 ranks on 2 cores: its polling ranks otherwise keep
+#     the one they wait for off the CPU, 4-15x slower in a trial). mpirun's own ranks share the machine's /dev/shm (nsenter needs the outer /proc to
+#     reach host1), which only host0's two ranks use.
 # Every process gets a launcher's plain environment (RANK, WORLD_SIZE, LOCAL_RANK,
 # LOCAL_WORLD_SIZE, MASTER_ADDR = host0's address, MASTER_PORT) and its host's address
 # (TROUPE_LOCAL_ADDR; GLOO_SOCKET_IFNAME and TP_SOCKET_IFNAME for torch). Prints the medians
@@ -51,6 +58,9 @@ anchor_rpc=("$py" bench/rpc_torch.py "${rpc_args[@]}")
 troupe_coll=("$build/bench/collectives_bench" --ops allreduce,allreduce_hier "${coll_sizes[@]}" --json)
 flat_coll=(env TROUPE_GLOO_HIERARCHICAL=0 "$build/bench/collectives_bench" --ops allreduce "${coll_sizes[@]}" --json)
 anchor_coll=("$py" bench/collectives_torch_gloo.py --ops allreduce "${coll_sizes[@]}")
+mpi_bench=$build/bench/mpi_collectives_bench
+[[ -x $mpi_bench ]] && command -v mpirun >/dev/null ||
+  echo "hosts_bench: no Open MPI anchor ($mpi_bench or mpirun missing: scripts/install-deps.sh --bench)" >&2
 port=29400
 
 # job NAME PER_HOST cmd...: runs cmd as ranks 0..2*PER_HOST-1, PER_HOST on each host
@@ -84,6 +94,23 @@ job() {
   return "$rc"
 }
 
+# mpi_job NAME: Open MPI's allreduce at world 4, 2 ranks on each host (see the top); the
+# JSON lines of rank 0 are appended to $out/NAME.jsonl.
+mpi_job() {
+  local name=$1 pids
+  pids="$(sim_host_name 0)=$(sim_host_pid 0),$(sim_host_name 1)=$(sim_host_pid 1)"
+  if ! nsenter -t "$(sim_host_pid 0)" -n -u -- timeout -k 5 "$limit" env SIM_HOSTS_PIDS="$pids" \
+    mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 --host host0:2,host1:2 \
+    --mca plm_rsh_agent "$here/netns_rsh.sh" --mca btl_tcp_if_include eth0 \
+    --mca oob_tcp_if_include eth0 --mca mpi_yield_when_idle 1 "$mpi_bench" --ops allreduce "${coll_sizes[@]}" \
+    >"$out/$name.out" 2>"$out/$name.err"; then
+    echo "hosts_bench: $name failed" >&2
+    tail -n 20 "$out/$name.err" >&2
+    return 1
+  fi
+  grep '^{' "$out/$name.out" >>"$out/$name.jsonl"
+}
+
 echo "# hosts: host0 $(sim_host_addr 0), host1 $(sim_host_addr 1) (veth pairs into one bridge)" >&2
 for ((i = 1; i <= runs; ++i)); do
   job troupe_rpc 1 "${troupe_rpc[@]}" || exit 1
@@ -92,10 +119,11 @@ for ((i = 1; i <= runs; ++i)); do
   job troupe_coll 2 "${troupe_coll[@]}" || exit 1
   job flat_coll 2 "${flat_coll[@]}" || exit 1
   job anchor_coll 2 "${anchor_coll[@]}" || exit 1
+  if [[ -x $mpi_bench ]] && command -v mpirun >/dev/null; then mpi_job mpi_coll || exit 1; fi
   echo "round $i/$runs done" >&2
 done
 
 echo "# bench/hosts_bench.sh $runs: $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -n), $(nproc) cores, median of $runs rounds"
 echo "# rpc (rank 0 on host0, rank 1 on host1): ${troupe_rpc[*]#$root/} [--inline --busy-poll-us 50]  |  ${anchor_rpc[*]}"
-echo "# allreduce (ranks 0,1 on host0, 2,3 on host1): ${troupe_coll[*]#$root/} [TROUPE_GLOO_HIERARCHICAL=0 --ops allreduce]  |  ${anchor_coll[*]}"
+echo "# allreduce (ranks 0,1 on host0, 2,3 on host1): ${troupe_coll[*]#$root/} [TROUPE_GLOO_HIERARCHICAL=0 --ops allreduce]  |  ${anchor_coll[*]}  |  mpirun -np 4 --host host0:2,host1:2 --mca mpi_yield_when_idle 1 ${mpi_bench#$root/} --ops allreduce ${coll_sizes[*]}"
 "$py" "$here/hosts_summary.py" "$out"

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """The table of bench/hosts_bench.sh: medians over its rounds, ratios and targets.
 
-Reads DIR/{troupe_rpc,lowlat_rpc,anchor_rpc,troupe_coll,flat_coll,anchor_coll}.jsonl (the
-JSON lines of rpc_bench, rpc_bench --inline --busy-poll-us 50, rpc_torch.py,
-collectives_bench --json, the same with TROUPE_GLOO_HIERARCHICAL=0, and
-collectives_torch_gloo.py, one set per round) and prints a markdown table: troupe, the anchor, troupe/anchor, the target and
+Reads DIR/{troupe_rpc,lowlat_rpc,anchor_rpc,troupe_coll,flat_coll,anchor_coll,mpi_coll}.jsonl
+(the JSON lines of rpc_bench, rpc_bench --inline --busy-poll-us 50, rpc_torch.py,
+collectives_bench --json, the same with TROUPE_GLOO_HIERARCHICAL=0,
+collectives_torch_gloo.py and mpi_collectives_bench, one set per round) and prints a markdown table: troupe, the anchor, troupe/anchor, the target and
 whether it is met, with each median's range over the rounds.
 Usage: /usr/bin/python3 bench/hosts_summary.py DIR
 """
@@ -57,6 +57,7 @@ def main():
     d = sys.argv[1]
     trpc, arpc, lrpc = load(d, "troupe_rpc"), load(d, "anchor_rpc"), load(d, "lowlat_rpc")
     tcol, acol, fcol = load(d, "troupe_coll"), load(d, "anchor_coll"), load(d, "flat_coll")
+    mcol = load(d, "mpi_coll")
     print("| measurement | troupe, median (range) | anchor, median (range) | troupe/anchor | target | |")
     print("|---|---|---|---|---|---|")
     rpc_p50 = values(trpc, "p50_us", bench="roundtrip", variant="rpc")
@@ -87,6 +88,13 @@ def main():
         row(f"allreduce busbw, world 4, {size} (GB/s)",
             values(tcol, "busbw_GBps", bench="allreduce", bytes=b),
             values(acol, "busbw_GBps", bench="allreduce", bytes=b), "torch-gloo", target)
+    for b in sorted({r["bytes"] for r in mcol if r.get("bench") == "allreduce"}):
+        size = f"{b / (1 << 20):g} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+        target = ("<=", 1.0) if b >= 1 << 20 else None
+        row(f"allreduce time, world 4, {size} (us)",
+            values(tcol, "time_us", bench="allreduce", bytes=b),
+            values(mcol, "time_us", bench="allreduce", bytes=b), "Open MPI (TCP between hosts)",
+            target)
     for b in sorted({r["bytes"] for r in fcol if r.get("bench") == "allreduce"}):
         size = f"{b / (1 << 20):g} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
         row(f"allreduce busbw, flat path (TROUPE_GLOO_HIERARCHICAL=0), {size} (GB/s)",

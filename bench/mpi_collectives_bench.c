@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
   int fixed_iters = 0;
   char ops[256] = "allreduce,broadcast,allgather,reduce_scatter";
   for (int i = 1; i < argc; ++i) {
-    if (i + 1 >= argc) return usage("every option takes a value");
+    if (strcmp(argv[i], "--json") == 0) continue; /* accepted for symmetry; always JSON */
+    if (i + 1 >= argc) return usage("every option but --json takes a value");
     if (strcmp(argv[i], "--min") == 0)
       min_bytes = strtoull(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--max") == 0)
@@ -63,8 +64,6 @@ int main(int argc, char** argv) {
       fixed_iters = atoi(argv[++i]);
     else if (strcmp(argv[i], "--ops") == 0)
       snprintf(ops, sizeof ops, "%s", argv[++i]);
-    else if (strcmp(argv[i], "--json") == 0)
-      --i; /* accepted for symmetry; always JSON */
     else
       return usage("unknown option");
   }

@@ -81,6 +81,9 @@ std::size_t threads_of_this_process() {
 
 // Forks the child, starts the store, opens the segment as rank 0 and runs an allreduce
 // with a 30 s deadline. Returns the error it threw ("" if none) and how long it took.
+// The one fork of the tests outside tests/support/child_process.hpp: these tests need the
+// child left unreaped (a zombie) or reaped by the kernel (SIGCHLD ignored) while the
+// allreduce runs, which a handle that reaps its child would change.
 struct outcome {
   std::string error;
   errc code = errc::internal;
