@@ -1,6 +1,5 @@
 #include <troupe/collectives/gloo/direct.hpp>
 
-#include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
@@ -8,6 +7,7 @@
 #include <cstring>
 
 #include <troupe/collectives/gloo/blocks.hpp>
+#include <troupe/collectives/gloo/gloo_errors.hpp>
 
 namespace troupe::collectives::gloo_direct {
 
@@ -32,12 +32,20 @@ std::chrono::milliseconds left(const op_ctx& op) {
   return std::max(ms, std::chrono::milliseconds(1));
 }
 
-void wait_recv(const op_ctx& op, gloo::transport::UnboundBuffer& b) {
-  if (!b.waitRecv(left(op))) throw gloo::IoException("a receive was aborted");
+// A wait that returned false was ended by abort(): as a broken connection, in the words
+// gloo_errors::error_of gives Gloo's own errors.
+troupe::error direct_failure(const char* what) {
+  return troupe::error(errc::connection_lost, std::string("gloo: ") + what);
 }
 
-void wait_send(const op_ctx& op, gloo::transport::UnboundBuffer& b) {
-  if (!b.waitSend(left(op))) throw gloo::IoException("a send was aborted");
+expected<void> wait_recv(const op_ctx& op, gloo::transport::UnboundBuffer& b) {
+  if (!b.waitRecv(left(op))) return direct_failure("a receive was aborted");
+  return ok();
+}
+
+expected<void> wait_send(const op_ctx& op, gloo::transport::UnboundBuffer& b) {
+  if (!b.waitSend(left(op))) return direct_failure("a send was aborted");
+  return ok();
 }
 
 using gloo_blocks::block;
@@ -51,12 +59,13 @@ struct participants {
   int peer(int r) const { return map.empty() ? r : map[static_cast<std::size_t>(r)]; }
 };
 
-participants participants_of(const op_ctx& op) {
-  if (op.ranks.empty()) return {op.context.size, op.context.rank, {}};
+expected<participants> participants_of(const op_ctx& op) {
+  if (op.ranks.empty()) return participants{op.context.size, op.context.rank, {}};
   const auto it = std::find(op.ranks.begin(), op.ranks.end(), op.context.rank);
   if (it == op.ranks.end())
-    throw gloo::IoException("a direct operation's rank map does not hold this rank");
-  return {static_cast<int>(op.ranks.size()), static_cast<int>(it - op.ranks.begin()), op.ranks};
+    return direct_failure("a direct operation's rank map does not hold this rank");
+  return participants{static_cast<int>(op.ranks.size()), static_cast<int>(it - op.ranks.begin()),
+                      op.ranks};
 }
 
 // Folds the contributions of ranks 0..n-1 to one stretch of `bytes` bytes in rank order:
@@ -76,9 +85,9 @@ void fold(const cpu_reduce_fn& fn, int n, int me, std::byte* own, Peer peer, std
   }
 }
 
-void exchange_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s) {
+expected<void> exchange_allreduce(const op_ctx& op, const participants& p, tensor_view t,
+                                  const cpu_reduce_fn& fn, scratch& s) {
   auto& ctx = op.context;
-  const auto p = participants_of(op);
   const int n = p.n, me = p.me;
   const std::size_t bytes = t.nbytes();
   std::byte* base = s.get(bytes * static_cast<std::size_t>(n));
@@ -92,15 +101,16 @@ void exchange_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn
   auto out = ctx.createUnboundBuffer(t.data, bytes);
   for (int i = 1; i < n; ++i) out->send(p.peer((me + i) % n), op.slot);
   for (int r = 0; r < n; ++r)
-    if (r != me) wait_recv(op, *in[static_cast<std::size_t>(r)]);
+    if (r != me) TROUPE_TRY(wait_recv(op, *in[static_cast<std::size_t>(r)]));
   // The tensor is the send source: it may change only once every send has left.
-  for (int i = 1; i < n; ++i) wait_send(op, *out);
+  for (int i = 1; i < n; ++i) TROUPE_TRY(wait_send(op, *out));
   fold(fn, n, me, static_cast<std::byte*>(t.data), slot_of_peer, t.numel);
+  return ok();
 }
 
-void pipelined_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s) {
+expected<void> pipelined_allreduce(const op_ctx& op, const participants& p, tensor_view t,
+                                   const cpu_reduce_fn& fn, scratch& s) {
   auto& ctx = op.context;
-  const auto p = participants_of(op);
   const int n = p.n, me = p.me;
   const std::size_t esize = element_size(t.type);
   const auto mine = block(t.numel, n, me);
@@ -158,7 +168,7 @@ void pipelined_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& f
   // Fold each segment of my block as it completes, reuse its slots, then pass it on.
   for (std::size_t k = 0; k < my_segments; ++k) {
     for (int r = 0; r < n; ++r)
-      if (r != me) wait_recv(op, *in[static_cast<std::size_t>(r)]);
+      if (r != me) TROUPE_TRY(wait_recv(op, *in[static_cast<std::size_t>(r)]));
     const std::size_t off = k * seg * esize, len = seg_len(mine.count, k);
     const std::size_t slot_off = (k % depth) * seg * esize;
     fold(
@@ -170,8 +180,9 @@ void pipelined_allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& f
     for (int i = 1; i < n; ++i, ++out_sends)
       out->send(p.peer((me + i) % n), ag_slot, mine.offset * esize + off, len * esize);
   }
-  for (std::size_t i = 0; i < out_recvs; ++i) wait_recv(op, *out);
-  for (std::size_t i = 0; i < out_sends; ++i) wait_send(op, *out);
+  for (std::size_t i = 0; i < out_recvs; ++i) TROUPE_TRY(wait_recv(op, *out));
+  for (std::size_t i = 0; i < out_sends; ++i) TROUPE_TRY(wait_send(op, *out));
+  return ok();
 }
 
 }  // namespace
@@ -189,35 +200,36 @@ std::uint64_t slot_of(std::uint32_t tag) {
   return (std::uint64_t{0x10} << 56) | (std::uint64_t{tag & 0xffffffu} << 8);
 }
 
-troupe::error error_of(const gloo::IoException& e) {
-  std::string what = e.what();
-  const bool timed_out = what.find("imed out") != std::string::npos;
-  return troupe::error(timed_out ? errc::timeout : errc::connection_lost, "gloo: " + what);
+expected<void> allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s) {
+  auto p = participants_of(op);
+  if (!p) return std::move(p).error();
+  if (p->n == 1 || t.numel == 0) return ok();
+  return gloo_errors::guard([&] {
+    return t.nbytes() <= exchange_max_bytes ? exchange_allreduce(op, *p, t, fn, s)
+                                            : pipelined_allreduce(op, *p, t, fn, s);
+  });
 }
 
-void allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s) {
-  if (participants_of(op).n == 1 || t.numel == 0) return;
-  if (t.nbytes() <= exchange_max_bytes)
-    exchange_allreduce(op, t, fn, s);
-  else
-    pipelined_allreduce(op, t, fn, s);
-}
-
-void allgather(const op_ctx& op, tensor_view in, tensor_view out) {
+expected<void> allgather(const op_ctx& op, tensor_view in, tensor_view out) {
   auto& ctx = op.context;
-  const auto p = participants_of(op);
+  auto found = participants_of(op);
+  if (!found) return std::move(found).error();
+  const auto& p = *found;
   const int n = p.n, me = p.me;
   const std::size_t bytes = in.nbytes();
   auto* dst = static_cast<std::byte*>(out.data);
   std::memcpy(dst + bytes * static_cast<std::size_t>(me), in.data, bytes);
-  if (n == 1 || bytes == 0) return;
-  auto into = ctx.createUnboundBuffer(out.data, out.nbytes());
-  for (int r = 0; r < n; ++r)
-    if (r != me) into->recv(p.peer(r), op.slot, bytes * static_cast<std::size_t>(r), bytes);
-  auto from = ctx.createUnboundBuffer(in.data, bytes);
-  for (int i = 1; i < n; ++i) from->send(p.peer((me + i) % n), op.slot);
-  for (int i = 1; i < n; ++i) wait_recv(op, *into);
-  for (int i = 1; i < n; ++i) wait_send(op, *from);
+  if (n == 1 || bytes == 0) return ok();
+  return gloo_errors::guard([&]() -> expected<void> {
+    auto into = ctx.createUnboundBuffer(out.data, out.nbytes());
+    for (int r = 0; r < n; ++r)
+      if (r != me) into->recv(p.peer(r), op.slot, bytes * static_cast<std::size_t>(r), bytes);
+    auto from = ctx.createUnboundBuffer(in.data, bytes);
+    for (int i = 1; i < n; ++i) from->send(p.peer((me + i) % n), op.slot);
+    for (int i = 1; i < n; ++i) TROUPE_TRY(wait_recv(op, *into));
+    for (int i = 1; i < n; ++i) TROUPE_TRY(wait_send(op, *from));
+    return ok();
+  });
 }
 
 }  // namespace troupe::collectives::gloo_direct

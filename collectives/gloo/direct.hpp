@@ -22,7 +22,6 @@
 
 namespace gloo {
 class Context;
-struct IoException;
 }  // namespace gloo
 
 namespace troupe::collectives::gloo_direct {
@@ -40,8 +39,9 @@ class scratch {
   std::size_t size_ = 0;
 };
 
-/// One operation: its Gloo context, a slot unique to it, and its deadline. Waits throw
-/// gloo::IoException on timeout or peer failure, as Gloo's own algorithms do.
+/// One operation: its Gloo context, a slot unique to it, and its deadline. A wait that
+/// times out or loses its peer fails the operation with gloo_errors::error_of's error
+/// (timeout or connection_lost).
 struct op_ctx {
   gloo::Context& context;
   std::uint64_t slot;
@@ -56,20 +56,16 @@ struct op_ctx {
 /// (prefix < 0x10) and below the point-to-point slots (prefix 0xe0).
 std::uint64_t slot_of(std::uint32_t tag);
 
-/// The error a gloo::IoException (from these algorithms or from Gloo's own) stands for:
-/// errc::timeout when Gloo timed out, else errc::connection_lost, with "gloo: <what>".
-troupe::error error_of(const gloo::IoException& e);
-
 /// Allreduce in place. Small tensors: every rank sends its whole tensor to every other and
 /// folds all contributions locally. Large tensors: reduce-scatter then allgather, each
 /// rank owning one block, both phases direct between all pairs and pipelined in segments.
 /// Either way every rank folds the contributions in rank order (r0 op r1 op ...), so all
 /// ranks get bit-identical results.
-void allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s);
+expected<void> allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s);
 
 /// Allgather: rank r's `in` lands in block r of `out` (size x in.numel elements) everywhere.
 /// One direct transfer per rank pair.
-void allgather(const op_ctx& op, tensor_view in, tensor_view out);
+expected<void> allgather(const op_ctx& op, tensor_view in, tensor_view out);
 
 /// Tensors up to this many bytes take the one-step exchange in allreduce.
 inline constexpr std::size_t exchange_max_bytes = 256 << 10;

@@ -14,7 +14,7 @@ namespace troupe::collectives::gloo_mesh {
 namespace {
 
 // signalExceptionExternal is protected; a pointer to member formed in a derived class
-// reaches it, which is legal C++ (gloo_group.cpp fails pairs the same way on abort).
+// reaches it, which is legal C++ (the tcp transport fails pairs through fail_pair on abort).
 struct pair_failer : gloo::transport::tcp::Pair {
   static constexpr auto signal = &pair_failer::signalExceptionExternal;
 };

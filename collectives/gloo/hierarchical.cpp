@@ -1,14 +1,13 @@
 #include <troupe/collectives/gloo/hierarchical.hpp>
 
-#include <gloo/common/error.h>
 #include <gloo/context.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <exception>
 
 #include <troupe/collectives/gloo/blocks.hpp>
+#include <troupe/collectives/gloo/gloo_errors.hpp>
 #include <troupe/collectives/process_group.hpp>
 #include <troupe/collectives/settings.hpp>
 #include <troupe/core/log.hpp>
@@ -127,22 +126,15 @@ std::vector<int> path::world_of(std::span<const int> group_ranks) const {
 }
 
 template <class F>
-void path::run_step(const char* step, const std::vector<int>& who, F&& f) {
-  auto context = [&] {
-    return strcat("hierarchical allreduce, ", step, " with ranks ", format_ranks(who), ": ");
-  };
-  try {
-    f();
-  } catch (const troupe::exception& e) {
-    throw troupe::exception(troupe::error(e.code(), context() + e.err().message()));
-  } catch (const gloo::IoException& e) {
-    auto err = gloo_direct::error_of(e);
-    throw troupe::exception(troupe::error(err.code(), context() + err.message()));
-  }
+expected<void> path::run_step(const char* step, const std::vector<int>& who, F&& f) {
+  auto r = gloo_errors::guard(std::forward<F>(f));
+  if (r) return r;
+  return troupe::error(r.error().code(), strcat("hierarchical allreduce, ", step, " with ranks ",
+                                                format_ranks(who), ": ", r.error().message()));
 }
 
-void path::allreduce(gloo::Context& context, std::uint64_t slot, tensor_view t, reduce_op op,
-                     const cpu_reduce_fn& fn, clock::time_point deadline) {
+expected<void> path::allreduce(gloo::Context& context, std::uint64_t slot, tensor_view t,
+                               reduce_op op, const cpu_reduce_fn& fn, clock::time_point deadline) {
   using gloo_blocks::block;
   const auto& l = layout_;
   const int k = l.local_rank, slices = l.slices(), local = l.local_size();
@@ -151,7 +143,8 @@ void path::allreduce(gloo::Context& context, std::uint64_t slot, tensor_view t, 
   const auto across_world = world_of(across);
   auto direct = [&](tensor_view part) {
     gloo_direct::op_ctx dop{context, slot, deadline, across};
-    run_step("across hosts", across_world, [&] { gloo_direct::allreduce(dop, part, fn, direct_); });
+    return run_step("across hosts", across_world,
+                    [&] { return gloo_direct::allreduce(dop, part, fn, direct_); });
   };
 
   // Balanced hosts and an even split: reduce-scatter, allreduce a slice across, allgather.
@@ -159,29 +152,30 @@ void path::allreduce(gloo::Context& context, std::uint64_t slot, tensor_view t, 
     tensor_view part = t;
     part.numel = t.numel / static_cast<std::size_t>(local);
     part.data = slice_.get(part.nbytes());
-    run_step("reduce-scatter within the host", host_members,
-             [&] { local_->reduce_scatter(++local_seq_, t, part, op, fn, deadline); });
-    direct(part);
-    run_step("allgather within the host", host_members,
-             [&] { local_->allgather(++local_seq_, part, t, deadline); });
-    return;
+    TROUPE_TRY(run_step("reduce-scatter within the host", host_members,
+                        [&] { local_->reduce_scatter(++local_seq_, t, part, op, fn, deadline); }));
+    TROUPE_TRY(direct(part));
+    return run_step("allgather within the host", host_members,
+                    [&] { local_->allgather(++local_seq_, part, t, deadline); });
   }
 
   // Otherwise: allreduce within the host, slice k across, a broadcast per slice.
   if (local >= 2)
-    run_step("allreduce within the host", host_members,
-             [&] { local_->allreduce(++local_seq_, t, op, fn, deadline); });
+    TROUPE_TRY(run_step("allreduce within the host", host_members,
+                        [&] { local_->allreduce(++local_seq_, t, op, fn, deadline); }));
   if (k < slices) {
     const auto b = block(t.numel, slices, k);
-    if (b.count > 0) direct(t.slice(b.offset, b.count));
+    if (b.count > 0) TROUPE_TRY(direct(t.slice(b.offset, b.count)));
   }
-  if (local < 2) return;
+  if (local < 2) return ok();
   for (int j = 0; j < slices; ++j) {
     const auto b = block(t.numel, slices, j);
     if (b.count == 0) continue;
-    run_step("broadcast within the host", host_members,
-             [&] { local_->broadcast(++local_seq_, t.slice(b.offset, b.count), j, deadline); });
+    TROUPE_TRY(run_step("broadcast within the host", host_members, [&] {
+      local_->broadcast(++local_seq_, t.slice(b.offset, b.count), j, deadline);
+    }));
   }
+  return ok();
 }
 
 void path::mark_failed() noexcept {

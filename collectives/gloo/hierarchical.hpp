@@ -18,8 +18,8 @@
 // in local rank order, so every member gets bit-identical results; floating-point results
 // may differ in the last bits from the flat order r0 op r1 op r2 ... of the other paths.
 //
-// Failure: a step that fails throws troupe::exception naming the step and the members it
-// ran with; the caller fails the group (marks its host's segment failed and closes its TCP
+// Failure: a step that fails returns an error naming the step and the members it ran
+// with; the caller fails the group (marks its host's segment failed and closes its TCP
 // connections), which fails the members of its host and, through the connections, those of
 // the other hosts at once.
 #pragma once
@@ -116,10 +116,10 @@ class path {
 
   /// Allreduce of `t` in place over the group whose full mesh is `context`, in the three
   /// steps above; `slot` is the operation's gloo_direct slot (the same on every member),
-  /// avg combines as sum (the caller divides). Throws troupe::exception (timeout,
-  /// connection_lost, aborted, invalid_argument) naming the step and its members.
-  void allreduce(gloo::Context& context, std::uint64_t slot, tensor_view t, reduce_op op,
-                 const cpu_reduce_fn& fn, clock::time_point deadline);
+  /// avg combines as sum (the caller divides). Fails (timeout, connection_lost, aborted,
+  /// invalid_argument) naming the step and its members.
+  expected<void> allreduce(gloo::Context& context, std::uint64_t slot, tensor_view t, reduce_op op,
+                           const cpu_reduce_fn& fn, clock::time_point deadline);
 
   /// Tells the other members of this host that this one failed. Idempotent.
   void mark_failed() noexcept;
@@ -132,10 +132,10 @@ class path {
  private:
   path() = default;
 
-  // Runs `step` of the operation, turning Gloo's and the segment's exceptions into a
-  // troupe::exception that names the step and `who` (world ranks).
+  // Runs `step` of the operation; an error (Gloo's and the segment's exceptions turned
+  // into one by gloo_errors::guard) names the step and `who` (world ranks).
   template <class F>
-  void run_step(const char* step, const std::vector<int>& who, F&& f);
+  expected<void> run_step(const char* step, const std::vector<int>& who, F&& f);
   std::vector<int> world_of(std::span<const int> group_ranks) const;
 
   host_layout layout_;

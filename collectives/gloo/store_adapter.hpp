@@ -1,6 +1,6 @@
 // Lets Gloo's rendezvous use a troupe::store. Gloo expects exceptions, so failures of
-// the store are thrown as gloo::IoException carrying our message; the backend catches
-// them at its boundary.
+// the store are thrown as gloo::IoException carrying our message; the tcp transport's
+// connect turns them back into errors (gloo_errors::guard).
 #pragma once
 
 #include <gloo/rendezvous/store.h>

@@ -1,0 +1,406 @@
+#include <troupe/collectives/gloo/group_runner.hpp>
+
+#include <gloo/transport/unbound_buffer.h>
+
+#include <algorithm>
+
+#include <troupe/collectives/gloo/gloo_errors.hpp>
+#include <troupe/collectives/roll_call.hpp>
+#include <troupe/core/log.hpp>
+#include <troupe/core/trace.hpp>
+#include <troupe/store/prefix_store.hpp>
+
+namespace troupe::collectives::gloo_runner {
+
+namespace {
+
+// Collectives up to this size are held back from the worker for inline_grace, for their
+// waiter to run (see submit()). Larger ones take long enough that a wake-up is noise.
+constexpr std::size_t small_op_bytes = 64 << 10;
+// How long a small collective is left to its waiter, and how often a worker that has had
+// operations in the last park_after looks for held ones.
+constexpr auto inline_grace = std::chrono::microseconds(500);
+constexpr auto park_after = std::chrono::milliseconds(20);
+
+}  // namespace
+
+group_runner::group_runner(const group_spec& spec)
+    : process_group(spec),
+      store_(std::make_shared<prefix_store>(spec.root_store, spec.name + "/gloo")) {}
+
+group_runner::~group_runner() { shutdown(std::chrono::seconds(30)); }
+
+void group_runner::start(std::shared_ptr<gloo_transport::tcp> tcp,
+                         std::shared_ptr<gloo_transport::transport> transport) {
+  tcp_ = std::move(tcp);
+  transport_ = std::move(transport);
+  worker_ = std::thread([this] { run_worker(); });
+  p2p_thread_ = std::thread([this] { run_p2p(); });
+}
+
+std::optional<troupe::error> group_runner::failure() const {
+  std::lock_guard lk(mu_);
+  return failure_;
+}
+
+void group_runner::abort(troupe::error why) {
+  std::deque<task> queued;
+  std::deque<p2p_wait> posted;
+  {
+    std::lock_guard lk(mu_);
+    if (!failure_) failure_ = std::move(why);
+    if (aborted_) return;
+    aborted_ = true;
+    why = *failure_;
+    queued.swap(queue_);
+    posted.swap(p2p_queue_);
+    // The transfer the p2p thread waits for: its wait returns false at once.
+    if (p2p_current_ != nullptr) {
+      if (p2p_current_is_send_)
+        p2p_current_->abortWaitSend();
+      else
+        p2p_current_->abortWaitRecv();
+    }
+  }
+  gloo_metrics::queue_depth().add(-static_cast<std::int64_t>(queued.size()));
+  TROUPE_LOG(log_level::info, "collectives", describe(*this), " aborted: ", why.message());
+  // The running operation, on the worker or on a waiter, fails as its transport closes.
+  {
+    std::lock_guard lk(teardown_mu_);
+    if (transport_) transport_->abort();
+    if (tcp_) tcp_->fail_pairs("the group was aborted: " + why.message());
+    break_connections();
+  }
+  cv_.notify_all();
+  p2p_cv_.notify_all();
+  idle_cv_.notify_all();
+  for (auto& t : queued) t.done.complete(stopped_by(t.what, why));
+  for (auto& w : posted) w.done.complete(stopped_by(w.what, why));
+}
+
+void group_runner::shutdown(duration timeout) {
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  p2p_cv_.notify_all();
+  // Queued work fails at once; the running operations get until the deadline, then
+  // the connections are closed under them so that they fail promptly.
+  bool idle = false;
+  {
+    std::unique_lock lk(mu_);
+    idle = idle_cv_.wait_for(
+        lk, timeout, [&] { return !busy_ && !p2p_busy_ && queue_.empty() && p2p_queue_.empty(); });
+  }
+  if (!idle) {
+    std::lock_guard lk(teardown_mu_);
+    if (transport_) transport_->abort();
+    break_connections();
+  }
+  if (worker_.joinable()) worker_.join();
+  if (p2p_thread_.joinable()) p2p_thread_.join();
+  std::lock_guard lk(teardown_mu_);
+  transport_.reset();  // the shared memory first, then the TCP pairs and their device
+  tcp_.reset();
+}
+
+// The error of operation `what` ended by abort(why): why's code, naming the operation.
+troupe::error group_runner::stopped_by(const std::string& what, const troupe::error& why) {
+  return troupe::error(why.code(), strcat(what, " was stopped: ", why.message()));
+}
+
+// Fails every member's operations at once: closes the connections under them and
+// marks the shared memory failed.
+void group_runner::break_connections() {
+  if (transport_) transport_->mark_failed();
+}
+
+// Queues an operation. Collectives are numbered in call order, the same on every
+// member (the number is the Gloo tag and the roll-call key); point-to-point transfers
+// (peer >= 0) have a count of their own, as only two members take part.
+//
+// A small collective (`bytes` up to small_op_bytes) is held back from the worker for
+// inline_grace, so that a caller who waits for it runs it on its own thread (run_inline)
+// without waking the worker at all: on a busy host that wake-up (a futex and a context
+// switch) costs more than the operation. Nobody waiting, the worker starts it after the
+// grace; get_future(), is_completed() and a wait() that could not run it inline end the
+// grace at once (urge).
+// `metric_bytes` is the size the metrics record when `bytes` is not given.
+work group_runner::submit(std::string_view op, duration timeout, body_fn body, int peer,
+                          std::size_t bytes, std::size_t metric_bytes) {
+  std::unique_lock lk(mu_);
+  std::uint64_t seq = peer < 0 ? ++seq_ : ++p2p_seq_;
+  // Built by appending, with the group's description (which never changes) made once:
+  // two string streams per operation were about a sixth of a 4 KiB allreduce at world 2
+  // (5.0 -> 4.2 us, medians of 4 alternating runs of collectives_bench).
+  if (description_.empty()) description_ = describe(*this);
+  std::string what;
+  what.reserve(op.size() + 24 + description_.size());
+  what.append(op).append(peer < 0 ? " #" : " #p").append(std::to_string(seq)).append(" on ");
+  what.append(description_);
+  // A collective's waiter may run it itself (run_inline); transfers stay with the worker.
+  auto [w, done] = peer >= 0 ? work::make(what)
+                             : work::make(
+                                   what,
+                                   [weak = weak_from_this(), seq] {
+                                     if (auto g = weak.lock()) g->run_inline(seq);
+                                   },
+                                   [weak = weak_from_this(), seq] {
+                                     if (auto g = weak.lock()) g->urge(seq);
+                                   });
+  if (aborted_) {  // before shut_down: the abort says why the group ended
+    auto why = *failure_;
+    lk.unlock();
+    done.complete(stopped_by(what, why));
+    return w;
+  }
+  if (stopping_) {
+    lk.unlock();
+    done.complete(make_error(errc::shut_down, what, ": the group was shut down"));
+    return w;
+  }
+  const auto now = clock::now();
+  const bool hold = peer < 0 && bytes <= small_op_bytes;
+  last_submit_ = now;
+  queue_.push_back(task{std::move(what), seq, timeout, done, std::move(body), peer,
+                        hold ? now + inline_grace : clock::time_point::min(), op,
+                        bytes != SIZE_MAX ? bytes : metric_bytes});
+  gloo_metrics::queue_depth().add(1);
+  // A polling worker finds a held operation by itself; a parked one must be woken.
+  const bool wake = !hold || worker_parked_;
+  lk.unlock();
+  if (wake) cv_.notify_one();
+  return w;
+}
+
+// Ends the grace of collective `seq` and of every one queued before it.
+void group_runner::urge(std::uint64_t seq) {
+  bool held = false;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& t : queue_) {
+      if (t.peer >= 0) continue;
+      if (t.seq > seq) break;
+      if (t.start_by != clock::time_point::min()) {
+        t.start_by = clock::time_point::min();
+        held = true;
+      }
+    }
+  }
+  if (held) cv_.notify_one();
+}
+
+// The worker runs the queued operations in order, one at a time. An operation runs on
+// whichever thread takes it first: this worker, or a waiter in run_inline. busy_ (under
+// mu_) says one is running; the other never starts another meanwhile, so the group's
+// per-operation state (the transport and its scratch) has one user at a time.
+void group_runner::run_worker() {
+  for (;;) {
+    task t;
+    {
+      std::unique_lock lk(mu_);
+      for (;;) {
+        if (!busy_ && !queue_.empty()) {
+          const auto start_by = queue_.front().start_by;
+          if (stopping_ || failure_ || start_by <= clock::now()) break;
+          cv_.wait_until(lk, start_by);  // its waiter may take it meanwhile
+          continue;
+        }
+        if (stopping_ && !busy_) return;  // the queue is empty
+        // Nothing to start. While operations keep coming, poll for held ones instead
+        // of asking each submit for a wake-up; after a quiet spell, park.
+        if (clock::now() - last_submit_ < park_after) {
+          cv_.wait_for(lk, inline_grace);
+        } else {
+          worker_parked_ = true;
+          cv_.wait(lk);
+          worker_parked_ = false;
+        }
+      }
+      t = std::move(queue_.front());
+      queue_.pop_front();
+      gloo_metrics::queue_depth().add(-1);
+      if (stopping_) {
+        lk.unlock();
+        t.done.complete(make_error(errc::shut_down, t.what, ": the group was shut down first"));
+        continue;
+      }
+      if (failure_) {
+        auto e = *failure_;
+        lk.unlock();
+        t.done.complete(
+            make_error(e.code(), t.what, " was not run: the group failed earlier: ", e.message()));
+        continue;
+      }
+      busy_ = true;
+    }
+    execute(t);
+  }
+}
+
+// Runs collective `seq` on the calling (waiting) thread if it is next in line and nothing
+// runs: the caller spares the hand-off to the worker and back, which costs more than a
+// small operation itself. Otherwise returns at once and the caller waits as usual.
+void group_runner::run_inline(std::uint64_t seq) {
+  task t;
+  {
+    std::lock_guard lk(mu_);
+    if (busy_ || stopping_ || failure_ || queue_.empty() || queue_.front().peer >= 0 ||
+        queue_.front().seq != seq)
+      return;
+    t = std::move(queue_.front());
+    queue_.pop_front();
+    gloo_metrics::queue_depth().add(-1);
+    busy_ = true;
+  }
+  execute(t);
+}
+
+// Runs a task taken from the queue with busy_ set, completes its work and clears busy_.
+void group_runner::execute(task& t) {
+  auto budget = roll_call_budget(t.timeout);
+  std::optional<handed_off> handoff;
+  run_ctx rc{{static_cast<std::uint32_t>(t.seq & 0xffffffu),
+              std::max(t.timeout - budget, duration(1)), t.seq},
+             t.peer >= 0 ? &handoff : nullptr};
+  const auto started = clock::now();
+  trace::span traced("collectives", t.op);
+  if (traced.on()) {
+    traced.args()
+        .add("group", spec().name)
+        .add(t.peer >= 0 ? "p2p_seq" : "seq", t.seq)
+        .add("transport", transport_->carrier(t.op, t.bytes))
+        .add("rank", rank())
+        .add("size", size());
+    if (t.bytes != SIZE_MAX) traced.args().add("bytes", static_cast<std::uint64_t>(t.bytes));
+    if (t.peer >= 0)
+      traced.args().add("peer", spec().global_ranks[static_cast<std::size_t>(t.peer)]);
+  }
+  // The transports return their errors; the guard catches what the group's own steps
+  // might still throw (an allocation), so that it too becomes the sticky error.
+  if (auto r = gloo_errors::guard([&] { return t.body(rc); }); !r) {
+    fail_group(t, r.error(), budget);
+  } else if (handoff) {
+    std::lock_guard lk(mu_);
+    p2p_queue_.push_back(p2p_wait{t.what, std::move(handoff->buffer), handoff->is_send,
+                                  handoff->peer, clock::now() + handoff->timeout, t.timeout,
+                                  t.done});
+    p2p_cv_.notify_one();
+  } else {
+    if (t.peer < 0) metrics_.record(t.op, t.bytes, clock::now() - started);
+    t.done.complete(ok());
+  }
+  bool more = false, stopping = false;
+  {
+    std::lock_guard lk(mu_);
+    busy_ = false;
+    more = !queue_.empty();
+    stopping = stopping_;
+  }
+  if (more || stopping) cv_.notify_one();  // the next operation, or the worker's exit
+  if (stopping) idle_cv_.notify_all();
+}
+
+// Records the sticky error, closes every connection so that peers still inside the
+// operation fail at once too, then asks the store which ranks reached this point.
+void group_runner::fail_group(task& t, const troupe::error& cause, duration budget) {
+  {
+    std::unique_lock lk(mu_);
+    if (aborted_) {
+      // Stopped on purpose: the abort's error, without asking who arrived.
+      auto why = *failure_;
+      lk.unlock();
+      t.done.complete(stopped_by(t.what, why));
+      return;
+    }
+  }
+  break_connections();
+  auto missing =
+      t.peer >= 0
+          ? std::optional(std::vector<int>{spec().global_ranks[static_cast<std::size_t>(t.peer)]})
+          : roll_call(*store_, spec(), t.seq, budget);
+  auto e = make_error(cause.code(), t.what, " failed (timeout ", format_duration(t.timeout),
+                      "): ", describe_missing(missing), "; ", cause.message());
+  {
+    std::lock_guard lk(mu_);
+    if (!failure_) failure_ = e;
+  }
+  TROUPE_LOG(log_level::warn, "collectives", e.message());
+  t.done.complete(e);
+}
+
+void group_runner::run_p2p() {
+  for (;;) {
+    p2p_wait w;
+    {
+      std::unique_lock lk(mu_);
+      p2p_cv_.wait(lk, [&] { return stopping_ || !p2p_queue_.empty(); });
+      if (p2p_queue_.empty()) return;
+      w = std::move(p2p_queue_.front());
+      p2p_queue_.pop_front();
+      p2p_busy_ = true;
+      if (aborted_) {
+        auto why = *failure_;
+        p2p_busy_ = false;
+        lk.unlock();
+        w.done.complete(stopped_by(w.what, why));
+        idle_cv_.notify_all();
+        continue;
+      }
+      p2p_current_ = w.buffer.get();
+      p2p_current_is_send_ = w.is_send;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(w.deadline - clock::now());
+    left = std::max(left, std::chrono::milliseconds(1));
+    bool done = false;
+    auto waited = gloo_errors::guard(
+        [&] { done = w.is_send ? w.buffer->waitSend(left) : w.buffer->waitRecv(left); });
+    if (waited && !done)  // abort() ended the wait
+      waited = troupe::error(errc::connection_lost, "gloo: the transfer was aborted");
+    if (waited) {
+      w.done.complete(ok());
+    } else {
+      const auto& cause = waited.error();
+      std::unique_lock lk(mu_);
+      p2p_current_ = nullptr;
+      if (aborted_) {
+        auto why = *failure_;
+        lk.unlock();
+        w.done.complete(stopped_by(w.what, why));
+        {
+          // Not while abort() fails the pairs: Gloo may still signal this buffer there.
+          std::lock_guard td(teardown_mu_);
+          w.buffer.reset();
+        }
+        lk.lock();
+        p2p_busy_ = false;
+        lk.unlock();
+        idle_cv_.notify_all();
+        continue;
+      }
+      lk.unlock();
+      break_connections();
+      int peer = spec().global_ranks[static_cast<std::size_t>(w.peer)];
+      auto e = make_error(cause.code(), w.what, " failed (timeout ", format_duration(w.timeout),
+                          "): rank ", format_ranks({peer}), " did not arrive; ", cause.message());
+      lk.lock();
+      if (!failure_) failure_ = e;
+      lk.unlock();
+      w.done.complete(e);
+    }
+    {
+      std::lock_guard lk(mu_);
+      p2p_current_ = nullptr;
+    }
+    w.buffer.reset();
+    {
+      std::lock_guard lk(mu_);
+      p2p_busy_ = false;
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+}  // namespace troupe::collectives::gloo_runner
