@@ -1,11 +1,11 @@
 // Where the gloo backend turns exceptions into troupe::error. Internal to collectives/gloo.
 //
 // Gloo reports every failure by throwing (gloo::IoException for timeouts and broken
-// connections, gloo::Exception for misuse), and so do the parts of this backend that run
-// inside or beside Gloo's calls: the shared-memory segment and the store adapter throw,
-// the direct algorithms let Gloo's exceptions through. Everything above them speaks
-// expected<T>: each call into them goes through guard(), the one place where an exception
-// becomes the error it stands for.
+// connections, gloo::Exception for misuse), and so must what Gloo calls back: the store
+// adapter behind its rendezvous and the full-mesh connect throw, and the direct
+// algorithms' calls into Gloo's buffers let its exceptions through. Everything of ours
+// speaks expected<T> (the shared-memory segment included): each call that reaches Gloo
+// goes through guard(), the one place where an exception becomes the error it stands for.
 #pragma once
 
 #include <type_traits>

@@ -152,17 +152,18 @@ expected<void> path::allreduce(gloo::Context& context, std::uint64_t slot, tenso
     tensor_view part = t;
     part.numel = t.numel / static_cast<std::size_t>(local);
     part.data = slice_.get(part.nbytes());
-    TROUPE_TRY(run_step("reduce-scatter within the host", host_members,
-                        [&] { local_->reduce_scatter(++local_seq_, t, part, op, fn, deadline); }));
+    TROUPE_TRY(run_step("reduce-scatter within the host", host_members, [&] {
+      return local_->reduce_scatter(++local_seq_, t, part, op, fn, deadline);
+    }));
     TROUPE_TRY(direct(part));
     return run_step("allgather within the host", host_members,
-                    [&] { local_->allgather(++local_seq_, part, t, deadline); });
+                    [&] { return local_->allgather(++local_seq_, part, t, deadline); });
   }
 
   // Otherwise: allreduce within the host, slice k across, a broadcast per slice.
   if (local >= 2)
     TROUPE_TRY(run_step("allreduce within the host", host_members,
-                        [&] { local_->allreduce(++local_seq_, t, op, fn, deadline); }));
+                        [&] { return local_->allreduce(++local_seq_, t, op, fn, deadline); }));
   if (k < slices) {
     const auto b = block(t.numel, slices, k);
     if (b.count > 0) TROUPE_TRY(direct(t.slice(b.offset, b.count)));
@@ -172,7 +173,7 @@ expected<void> path::allreduce(gloo::Context& context, std::uint64_t slot, tenso
     const auto b = block(t.numel, slices, j);
     if (b.count == 0) continue;
     TROUPE_TRY(run_step("broadcast within the host", host_members, [&] {
-      local_->broadcast(++local_seq_, t.slice(b.offset, b.count), j, deadline);
+      return local_->broadcast(++local_seq_, t.slice(b.offset, b.count), j, deadline);
     }));
   }
   return ok();

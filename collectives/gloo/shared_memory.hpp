@@ -69,30 +69,31 @@ class segment {
   segment& operator=(const segment&) = delete;
 
   // The operations below are collective over the members, numbered by the group's
-  // collective count `seq` (the same on every member). They throw troupe::exception:
-  // errc::timeout at `deadline`, naming the members that did not arrive;
-  // errc::connection_lost when a member exited or failed first; errc::invalid_argument
-  // when the members disagree on the operation, its size or its root; errc::aborted after
-  // abort(). After a throw the segment is unusable (the group's failure is sticky).
+  // collective count `seq` (the same on every member). They fail with errc::timeout at
+  // `deadline`, naming the members that did not arrive; errc::connection_lost when a
+  // member exited or failed first; errc::invalid_argument when the members disagree on
+  // the operation, its size or its root; errc::aborted after abort(). After a failure the
+  // segment is unusable (the group's failure is sticky).
 
   /// Allreduce in place; `fn` combines two runs of elements. Every member folds in rank
   /// order (r0 op r1 op ...), so every member gets bit-identical results, the same as the
   /// TCP algorithms give. avg is the caller's division afterwards.
-  void allreduce(std::uint64_t seq, tensor_view t, reduce_op op, const cpu_reduce_fn& fn,
-                 clock::time_point deadline);
+  expected<void> allreduce(std::uint64_t seq, tensor_view t, reduce_op op, const cpu_reduce_fn& fn,
+                           clock::time_point deadline);
   /// Broadcast from member `root` in place. Returns on every member (the root included)
   /// once every member has the data, so that every member learns of a disagreement.
-  void broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline);
+  expected<void> broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline);
   /// Member r's `in` lands in block r of `out` on every member.
-  void allgather(std::uint64_t seq, tensor_view in, tensor_view out, clock::time_point deadline);
+  expected<void> allgather(std::uint64_t seq, tensor_view in, tensor_view out,
+                           clock::time_point deadline);
   /// Block r of the members' `in` (each `out.numel` elements), folded in rank order, lands
   /// in member r's `out`: the same bits as block r of an allreduce, in one synchronization
   /// per chunk instead of two and without the allreduce's copy back. `out` must not
   /// overlap `in`. avg is the caller's division afterwards.
-  void reduce_scatter(std::uint64_t seq, tensor_view in, tensor_view out, reduce_op op,
-                      const cpu_reduce_fn& fn, clock::time_point deadline);
+  expected<void> reduce_scatter(std::uint64_t seq, tensor_view in, tensor_view out, reduce_op op,
+                                const cpu_reduce_fn& fn, clock::time_point deadline);
   /// Returns once every member called it.
-  void barrier(std::uint64_t seq, clock::time_point deadline);
+  expected<void> barrier(std::uint64_t seq, clock::time_point deadline);
 
   /// Tells every member that this one failed: their waits fail at once. Idempotent.
   void mark_failed() noexcept;
@@ -121,20 +122,21 @@ class segment {
   std::string create(const std::string& name, std::uint64_t token, std::size_t slot_bytes);
   std::string attach(const std::string& name, std::uint64_t token);
 
-  void begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes, std::uint32_t detail);
+  expected<void> begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
+                       std::uint32_t detail);
   void publish() noexcept;
   // Waits until every other member's phase (wait_one: member r's) reaches `target`; on
   // timeout the error says the late members `step` ("did not contribute") in time. On
   // the first such wait of an operation (`agree`), checks that those members run the same
   // operation as this one.
-  void wait_all(std::uint64_t target, clock::time_point deadline, const char* step,
-                bool agree = true);
-  void wait_one(int r, std::uint64_t target, clock::time_point deadline, const char* step);
+  expected<void> wait_all(std::uint64_t target, clock::time_point deadline, const char* step,
+                          bool agree = true);
+  expected<void> wait_one(int r, std::uint64_t target, clock::time_point deadline,
+                          const char* step);
   template <class Missing>
-  void wait(Missing&& missing, clock::time_point deadline, const char* step);
-  void check_agreement(int r);
+  expected<void> wait(Missing&& missing, clock::time_point deadline, const char* step);
+  expected<void> check_agreement(int r);
   bool alive(int r) const;
-  [[noreturn]] void fail(troupe::error e);
   void wake_all() noexcept;
 
   void* map_ = nullptr;

@@ -25,17 +25,17 @@ class shm_transport final : public transport {
   expected<void> allreduce(const op_step& s, tensor_view t, reduce_op op,
                            const cpu_reduce_fn& fn) override {
     if (tcp_->size() == 1) return ok();
-    return gloo_errors::guard([&] { segment_->allreduce(s.seq, t, op, fn, s.deadline()); });
+    return gloo_errors::guard([&] { return segment_->allreduce(s.seq, t, op, fn, s.deadline()); });
   }
   expected<void> broadcast(const op_step& s, tensor_view t, int root) override {
-    return gloo_errors::guard([&] { segment_->broadcast(s.seq, t, root, s.deadline()); });
+    return gloo_errors::guard([&] { return segment_->broadcast(s.seq, t, root, s.deadline()); });
   }
   expected<void> reduce(const op_step& s, tensor_view t, int root,
                         const cpu_reduce_fn& fn) override {
     return tcp_->reduce(s, t, root, fn);
   }
   expected<void> allgather(const op_step& s, tensor_view in, tensor_view out) override {
-    return gloo_errors::guard([&] { segment_->allgather(s.seq, in, out, s.deadline()); });
+    return gloo_errors::guard([&] { return segment_->allgather(s.seq, in, out, s.deadline()); });
   }
   expected<void> gather(const op_step& s, tensor_view in, tensor_view out, int root) override {
     return tcp_->gather(s, in, out, root);
@@ -48,7 +48,7 @@ class shm_transport final : public transport {
                                 const cpu_reduce_fn& fn) override {
     if (tcp_->size() > 1 && !views_overlap(in, out))
       return gloo_errors::guard(
-          [&] { segment_->reduce_scatter(s.seq, in, out, op, fn, s.deadline()); });
+          [&] { return segment_->reduce_scatter(s.seq, in, out, op, fn, s.deadline()); });
     return reduce_scatter_by_allreduce(*this, s, tcp_->rank(), in, out, op, fn);
   }
   expected<void> all_to_all(const op_step& s, tensor_view in, tensor_view out,
@@ -56,7 +56,7 @@ class shm_transport final : public transport {
     return tcp_->all_to_all(s, in, out, uneven);
   }
   expected<void> barrier(const op_step& s) override {
-    return gloo_errors::guard([&] { segment_->barrier(s.seq, s.deadline()); });
+    return gloo_errors::guard([&] { return segment_->barrier(s.seq, s.deadline()); });
   }
 
   void mark_failed() noexcept override {

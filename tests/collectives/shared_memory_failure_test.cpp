@@ -52,7 +52,7 @@ TEST_CASE("members that disagree on the dtype of an allreduce of the same bytes 
     std::vector<std::int32_t> v(64, 1);
     auto t = tensor_view::of(std::span(v));
     if (m.rank == 1) t.type = dtype::float32;
-    m.seg.allreduce(1, t, reduce_op::sum, *cpu_reduce(t.type, reduce_op::sum), in(10s));
+    must(m.seg.allreduce(1, t, reduce_op::sum, *cpu_reduce(t.type, reduce_op::sum), in(10s)));
     return "";
   });
   check_each_contains(out, {"threw invalid_argument", "(int32, sum)", "(float32, sum)"});
@@ -118,13 +118,13 @@ TEST_CASE(
             break;
           case op::allgather: {
             std::vector<float> own(10), all(30);
-            m.seg.allgather(seq, tensor_view::of(std::span(own)), tensor_view::of(std::span(all)),
-                            in(timeout));
+            must(m.seg.allgather(seq, tensor_view::of(std::span(own)),
+                                 tensor_view::of(std::span(all)), in(timeout)));
             break;
           }
           case op::broadcast_root_missing: {
             std::vector<float> v(10);
-            m.seg.broadcast(seq, tensor_view::of(std::span(v)), 2, in(timeout));
+            must(m.seg.broadcast(seq, tensor_view::of(std::span(v)), 2, in(timeout)));
             break;
           }
           case op::broadcast_reader_missing: {
@@ -132,11 +132,11 @@ TEST_CASE(
             // the root waits for the missing member before writing the third one, and
             // the others then wait for the root).
             std::vector<float> v(10);
-            m.seg.broadcast(seq, tensor_view::of(std::span(v)), 0, in(timeout));
+            must(m.seg.broadcast(seq, tensor_view::of(std::span(v)), 0, in(timeout)));
             break;
           }
           case op::barrier:
-            m.seg.barrier(seq, in(timeout));
+            must(m.seg.barrier(seq, in(timeout)));
             break;
         }
       } catch (...) {
@@ -172,8 +172,8 @@ TEST_CASE("a member that marks the segment failed wakes the others' waits at onc
     const auto start = clock::now();
     std::vector<float> v(10, 1.0f);
     try {
-      m.seg.allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum,
-                      *cpu_reduce(dtype::float32, reduce_op::sum), in(20s));
+      must(m.seg.allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum,
+                           *cpu_reduce(dtype::float32, reduce_op::sum), in(20s)));
     } catch (...) {
       took[static_cast<std::size_t>(m.rank)] =
           std::chrono::duration_cast<duration>(clock::now() - start);
@@ -206,11 +206,11 @@ TEST_CASE("abort from another thread ends a waiting operation at once and fails 
     auto fn = *cpu_reduce(dtype::float32, reduce_op::sum);
     const auto start = clock::now();
     try {
-      m.seg.allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum, fn, in(20s));
+      must(m.seg.allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum, fn, in(20s)));
     } catch (const troupe::exception& e) {
       took = std::chrono::duration_cast<duration>(clock::now() - start);
       try {
-        m.seg.broadcast(2, tensor_view::of(std::span(v)), 0, in(20s));
+        must(m.seg.broadcast(2, tensor_view::of(std::span(v)), 0, in(20s)));
         later = "a later broadcast succeeded";
       } catch (const troupe::exception& e2) {
         later = describe_throw(e2);

@@ -75,6 +75,12 @@ struct member {
   const std::vector<segment*>& all;  // every member's segment, alive until all bodies end
 };
 
+// A member's body reads as a sequence of operations: the first that fails ends it, and
+// on_members reports that failure as "threw <errc>: <message>".
+inline void must(expected<void> r) {
+  if (!r) throw troupe::exception(std::move(r).error());
+}
+
 inline std::string describe_throw(const troupe::exception& e) {
   return strcat("threw ", to_string(e.code()), ": ", e.err().message());
 }
@@ -177,7 +183,7 @@ inline std::string float_sum(member& m, std::uint64_t& seq, std::size_t count, s
   static const auto fn = *cpu_reduce(dtype::float32, reduce_op::sum);
   std::vector<float> v(count);
   for (std::size_t i = 0; i < count; ++i) v[i] = fvalue(m.rank, i, salt);
-  m.seg.allreduce(seq++, tensor_view::of(std::span(v)), reduce_op::sum, fn, in(timeout));
+  must(m.seg.allreduce(seq++, tensor_view::of(std::span(v)), reduce_op::sum, fn, in(timeout)));
   for (std::size_t i = 0; i < count; ++i) {
     const float want = rank_order_sum(m.size, i, salt);
     if (std::bit_cast<std::uint32_t>(v[i]) != std::bit_cast<std::uint32_t>(want))
@@ -195,7 +201,7 @@ inline std::string int64_reduce(member& m, std::uint64_t& seq, std::size_t count
   };
   std::vector<std::int64_t> v(count);
   for (std::size_t i = 0; i < count; ++i) v[i] = value(m.rank, i);
-  m.seg.allreduce(seq++, tensor_view::of(std::span(v)), op, fn, in(10s));
+  must(m.seg.allreduce(seq++, tensor_view::of(std::span(v)), op, fn, in(10s)));
   for (std::size_t i = 0; i < count; ++i) {
     std::int64_t want = value(0, i);
     for (int r = 1; r < m.size; ++r)
@@ -218,7 +224,7 @@ inline std::string half_reduce(member& m, std::uint64_t& seq, dtype t, reduce_op
   };
   buffer b(t, count);
   for (std::size_t i = 0; i < count; ++i) b.set(i, value(m.rank, i));
-  m.seg.allreduce(seq++, b.view(), op, fn, in(10s));
+  must(m.seg.allreduce(seq++, b.view(), op, fn, in(10s)));
   for (std::size_t i = 0; i < count; ++i) {
     double want = value(0, i);
     for (int r = 1; r < m.size; ++r)
@@ -235,7 +241,7 @@ inline std::string float_broadcast(member& m, std::uint64_t& seq, std::size_t co
                                    std::uint64_t salt) {
   std::vector<float> v(count);
   for (std::size_t i = 0; i < count; ++i) v[i] = fvalue(m.rank, i, salt);
-  m.seg.broadcast(seq++, tensor_view::of(std::span(v)), root, in(10s));
+  must(m.seg.broadcast(seq++, tensor_view::of(std::span(v)), root, in(10s)));
   for (std::size_t i = 0; i < count; ++i)
     if (std::bit_cast<std::uint32_t>(v[i]) != std::bit_cast<std::uint32_t>(fvalue(root, i, salt)))
       return strcat("broadcast from ", root, ": ",
@@ -256,7 +262,7 @@ inline std::string int64_allgather(member& m, std::uint64_t& seq, std::size_t co
     std::copy(own.begin(), own.end(), out.begin() + static_cast<std::ptrdiff_t>(me * count));
     in_view = out_view.slice(me * count, count);
   }
-  m.seg.allgather(seq++, in_view, out_view, in(10s));
+  must(m.seg.allgather(seq++, in_view, out_view, in(10s)));
   for (int r = 0; r < m.size; ++r)
     for (std::size_t i = 0; i < count; ++i) {
       const auto got = out[static_cast<std::size_t>(r) * count + i];

@@ -114,12 +114,11 @@ outcome run_parent(child_end how) {
   REQUIRE(*seg != nullptr);
   std::vector<float> v(3000, 1.0f);
   const auto start = clock::now();
-  try {
-    (*seg)->allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum,
-                      *cpu_reduce(dtype::float32, reduce_op::sum), start + 30s);
-  } catch (const troupe::exception& e) {
-    out.error = e.err().message();
-    out.code = e.code();
+  auto r = (*seg)->allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum,
+                             *cpu_reduce(dtype::float32, reduce_op::sum), start + 30s);
+  if (!r) {
+    out.error = r.error().message();
+    out.code = r.error().code();
   }
   out.took = std::chrono::duration_cast<duration>(clock::now() - start);
   return out;

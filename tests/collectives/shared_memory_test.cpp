@@ -115,7 +115,7 @@ TEST_CASE("a barrier lets no member through until every member arrived") {
   std::vector<clock::time_point> left(4);
   check_all(on_members(group_of(4), [&](member& m) -> std::string {
     std::this_thread::sleep_until(start + m.rank * 60ms);
-    m.seg.barrier(1, in(10s));
+    must(m.seg.barrier(1, in(10s)));
     left[static_cast<std::size_t>(m.rank)] = clock::now();
     std::uint64_t seq = 2;
     return float_sum(m, seq, 1000, 1000);
@@ -136,8 +136,8 @@ std::string float_reduce_scatter(member& m, std::uint64_t& seq, std::size_t per,
   const auto n = static_cast<std::size_t>(m.size);
   std::vector<float> in(per * n), out(per, -1.0f);
   for (std::size_t i = 0; i < in.size(); ++i) in[i] = fvalue(m.rank, i, salt);
-  m.seg.reduce_scatter(seq++, tensor_view::of(std::span(in)), tensor_view::of(std::span(out)),
-                       reduce_op::sum, fn, clock::now() + 10s);
+  must(m.seg.reduce_scatter(seq++, tensor_view::of(std::span(in)), tensor_view::of(std::span(out)),
+                            reduce_op::sum, fn, clock::now() + 10s));
   const std::size_t base = static_cast<std::size_t>(m.rank) * per;
   for (std::size_t i = 0; i < per; ++i) {
     const float want = rank_order_sum(m.size, base + i, salt);
