@@ -333,9 +333,16 @@ int segment::world(int r) const { return world_ranks_[static_cast<std::size_t>(r
 
 std::string segment::what() const { return describe_op(kind_, bytes_, detail_); }
 
-expected<void> segment::begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
-                              std::uint32_t detail) {
-  if (aborted_.load()) return make_error(errc::aborted, "the group is shutting down");
+bool segment::fail(troupe::error e) {
+  failure_ = std::move(e);
+  return false;
+}
+
+expected<void> segment::failed() { return std::move(failure_); }
+
+bool segment::begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
+                    std::uint32_t detail) {
+  if (aborted_.load()) return fail(make_error(errc::aborted, "the group is shutting down"));
   seq_ = seq;
   kind_ = kind;
   bytes_ = bytes;
@@ -348,7 +355,7 @@ expected<void> segment::begin(std::uint64_t seq, std::uint32_t kind, std::uint64
   // Published by the next phase store, and by this release for members that compare
   // while they wait for this one (see wait()).
   d.seq.store(seq, std::memory_order_release);
-  return ok();
+  return true;
 }
 
 void segment::publish() noexcept {
@@ -365,43 +372,43 @@ bool segment::alive(int r) const {
   return ps && ps->running && ps->start == m.start.load();
 }
 
-expected<void> segment::check_agreement(int r) {
+bool segment::check_agreement(int r) {
   auto& d = at(r).desc[seq_ % descs];
   const auto seq = d.seq.load(std::memory_order_acquire);
   const auto kind = d.kind.load(std::memory_order_relaxed);
   const auto bytes = d.bytes.load(std::memory_order_relaxed);
   const auto detail = d.detail.load(std::memory_order_relaxed);
-  if (seq == seq_ && kind == kind_ && bytes == bytes_ && detail == detail_) return ok();
+  if (seq == seq_ && kind == kind_ && bytes == bytes_ && detail == detail_) return true;
   mark_failed();
-  return make_error(errc::invalid_argument, "the members disagree on collective #", seq_, ": rank ",
-                    world(rank_), " (this one) runs ", what(), ", rank ", world(r),
-                    seq == seq_ ? strcat(" runs ", describe_op(kind, bytes, detail))
-                                : strcat(" is at collective #", seq),
-                    "; every member must call the same collectives with the same sizes, "
-                    "dtypes, reductions and roots, in the same order");
+  return fail(make_error(errc::invalid_argument, "the members disagree on collective #", seq_,
+                         ": rank ", world(rank_), " (this one) runs ", what(), ", rank ", world(r),
+                         seq == seq_ ? strcat(" runs ", describe_op(kind, bytes, detail))
+                                     : strcat(" is at collective #", seq),
+                         "; every member must call the same collectives with the same sizes, "
+                         "dtypes, reductions and roots, in the same order"));
 }
 
 template <class Missing>
-expected<void> segment::wait(Missing&& missing, clock::time_point deadline, const char* step) {
+bool segment::wait(Missing&& missing, clock::time_point deadline, const char* step) {
   auto& h = head();
   // Compares with member r if it started this collective: whether or not it got as far
   // as this member waits for.
-  auto compare_if_started = [&](int r) -> expected<void> {
+  auto compare_if_started = [&](int r) {
     auto& d = at(r).desc[seq_ % descs];
     if (d.seq.load(std::memory_order_acquire) == seq_ &&
         d.kind.load(std::memory_order_relaxed) != 0)
       return check_agreement(r);
-    return ok();
+    return true;
   };
-  auto check_abandoned = [&]() -> expected<void> {
-    if (aborted_.load()) return make_error(errc::aborted, "the group is shutting down");
+  auto check_abandoned = [&] {
+    if (aborted_.load()) return fail(make_error(errc::aborted, "the group is shutting down"));
     if (auto by = h.failed_by.load(); by != 0 && by != rank_ + 1) {
       // When it failed on finding that the members disagree, say on what.
-      TROUPE_TRY(compare_if_started(by - 1));
-      return make_error(errc::connection_lost, "rank ", world(by - 1),
-                        " failed an operation of the group first");
+      if (!compare_if_started(by - 1)) return false;
+      return fail(make_error(errc::connection_lost, "rank ", world(by - 1),
+                             " failed an operation of the group first"));
     }
-    return ok();
+    return true;
   };
   std::vector<int> waiting;
   auto done = [&] {
@@ -409,37 +416,39 @@ expected<void> segment::wait(Missing&& missing, clock::time_point deadline, cons
     missing(waiting);
     return waiting.empty();
   };
-  if (done()) return ok();
+  if (done()) return true;
   if (spin_) {
     const auto until = clock::now() + spin_time;
     do {
       for (int i = 0; i < 64; ++i) cpu_relax();
-      if (done()) return ok();
+      if (done()) return true;
     } while (clock::now() < until);
   }
   auto next_liveness = clock::now() + liveness_period;
   for (;;) {
     const std::uint32_t seen = h.wake.load();
-    if (done()) return ok();
+    if (done()) return true;
     // A member that started this collective with other arguments may never get where this
     // one waits for it (two members each taking the other for the root), or failed on
     // seeing the difference: compare with it now instead of waiting for the deadline.
-    for (int r : waiting) TROUPE_TRY(compare_if_started(r));
-    TROUPE_TRY(check_abandoned());
+    for (int r : waiting)
+      if (!compare_if_started(r)) return false;
+    if (!check_abandoned()) return false;
     const auto now = clock::now();
     if (now >= next_liveness) {
       for (int r : waiting)
         if (!alive(r))
-          return make_error(errc::connection_lost, "rank ", world(r), " (pid ", at(r).pid.load(),
-                            ") exited during ", what(), " (collective #", seq_, ")");
+          return fail(make_error(errc::connection_lost, "rank ", world(r), " (pid ",
+                                 at(r).pid.load(), ") exited during ", what(), " (collective #",
+                                 seq_, ")"));
       next_liveness = now + liveness_period;
     }
     if (now >= deadline) {
       std::vector<int> ranks;
       for (int r : waiting) ranks.push_back(world(r));
-      return make_error(errc::timeout, what(), " (collective #", seq_,
-                        "): ", ranks.size() == 1 ? "rank " : "ranks ", format_ranks(ranks), " ",
-                        step, " in time");
+      return fail(make_error(errc::timeout, what(), " (collective #", seq_,
+                             "): ", ranks.size() == 1 ? "rank " : "ranks ", format_ranks(ranks),
+                             " ", step, " in time"));
     }
     auto nap = std::min<clock::duration>(deadline - now, next_liveness - now);
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(nap).count();
@@ -450,41 +459,43 @@ expected<void> segment::wait(Missing&& missing, clock::time_point deadline, cons
   }
 }
 
-expected<void> segment::wait_all(std::uint64_t target, clock::time_point deadline, const char* step,
-                                 bool agree) {
-  TROUPE_TRY(wait(
-      [&](std::vector<int>& out) {
-        for (int r = 0; r < size_; ++r)
-          if (r != rank_ && at(r).phase.load() < target) out.push_back(r);
-      },
-      deadline, step));
+bool segment::wait_all(std::uint64_t target, clock::time_point deadline, const char* step,
+                       bool agree) {
+  if (!wait(
+          [&](std::vector<int>& out) {
+            for (int r = 0; r < size_; ++r)
+              if (r != rank_ && at(r).phase.load() < target) out.push_back(r);
+          },
+          deadline, step))
+    return false;
   if (agree && !agreed_) {
     for (int r = 0; r < size_; ++r)
-      if (r != rank_) TROUPE_TRY(check_agreement(r));
+      if (r != rank_ && !check_agreement(r)) return false;
     agreed_ = true;
   }
-  return ok();
+  return true;
 }
 
-expected<void> segment::wait_one(int r, std::uint64_t target, clock::time_point deadline,
-                                 const char* step) {
-  TROUPE_TRY(wait(
-      [&](std::vector<int>& out) {
-        if (at(r).phase.load() < target) out.push_back(r);
-      },
-      deadline, step));
+bool segment::wait_one(int r, std::uint64_t target, clock::time_point deadline, const char* step) {
+  if (!wait(
+          [&](std::vector<int>& out) {
+            if (at(r).phase.load() < target) out.push_back(r);
+          },
+          deadline, step))
+    return false;
   if (!agreed_) {
-    TROUPE_TRY(check_agreement(r));
+    if (!check_agreement(r)) return false;
     agreed_ = true;
   }
-  return ok();
+  return true;
 }
 
 expected<void> segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op,
                                   const cpu_reduce_fn& fn, clock::time_point deadline) {
   const std::size_t es = element_size(t.type);
-  TROUPE_TRY(begin(seq, op_allreduce, t.nbytes(),
-                   (static_cast<std::uint32_t>(t.type) << 8) | static_cast<std::uint32_t>(op)));
+  if (!begin(seq, op_allreduce, t.nbytes(),
+             (static_cast<std::uint32_t>(t.type) << 8) | static_cast<std::uint32_t>(op)))
+    return failed();
   const std::size_t chunk_bytes = std::min(slot_bytes_, allreduce_chunk_bytes);
   const std::size_t per_chunk = chunk_bytes / es;
   const bool fold_whole = t.nbytes() <= std::min(fold_whole_max_bytes, chunk_bytes);
@@ -493,10 +504,10 @@ expected<void> segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op
     const std::size_t count = std::min(per_chunk, t.numel - off);
     const std::uint64_t c = chunks_++;
     std::byte* const mine = data + off * es;
-    TROUPE_TRY(wait_all(guard_[c & 1], deadline, reuse_step, false));
+    if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return failed();
     std::memcpy(slot(rank_, c), mine, count * es);
     publish();
-    TROUPE_TRY(wait_all(phase_, deadline, "did not contribute"));
+    if (!wait_all(phase_, deadline, "did not contribute")) return failed();
     if (fold_whole) {
       // Every member folds everything, in rank order, into its own tensor.
       fn(mine, slot(0, c), slot(1, c), count);
@@ -522,7 +533,7 @@ expected<void> segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op
       }
     }
     publish();
-    TROUPE_TRY(wait_all(phase_, deadline, "did not reduce its block"));
+    if (!wait_all(phase_, deadline, "did not reduce its block")) return failed();
     for (int r = 0; r < size_; ++r) {
       const auto theirs = block(count, size_, r);
       std::memcpy(mine + theirs.offset * es, slot(r, c) + theirs.offset * es, theirs.count * es);
@@ -535,20 +546,20 @@ expected<void> segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op
 
 expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
                                   clock::time_point deadline) {
-  TROUPE_TRY(begin(seq, op_broadcast, t.nbytes(), static_cast<std::uint32_t>(root)));
+  if (!begin(seq, op_broadcast, t.nbytes(), static_cast<std::uint32_t>(root))) return failed();
   auto* data = static_cast<std::byte*>(t.data);
   const std::size_t bytes = t.nbytes();
   for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
     const std::size_t len = std::min(slot_bytes_, bytes - off);
     const std::uint64_t c = chunks_++;
     if (rank_ == root) {
-      TROUPE_TRY(wait_all(guard_[c & 1], deadline, reuse_step, false));
+      if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return failed();
       std::memcpy(slot(rank_, c), data + off, len);
       publish();
       // The others publish the same phase once they copied the chunk out.
       guard_[c & 1] = phase_;
     } else {
-      TROUPE_TRY(wait_one(root, phase_ + 1, deadline, "did not write the data"));
+      if (!wait_one(root, phase_ + 1, deadline, "did not write the data")) return failed();
       std::memcpy(data + off, slot(root, c), len);
       publish();
     }
@@ -559,13 +570,13 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   // different data.
   if (bytes == 0) return ok();
   agreed_ = false;
-  return wait_all(phase_, deadline, "did not read the data");
+  return wait_all(phase_, deadline, "did not read the data") ? ok() : failed();
 }
 
 expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view out,
                                   clock::time_point deadline) {
   const std::size_t bytes = in.nbytes();
-  TROUPE_TRY(begin(seq, op_allgather, bytes, 0));
+  if (!begin(seq, op_allgather, bytes, 0)) return failed();
   auto* dst = static_cast<std::byte*>(out.data);
   const auto* src = static_cast<const std::byte*>(in.data);
   auto block_of = [&](int r) { return dst + bytes * static_cast<std::size_t>(r); };
@@ -573,10 +584,10 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
   for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
     const std::size_t len = std::min(slot_bytes_, bytes - off);
     const std::uint64_t c = chunks_++;
-    TROUPE_TRY(wait_all(guard_[c & 1], deadline, reuse_step, false));
+    if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return failed();
     std::memcpy(slot(rank_, c), block_of(rank_) + off, len);
     publish();
-    TROUPE_TRY(wait_all(phase_, deadline, "did not contribute"));
+    if (!wait_all(phase_, deadline, "did not contribute")) return failed();
     for (int r = 0; r < size_; ++r)
       if (r != rank_) std::memcpy(block_of(r) + off, slot(r, c), len);
     publish();
@@ -589,8 +600,9 @@ expected<void> segment::reduce_scatter(std::uint64_t seq, tensor_view in, tensor
                                        reduce_op op, const cpu_reduce_fn& fn,
                                        clock::time_point deadline) {
   const std::size_t es = element_size(in.type);
-  TROUPE_TRY(begin(seq, op_reduce_scatter, in.nbytes(),
-                   (static_cast<std::uint32_t>(in.type) << 8) | static_cast<std::uint32_t>(op)));
+  if (!begin(seq, op_reduce_scatter, in.nbytes(),
+             (static_cast<std::uint32_t>(in.type) << 8) | static_cast<std::uint32_t>(op)))
+    return failed();
   const auto members = static_cast<std::size_t>(size_);
   const std::size_t per_rank = out.numel;
   // Each chunk takes the same piece of every block: a member's slot holds its n pieces,
@@ -602,12 +614,12 @@ expected<void> segment::reduce_scatter(std::uint64_t seq, tensor_view in, tensor
   for (std::size_t off = 0; off < per_rank; off += piece) {
     const std::size_t count = std::min(piece, per_rank - off);
     const std::uint64_t c = chunks_++;
-    TROUPE_TRY(wait_all(guard_[c & 1], deadline, reuse_step, false));
+    if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return failed();
     std::byte* const mine = slot(rank_, c);
     for (std::size_t b = 0; b < members; ++b)
       std::memcpy(mine + b * count * es, src + (b * per_rank + off) * es, count * es);
     publish();
-    TROUPE_TRY(wait_all(phase_, deadline, "did not contribute"));
+    if (!wait_all(phase_, deadline, "did not contribute")) return failed();
     auto part = [&](int r) { return slot(r, c) + static_cast<std::size_t>(rank_) * count * es; };
     std::byte* const o = dst + off * es;
     fn(o, part(0), part(1), count);
@@ -619,9 +631,9 @@ expected<void> segment::reduce_scatter(std::uint64_t seq, tensor_view in, tensor
 }
 
 expected<void> segment::barrier(std::uint64_t seq, clock::time_point deadline) {
-  TROUPE_TRY(begin(seq, op_barrier, 0, 0));
+  if (!begin(seq, op_barrier, 0, 0)) return failed();
   publish();
-  return wait_all(phase_, deadline, "did not arrive");
+  return wait_all(phase_, deadline, "did not arrive") ? ok() : failed();
 }
 
 }  // namespace troupe::collectives::gloo_shm

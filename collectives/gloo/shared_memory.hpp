@@ -122,22 +122,27 @@ class segment {
   std::string create(const std::string& name, std::uint64_t token, std::size_t slot_bytes);
   std::string attach(const std::string& name, std::uint64_t token);
 
-  expected<void> begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
-                       std::uint32_t detail);
+  // The steps of an operation return false once they failed, with the error in failure_
+  // (fail() records it, failed() hands it out): a bool keeps the waits' hot path as short
+  // as it was when failures were thrown; each operation returns an expected<void>.
+  [[nodiscard]] bool begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
+                           std::uint32_t detail);
   void publish() noexcept;
   // Waits until every other member's phase (wait_one: member r's) reaches `target`; on
   // timeout the error says the late members `step` ("did not contribute") in time. On
   // the first such wait of an operation (`agree`), checks that those members run the same
   // operation as this one.
-  expected<void> wait_all(std::uint64_t target, clock::time_point deadline, const char* step,
-                          bool agree = true);
-  expected<void> wait_one(int r, std::uint64_t target, clock::time_point deadline,
-                          const char* step);
+  [[nodiscard]] bool wait_all(std::uint64_t target, clock::time_point deadline, const char* step,
+                              bool agree = true);
+  [[nodiscard]] bool wait_one(int r, std::uint64_t target, clock::time_point deadline,
+                              const char* step);
   template <class Missing>
-  expected<void> wait(Missing&& missing, clock::time_point deadline, const char* step);
-  expected<void> check_agreement(int r);
+  [[nodiscard]] bool wait(Missing&& missing, clock::time_point deadline, const char* step);
+  [[nodiscard]] bool check_agreement(int r);
   bool alive(int r) const;
   void wake_all() noexcept;
+  bool fail(troupe::error e);
+  expected<void> failed();
 
   void* map_ = nullptr;
   std::size_t map_bytes_ = 0;
@@ -163,6 +168,7 @@ class segment {
   std::uint64_t bytes_ = 0;
   std::uint32_t detail_ = 0;
   bool agreed_ = false;
+  troupe::error failure_;  // why the running operation failed (fail() sets it)
   std::atomic<bool> aborted_{false};
 };
 
