@@ -7,10 +7,10 @@ namespace troupe::collectives::gloo_transport {
 
 namespace {
 
-class hier_transport final : public transport {
+class hier_transport final : public over_tcp {
  public:
   hier_transport(std::unique_ptr<gloo_hier::path> path, std::shared_ptr<tcp> tcp)
-      : path_(std::move(path)), tcp_(std::move(tcp)) {}
+      : over_tcp(std::move(tcp)), path_(std::move(path)) {}
 
   std::string_view name() const noexcept override { return "hierarchical"; }
   // Only the operations that reduce through allreduce, with enough bytes, take the path.
@@ -25,41 +25,19 @@ class hier_transport final : public transport {
     if (!path_->wants(t.nbytes())) return tcp_->allreduce(s, t, op, fn);
     return path_->allreduce(tcp_->context(), gloo_direct::slot_of(s.tag), t, op, fn, s.deadline());
   }
-  expected<void> broadcast(const op_step& s, tensor_view t, int root) override {
-    return tcp_->broadcast(s, t, root);
-  }
-  expected<void> reduce(const op_step& s, tensor_view t, int root,
-                        const cpu_reduce_fn& fn) override {
-    return tcp_->reduce(s, t, root, fn);
-  }
-  expected<void> allgather(const op_step& s, tensor_view in, tensor_view out) override {
-    return tcp_->allgather(s, in, out);
-  }
-  expected<void> gather(const op_step& s, tensor_view in, tensor_view out, int root) override {
-    return tcp_->gather(s, in, out, root);
-  }
-  expected<void> scatter(const op_step& s, tensor_view in, tensor_view out, int root) override {
-    return tcp_->scatter(s, in, out, root);
-  }
   expected<void> reduce_scatter(const op_step& s, tensor_view in, tensor_view out, reduce_op op,
                                 const cpu_reduce_fn& fn) override {
     return reduce_scatter_by_allreduce(*this, s, tcp_->rank(), in, out, op, fn);
   }
-  expected<void> all_to_all(const op_step& s, tensor_view in, tensor_view out,
-                            const a2a_layout* uneven) override {
-    return tcp_->all_to_all(s, in, out, uneven);
-  }
-  expected<void> barrier(const op_step& s) override { return tcp_->barrier(s); }
 
   void mark_failed() noexcept override {
     path_->mark_failed();
-    tcp_->mark_failed();
+    over_tcp::mark_failed();
   }
   void abort() noexcept override { path_->abort(); }
 
  private:
   std::unique_ptr<gloo_hier::path> path_;
-  std::shared_ptr<tcp> tcp_;
 };
 
 }  // namespace

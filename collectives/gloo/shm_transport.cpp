@@ -12,16 +12,18 @@ bool views_overlap(const tensor_view& a, const tensor_view& b) {
   return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
 }
 
-class shm_transport final : public transport {
+class shm_transport final : public over_tcp {
  public:
   shm_transport(std::unique_ptr<gloo_shm::segment> segment, std::shared_ptr<tcp> tcp)
-      : segment_(std::move(segment)), tcp_(std::move(tcp)) {}
+      : over_tcp(std::move(tcp)), segment_(std::move(segment)) {}
 
   std::string_view name() const noexcept override { return "shared memory"; }
   std::string_view carrier(std::string_view, std::size_t) const noexcept override {
     return "shared memory";
   }
 
+  // Reduce, gather, scatter and all-to-all go over TCP (over_tcp); the rest through the
+  // segment.
   expected<void> allreduce(const op_step& s, tensor_view t, reduce_op op,
                            const cpu_reduce_fn& fn) override {
     if (tcp_->size() == 1) return ok();
@@ -30,18 +32,8 @@ class shm_transport final : public transport {
   expected<void> broadcast(const op_step& s, tensor_view t, int root) override {
     return gloo_errors::guard([&] { return segment_->broadcast(s.seq, t, root, s.deadline()); });
   }
-  expected<void> reduce(const op_step& s, tensor_view t, int root,
-                        const cpu_reduce_fn& fn) override {
-    return tcp_->reduce(s, t, root, fn);
-  }
   expected<void> allgather(const op_step& s, tensor_view in, tensor_view out) override {
     return gloo_errors::guard([&] { return segment_->allgather(s.seq, in, out, s.deadline()); });
-  }
-  expected<void> gather(const op_step& s, tensor_view in, tensor_view out, int root) override {
-    return tcp_->gather(s, in, out, root);
-  }
-  expected<void> scatter(const op_step& s, tensor_view in, tensor_view out, int root) override {
-    return tcp_->scatter(s, in, out, root);
   }
   // The segment's own when `out` does not overlap `in`; else through its allreduce.
   expected<void> reduce_scatter(const op_step& s, tensor_view in, tensor_view out, reduce_op op,
@@ -51,23 +43,18 @@ class shm_transport final : public transport {
           [&] { return segment_->reduce_scatter(s.seq, in, out, op, fn, s.deadline()); });
     return reduce_scatter_by_allreduce(*this, s, tcp_->rank(), in, out, op, fn);
   }
-  expected<void> all_to_all(const op_step& s, tensor_view in, tensor_view out,
-                            const a2a_layout* uneven) override {
-    return tcp_->all_to_all(s, in, out, uneven);
-  }
   expected<void> barrier(const op_step& s) override {
     return gloo_errors::guard([&] { return segment_->barrier(s.seq, s.deadline()); });
   }
 
   void mark_failed() noexcept override {
     segment_->mark_failed();
-    tcp_->mark_failed();
+    over_tcp::mark_failed();
   }
   void abort() noexcept override { segment_->abort(); }
 
  private:
   std::unique_ptr<gloo_shm::segment> segment_;
-  std::shared_ptr<tcp> tcp_;
 };
 
 }  // namespace

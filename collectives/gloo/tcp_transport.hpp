@@ -97,4 +97,46 @@ class tcp final : public transport {
   gloo_direct::scratch scratch_;  // the thread running the group's operation only
 };
 
+/// A transport that keeps the group's tcp transport for what it does not run itself: by
+/// default every collective goes to `tcp`, and a derived transport overrides the ones it
+/// runs its own way (shared memory, hierarchical). mark_failed() fails the TCP pairs too.
+class over_tcp : public transport {
+ public:
+  explicit over_tcp(std::shared_ptr<tcp> t) : tcp_(std::move(t)) {}
+
+  expected<void> allreduce(const op_step& s, tensor_view t, reduce_op op,
+                           const cpu_reduce_fn& fn) override {
+    return tcp_->allreduce(s, t, op, fn);
+  }
+  expected<void> broadcast(const op_step& s, tensor_view t, int root) override {
+    return tcp_->broadcast(s, t, root);
+  }
+  expected<void> reduce(const op_step& s, tensor_view t, int root,
+                        const cpu_reduce_fn& fn) override {
+    return tcp_->reduce(s, t, root, fn);
+  }
+  expected<void> allgather(const op_step& s, tensor_view in, tensor_view out) override {
+    return tcp_->allgather(s, in, out);
+  }
+  expected<void> gather(const op_step& s, tensor_view in, tensor_view out, int root) override {
+    return tcp_->gather(s, in, out, root);
+  }
+  expected<void> scatter(const op_step& s, tensor_view in, tensor_view out, int root) override {
+    return tcp_->scatter(s, in, out, root);
+  }
+  expected<void> reduce_scatter(const op_step& s, tensor_view in, tensor_view out, reduce_op op,
+                                const cpu_reduce_fn& fn) override {
+    return tcp_->reduce_scatter(s, in, out, op, fn);
+  }
+  expected<void> all_to_all(const op_step& s, tensor_view in, tensor_view out,
+                            const a2a_layout* uneven) override {
+    return tcp_->all_to_all(s, in, out, uneven);
+  }
+  expected<void> barrier(const op_step& s) override { return tcp_->barrier(s); }
+  void mark_failed() noexcept override { tcp_->mark_failed(); }
+
+ protected:
+  std::shared_ptr<tcp> tcp_;
+};
+
 }  // namespace troupe::collectives::gloo_transport

@@ -94,52 +94,8 @@ void transport::start(std::weak_ptr<connection_owner> owner, duration handshake_
   owner_ = std::move(owner);
   handshake_timeout_ = handshake_timeout;
   work_.emplace(io_.get_executor());
-  // Accept loops: each accepted socket gets its own strand. The handlers run on the I/O
-  // threads, which stop() joins before this object goes.
-  auto accept = std::make_shared<std::function<void()>>();
-  auto pause = std::make_shared<net::accept_backoff>(io_, "rpc", "rpc");
-  *accept = [this, pause, accept_w = std::weak_ptr<std::function<void()>>(accept)] {
-    acceptor_->async_accept(
-        asio::make_strand(io_),
-        [this, pause, accept_w](const boost::system::error_code& ec, asio::ip::tcp::socket sock) {
-          if (closing_.load() || ec == asio::error::operation_aborted) return;
-          if (ec) {
-            (void)pause->retry_after_failure(ec, [accept_w] {
-              if (auto again = accept_w.lock()) (*again)();
-            });
-            return;
-          }
-          pause->succeeded();
-          adopt(connection::socket_type(std::move(sock)), true);
-          if (auto again = accept_w.lock()) (*again)();
-        });
-  };
-  accept_loop_ = accept;
-  (*accept)();
-  if (local_acceptor_) {
-    auto accept_local = std::make_shared<std::function<void()>>();
-    auto local_pause = std::make_shared<net::accept_backoff>(io_, "rpc", "rpc (local socket)");
-    *accept_local = [this, local_pause,
-                     again_w = std::weak_ptr<std::function<void()>>(accept_local)] {
-      local_acceptor_->async_accept(
-          asio::make_strand(io_),
-          [this, local_pause, again_w](const boost::system::error_code& ec,
-                                       asio::local::stream_protocol::socket sock) {
-            if (closing_.load() || ec == asio::error::operation_aborted) return;
-            if (ec) {
-              (void)local_pause->retry_after_failure(ec, [again_w] {
-                if (auto again = again_w.lock()) (*again)();
-              });
-              return;
-            }
-            local_pause->succeeded();
-            adopt(connection::socket_type(std::move(sock)), false);
-            if (auto again = again_w.lock()) (*again)();
-          });
-    };
-    local_accept_loop_ = accept_local;
-    (*accept_local)();
-  }
+  accept_on(*acceptor_, "rpc", true, accept_loop_);
+  if (local_acceptor_) accept_on(*local_acceptor_, "rpc (local socket)", false, local_accept_loop_);
   std::size_t n = opts_.io_threads == 0 ? 1 : opts_.io_threads;
   for (std::size_t i = 0; i < n; ++i)
     threads_.emplace_back([this] {
@@ -147,6 +103,35 @@ void transport::start(std::weak_ptr<connection_owner> owner, duration handshake_
       io_.run();
     });
   running_.store(true);
+}
+
+// Accepts on `from` until it closes, each accepted socket on its own strand, TLS when
+// `tcp` and the job has an identity. The loop lives in `keep` (stop() drops it); its
+// handlers run on the I/O threads, which stop() joins before this object goes.
+template <class Acceptor>
+void transport::accept_on(Acceptor& from, const char* what, bool tcp,
+                          std::shared_ptr<std::function<void()>>& keep) {
+  auto loop = std::make_shared<std::function<void()>>();
+  auto pause = std::make_shared<net::accept_backoff>(io_, "rpc", what);
+  *loop = [this, &from, tcp, pause, again_w = std::weak_ptr<std::function<void()>>(loop)] {
+    from.async_accept(asio::make_strand(io_),
+                      [this, tcp, pause, again_w](const boost::system::error_code& ec,
+                                                  typename Acceptor::protocol_type::socket sock) {
+                        if (closing_.load() || ec == asio::error::operation_aborted) return;
+                        auto again = [again_w] {
+                          if (auto fn = again_w.lock()) (*fn)();
+                        };
+                        if (ec) {
+                          (void)pause->retry_after_failure(ec, again);
+                          return;
+                        }
+                        pause->succeeded();
+                        adopt(connection::socket_type(std::move(sock)), tcp);
+                        again();
+                      });
+  };
+  keep = loop;
+  (*loop)();
 }
 
 std::optional<connection::socket_type> transport::dial_locally(const address& to,

@@ -119,6 +119,9 @@ class transport {
   expected<std::unique_ptr<tls::session>> new_tls_session(bool client) const;
   // Takes an accepted socket into the table and starts it.
   void adopt(connection::socket_type sock, bool tcp);
+  template <class Acceptor>
+  void accept_on(Acceptor& from, const char* what, bool tcp,
+                 std::shared_ptr<std::function<void()>>& keep);
 
   options opts_;
   asio::io_context io_;
