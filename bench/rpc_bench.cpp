@@ -43,7 +43,7 @@ struct config {
   int iters = 3000;
   double seconds = 2.0;
   std::vector<std::size_t> sizes{4096, 1 << 20, 16 << 20, 64 << 20};
-  int busy_poll_us = 0;
+  int busy_poll_us = -1;  // the library's default
   bool run_inline = false;
   bool tcp_only = false;  // no local sockets: loopback TCP between the workers
   std::string self;
@@ -176,7 +176,7 @@ rpc_backend_options options_for(const std::string& url, const config& c) {
   o.init_method = url;
   o.device_count = 0;
   o.rpc_timeout = std::chrono::seconds(60);
-  o.busy_poll = std::chrono::microseconds(c.busy_poll_us);
+  if (c.busy_poll_us >= 0) o.busy_poll = std::chrono::microseconds(c.busy_poll_us);
   o.local_socket = !c.tcp_only;
   o.functions = bench_functions(c.run_inline);
   return o;

@@ -1,5 +1,7 @@
 #include <troupe/rpc/agent.hpp>
 
+#include <thread>
+
 #include <troupe/rpc/detail/agent_core.hpp>
 
 namespace troupe::rpc {
@@ -41,6 +43,18 @@ void agent::remove_membership_listener(std::uint64_t id) { core_->remove_members
 std::size_t agent::owned_remote_refs() const { return core_->owned_rrefs(); }
 
 duration agent::timeout_of(const call_options& o) const { return core_->timeout_of(o); }
+
+void agent::spin_for_reply(const future<wire::frame>& reply) const {
+  const auto grant = core_->reply_spin().grant();
+  if (grant.count() == 0) return;
+  const auto until = clock::now() + grant;
+  // Yielding lets this process's I/O thread, which completes the reply, run on a busy core.
+  while (!reply.is_ready() && clock::now() < until) std::this_thread::yield();
+}
+
+void agent::note_reply_wait(clock::time_point started) const {
+  core_->reply_spin().record(clock::now() - started);
+}
 
 std::weak_ptr<detail::rref_context> agent::decode_context() const {
   return std::shared_ptr<detail::rref_context>(core_, context());

@@ -149,6 +149,11 @@ class agent {
                                                     std::string_view fn,
                                                     detail::write_args_fn write, const void* args);
   duration timeout_of(const call_options& o) const;
+  // rpc_sync's wait: spins for the reply while recent calls were short (options' busy_poll,
+  // detail/spin_policy.hpp), then the caller sleeps in get(); note_reply_wait() tells the
+  // policy how long the call took from `started`.
+  void spin_for_reply(const future<wire::frame>& reply) const;
+  void note_reply_wait(clock::time_point started) const;
   // The context replies are decoded in (remote references in results): for a continuation
   // that may outlive the agent (empty once it is gone), and for a caller that holds it.
   std::weak_ptr<detail::rref_context> decode_context() const;
@@ -203,14 +208,12 @@ template <class R, class... Args>
 expected<R> agent::rpc_sync(const call_options& o, const worker_ref& to, std::string_view fn,
                             const Args&... args) {
   auto timeout = timeout_of(o);
+  const auto started = clock::now();
   auto raw = start_call(o, to, fn, call_kind::reply, 0, args...);
-  if (auto spin = options().busy_poll; spin.count() > 0) {
-    auto until = clock::now() + spin;
-    while (!raw.is_ready() && clock::now() < until) {
-    }
-  }
+  spin_for_reply(raw);
   // The deadline sweeper fails the call at its timeout; the extra second only guards it.
   auto f = raw.get(timeout + std::chrono::seconds(1));
+  note_reply_wait(started);
   if (!f) return std::move(f).error();
   return detail::decode_result<R>(std::move(*f), context());
 }

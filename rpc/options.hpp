@@ -83,9 +83,12 @@ struct rpc_backend_options {
   duration init_timeout = default_timeout();
   /// Bound on a graceful shutdown.
   duration shutdown_timeout = std::chrono::seconds(30);
-  /// Idle worker threads and waiting rpc_sync callers spin this long before sleeping;
-  /// lowers latency at the cost of CPU. Zero disables it.
-  std::chrono::microseconds busy_poll{0};
+  /// Up to how long an rpc_sync caller spins for its reply, and a worker thread that ran
+  /// out of work spins for the next call, before sleeping. Each spins only while its recent
+  /// waits were short (at most twice this on a moving average), and one worker thread at a
+  /// time: short calls in a row skip two thread wake-ups each, while an idle agent, slow
+  /// functions or sparse calls cost no CPU. Zero: never spin.
+  std::chrono::microseconds busy_poll{50};
   /// Bytes that may wait in one connection's send queue; a caller that finds it full
   /// blocks until there is room or its call's timeout passes (errc::timeout). I/O threads
   /// never block (answers and inline functions may exceed it, up to twice it: past that

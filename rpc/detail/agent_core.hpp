@@ -31,6 +31,7 @@
 #include <troupe/rpc/detail/loan_book.hpp>
 #include <troupe/rpc/detail/member_view.hpp>
 #include <troupe/rpc/detail/rref_table.hpp>
+#include <troupe/rpc/detail/spin_policy.hpp>
 #include <troupe/rpc/detail/transport.hpp>
 #include <troupe/rpc/detail/worker_pool.hpp>
 #include <troupe/rpc/function_table.hpp>
@@ -72,6 +73,8 @@ class agent_core final : public connection_owner,
   function_table& functions() { return *functions_; }
   device_setup setup() const;
   const rpc_backend_options& options() const noexcept { return opts_; }
+  /// rpc_sync callers' spinning for replies (options' busy_poll).
+  spin_policy& reply_spin() noexcept { return reply_spin_; }
   duration timeout_of(const call_options& o) const {
     return o.timeout > duration::zero() ? o.timeout : opts_.rpc_timeout;
   }
@@ -189,6 +192,7 @@ class agent_core final : public connection_owner,
   const int rank_;
   const std::optional<int> world_size_;
   rpc_backend_options opts_;
+  spin_policy reply_spin_{opts_.busy_poll};
   worker_info self_;
   future<wire::frame> send_request_now(const worker_info& to, wire::frame_builder&& fb,
                                        duration timeout, bool expect_reply, write_mode mode);

@@ -1,6 +1,9 @@
 #include <troupe/rpc/detail/worker_pool.hpp>
 
 #include <atomic>
+#include <thread>
+
+#include <troupe/rpc/detail/spin_policy.hpp>
 
 namespace troupe::rpc::detail {
 
@@ -8,12 +11,15 @@ namespace {
 thread_local const worker_pool* current_pool = nullptr;
 }
 
-struct worker_pool::atomic_size {
-  std::atomic<std::size_t> n{0};
+struct worker_pool::atomic_state {
+  explicit atomic_state(std::chrono::microseconds spin) : policy(spin) {}
+  std::atomic<std::size_t> pending{0};  // tasks queued, read by the spinner without the lock
+  std::atomic<bool> spinning{false};    // one thread spins at a time
+  spin_policy policy;
 };
 
 worker_pool::worker_pool(std::size_t threads, std::chrono::microseconds spin)
-    : spin_(spin), pending_(std::make_unique<atomic_size>()) {
+    : state_(std::make_unique<atomic_state>(spin)) {
   if (threads == 0) threads = 1;
   threads_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
@@ -22,12 +28,17 @@ worker_pool::worker_pool(std::size_t threads, std::chrono::microseconds spin)
 worker_pool::~worker_pool() { stop(deadline::after(std::chrono::seconds(5))); }
 
 bool worker_pool::post(task t) {
+  std::size_t before = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (stopping_) return false;
     queue_.push_back(std::move(t));
-    pending_->n.fetch_add(1, std::memory_order_release);
+    before = state_->pending.fetch_add(1, std::memory_order_acq_rel);
   }
+  // A spinning thread takes a lone task without a wake-up. It clears `spinning` before it
+  // locks mu_ to sleep, so one that stopped spinning either finds this task under the lock
+  // or is seen here as not spinning and woken.
+  if (before == 0 && state_->spinning.load()) return true;
   cv_.notify_one();
   return true;
 }
@@ -36,11 +47,18 @@ bool worker_pool::on_pool_thread() const noexcept { return current_pool == this;
 
 void worker_pool::run() {
   current_pool = this;
+  auto& st = *state_;
   for (;;) {
-    if (spin_.count() > 0 && pending_->n.load(std::memory_order_acquire) == 0) {
-      auto until = clock::now() + spin_;
-      while (pending_->n.load(std::memory_order_acquire) == 0 && clock::now() < until)
-        std::this_thread::yield();
+    // How long this thread waits for its next task, for the spin policy: from here until
+    // it holds one, whether it spun, slept or found one queued.
+    const auto idle_from = clock::now();
+    if (st.pending.load(std::memory_order_acquire) == 0) {
+      if (auto grant = st.policy.grant(); grant.count() > 0 && !st.spinning.exchange(true)) {
+        const auto until = idle_from + grant;
+        while (st.pending.load(std::memory_order_acquire) == 0 && clock::now() < until)
+          std::this_thread::yield();
+        st.spinning.store(false);
+      }
     }
     task t;
     {
@@ -49,8 +67,9 @@ void worker_pool::run() {
       if (queue_.empty()) return;  // stopping and drained
       t = std::move(queue_.front());
       queue_.pop_front();
-      pending_->n.fetch_sub(1, std::memory_order_release);
+      st.pending.fetch_sub(1, std::memory_order_release);
     }
+    st.policy.record(clock::now() - idle_from);
     t();
   }
 }

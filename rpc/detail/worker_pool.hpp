@@ -1,6 +1,8 @@
 // worker_pool: the threads that run user functions (never the I/O threads). A FIFO queue
-// under one mutex; idle threads may spin for `spin` before sleeping, which trades CPU for
-// latency on the no-op call path.
+// under one mutex. A thread that runs out of work may spin up to `spin` before sleeping,
+// while tasks have recently come close together (spin_policy.hpp), and only one thread
+// spins at a time: a burst of short calls skips the wake-up of a sleeping thread, and an
+// idle or slow-paced pool costs no CPU.
 #pragma once
 
 #include <condition_variable>
@@ -42,9 +44,8 @@ class worker_pool {
   std::deque<task> queue_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
-  std::chrono::microseconds spin_;
-  struct atomic_size;
-  std::unique_ptr<atomic_size> pending_;
+  struct atomic_state;
+  std::unique_ptr<atomic_state> state_;
 };
 
 }  // namespace troupe::rpc::detail

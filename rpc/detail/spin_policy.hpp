@@ -1,0 +1,50 @@
+// spin_policy: whether a thread about to sleep until something arrives should first spin,
+// and for how long. Sleeping costs a wake-up (a futex and a context switch, several
+// microseconds each way on a busy machine), which dominates a short call's round trip;
+// spinning costs CPU while it waits. The policy spins only while the recent waits were
+// short: it keeps a moving average of the waits recorded, and grants the budget while that
+// average is at most twice the budget. A run of long waits (slow functions, idle
+// connections) turns spinning off by itself; short ones turn it on again.
+// Thread-safe: record() and grant() may be called from any thread at once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace troupe::rpc::detail {
+
+class spin_policy {
+ public:
+  /// `budget` zero: never spin.
+  explicit spin_policy(std::chrono::microseconds budget) noexcept
+      : budget_ns_(budget.count() * 1000) {}
+
+  /// How long the next wait may spin before it sleeps: the budget, or zero.
+  std::chrono::nanoseconds grant() const noexcept {
+    if (budget_ns_ <= 0) return std::chrono::nanoseconds(0);
+    const auto typical = typical_ns_.load(std::memory_order_relaxed);
+    return std::chrono::nanoseconds(typical <= 2 * budget_ns_ ? budget_ns_ : 0);
+  }
+
+  /// One wait's length (from when it could have started spinning until what it waited for
+  /// was there, whether it spun or slept). Waits are weighed 1/8 against the average.
+  void record(std::chrono::nanoseconds waited) noexcept {
+    if (budget_ns_ <= 0) return;
+    // Long waits count as four budgets: one wait of a second must not keep spinning off for
+    // the hundreds of short waits after it.
+    const std::int64_t w = std::min<std::int64_t>(waited.count(), 4 * budget_ns_);
+    const auto old = typical_ns_.load(std::memory_order_relaxed);
+    typical_ns_.store(old + (w - old) / 8, std::memory_order_relaxed);  // a lost update is harmless
+  }
+
+  std::chrono::microseconds budget() const noexcept {
+    return std::chrono::microseconds(budget_ns_ / 1000);
+  }
+
+ private:
+  const std::int64_t budget_ns_;
+  std::atomic<std::int64_t> typical_ns_{0};  // starts short: the first waits spin
+};
+
+}  // namespace troupe::rpc::detail
