@@ -507,16 +507,18 @@ class nccl_group final : public process_group {
                           budget, ev.error().message());
       return work::completed(std::move(e), what);
     }
-    auto [w, done] = work::make(what, [wake = std::weak_ptr<wake_state>(wake_)] {
+    const std::uint64_t ticket = ++launched_;
+    auto [w, done] = work::make(what, [wake = std::weak_ptr<wake_state>(wake_), ticket] {
       if (auto ws = wake.lock()) {
         {
           std::lock_guard g(ws->mu);
-          ws->hurry = true;
+          ws->hurry_through = std::max(ws->hurry_through, ticket);
         }
         ws->cv.notify_all();
       }
     });
     pending_op p;
+    p.ticket = ticket;
     p.seq = seq;
     p.peer = peer;
     p.what = what;
@@ -567,7 +569,6 @@ class nccl_group final : public process_group {
       {
         std::unique_lock lk(mu_);
         if (pending_.empty()) {
-          wake_->hurry = false;
           cv_.wait(lk, [&] { return quit_ || !pending_.empty(); });
         }
         if (quit_) return;
@@ -612,13 +613,13 @@ class nccl_group final : public process_group {
       }
       cv_.notify_all();  // shutdown() waits for pending_ to drain
       std::unique_lock lk(mu_);
-      if (wake_->hurry && !pending_.empty()) {
+      if (hurried()) {
         // A waiter is blocked: poll again at once (yielding the core in between).
         lk.unlock();
         std::this_thread::yield();
         continue;
       }
-      cv_.wait_for(lk, watchdog_interval, [&] { return quit_ || wake_->hurry; });
+      cv_.wait_for(lk, watchdog_interval, [&] { return quit_ || hurried(); });
       if (quit_) return;
     }
   }
@@ -660,17 +661,25 @@ class nccl_group final : public process_group {
 
   mutable std::mutex comm_mu_;  // serializes NCCL calls on comm_ (launch, split, abort, polling)
   std::atomic<std::uint64_t> seq_{0};
-  std::uint64_t p2p_seq_ = 0;                      // guarded by comm_mu_
+  std::uint64_t p2p_seq_ = 0;   // guarded by comm_mu_
+  std::uint64_t launched_ = 0;  // guarded by comm_mu_: tickets, in launch order, of both kinds
   const std::string described_ = describe(*this);  // for the operations' descriptions
   // The watchdog's lock and wake-up, shared with the works' wait helpers (which may
-  // outlive the group): a waiter sets `hurry` and rings, and the watchdog polls without
-  // sleeping until nothing is pending, so that wait() returns microseconds after the GPU
-  // finished instead of up to a watchdog_interval later.
+  // outlive the group): a waiter raises `hurry_through` to its operation's ticket and
+  // rings, and the watchdog polls without sleeping until every operation up to that one
+  // has finished, so that wait() returns microseconds after the GPU finished instead of up
+  // to a watchdog_interval later. Operations launched after it, which nobody waits for
+  // yet, are polled every watchdog_interval: polling them without pause would have the
+  // watchdog's event queries contend with the launches for the CUDA driver.
   struct wake_state {
     std::mutex mu;
     std::condition_variable cv;
-    bool hurry = false;  // under mu
+    std::uint64_t hurry_through = 0;  // under mu: the latest ticket a waiter waits for
   };
+  // Under mu_: whether the oldest pending operation is one a waiter waits for (or older).
+  bool hurried() const {
+    return !pending_.empty() && pending_.front().ticket <= wake_->hurry_through;
+  }
   std::shared_ptr<wake_state> wake_ = std::make_shared<wake_state>();
   std::mutex& mu_ = wake_->mu;
   std::condition_variable& cv_ = wake_->cv;

@@ -16,6 +16,8 @@
 namespace troupe::collectives {
 
 struct pending_op {
+  /// Launch order among all of the group's operations (collectives and transfers alike).
+  std::uint64_t ticket = 0;
   std::uint64_t seq = 0;
   /// The other rank of a point-to-point transfer, else -1.
   int peer = -1;
