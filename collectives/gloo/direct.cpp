@@ -90,8 +90,11 @@ expected<void> exchange_allreduce(const op_ctx& op, const participants& p, tenso
   auto& ctx = op.context;
   const int n = p.n, me = p.me;
   const std::size_t bytes = t.nbytes();
-  std::byte* base = s.get(bytes * static_cast<std::size_t>(n));
-  auto slot_of_peer = [&](int r) { return base + bytes * static_cast<std::size_t>(r); };
+  // One scratch slot per peer (peers before this rank first): n - 1 of them.
+  std::byte* base = s.get(bytes * static_cast<std::size_t>(n - 1));
+  auto slot_of_peer = [&](int r) {
+    return base + bytes * static_cast<std::size_t>(r < me ? r : r - 1);
+  };
   std::vector<buffer_ptr> in(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r)
     if (r != me) {
@@ -205,8 +208,9 @@ expected<void> allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& f
   if (!p) return std::move(p).error();
   if (p->n == 1 || t.numel == 0) return ok();
   return gloo_errors::guard([&] {
-    return t.nbytes() <= exchange_max_bytes ? exchange_allreduce(op, *p, t, fn, s)
-                                            : pipelined_allreduce(op, *p, t, fn, s);
+    const std::size_t limit = p->n == 2 ? exchange_pair_max_bytes : exchange_max_bytes;
+    return t.nbytes() <= limit ? exchange_allreduce(op, *p, t, fn, s)
+                               : pipelined_allreduce(op, *p, t, fn, s);
   });
 }
 

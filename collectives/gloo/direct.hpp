@@ -56,11 +56,11 @@ struct op_ctx {
 /// (prefix < 0x10) and below the point-to-point slots (prefix 0xe0).
 std::uint64_t slot_of(std::uint32_t tag);
 
-/// Allreduce in place. Small tensors: every rank sends its whole tensor to every other and
-/// folds all contributions locally. Large tensors: reduce-scatter then allgather, each
-/// rank owning one block, both phases direct between all pairs and pipelined in segments.
-/// Either way every rank folds the contributions in rank order (r0 op r1 op ...), so all
-/// ranks get bit-identical results.
+/// Allreduce in place. Small tensors (and, between two ranks, all but the largest): every
+/// rank sends its whole tensor to every other and folds all contributions locally. Large tensors:
+/// reduce-scatter then allgather, each rank owning one block, both phases direct between all pairs
+/// and pipelined in segments. Either way every rank folds the contributions in rank order (r0 op r1
+/// op ...), so all ranks get bit-identical results.
 expected<void> allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s);
 
 /// Allgather: rank r's `in` lands in block r of `out` (size x in.numel elements) everywhere.
@@ -69,5 +69,11 @@ expected<void> allgather(const op_ctx& op, tensor_view in, tensor_view out);
 
 /// Tensors up to this many bytes take the one-step exchange in allreduce.
 inline constexpr std::size_t exchange_max_bytes = 256 << 10;
+/// With two participants, up to this many bytes: there the exchange moves the same bytes
+/// as reduce-scatter + allgather (the whole tensor each way) in one step instead of two
+/// dependent ones. Between two simulated hosts (the hierarchical path's step across) it took
+/// 0.80x the time at 1 MiB and 0.98x at 4 MiB (bench/RESULTS.md). Above it the pipelined
+/// algorithm keeps the scratch to a few segments instead of a copy of the tensor.
+inline constexpr std::size_t exchange_pair_max_bytes = std::size_t{64} << 20;
 
 }  // namespace troupe::collectives::gloo_direct
