@@ -85,7 +85,7 @@ struct rpc_backend_options {
   duration shutdown_timeout = std::chrono::seconds(30);
   /// Up to how long an rpc_sync caller spins for its reply, and a worker thread that ran
   /// out of work spins for the next call, before sleeping. Each spins only while its recent
-  /// waits were short (at most twice this on a moving average), and one worker thread at a
+  /// waits were short (at most four times this on a moving average), and one worker thread at a
   /// time: short calls in a row skip two thread wake-ups each, while an idle agent, slow
   /// functions or sparse calls cost no CPU. Zero: never spin.
   std::chrono::microseconds busy_poll{50};

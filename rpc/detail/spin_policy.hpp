@@ -3,8 +3,13 @@
 // microseconds each way on a busy machine), which dominates a short call's round trip;
 // spinning costs CPU while it waits. The policy spins only while the recent waits were
 // short: it keeps a moving average of the waits recorded, and grants the budget while that
-// average is at most twice the budget. A run of long waits (slow functions, idle
-// connections) turns spinning off by itself; short ones turn it on again.
+// average is at most four budgets. A run of long waits (slow functions, idle connections)
+// turns spinning off by itself; short ones turn it on again.
+//
+// Why four budgets and not one: the waits recorded while nobody spins include the wake-ups
+// that spinning saves, on both ends of a call. Two peers whose round trip is 30 us while
+// they spin may measure 100 us while they sleep; a threshold below that would keep both
+// from ever spinning again once a burst of noise had turned them off.
 // Thread-safe: record() and grant() may be called from any thread at once.
 #pragma once
 
@@ -24,16 +29,16 @@ class spin_policy {
   std::chrono::nanoseconds grant() const noexcept {
     if (budget_ns_ <= 0) return std::chrono::nanoseconds(0);
     const auto typical = typical_ns_.load(std::memory_order_relaxed);
-    return std::chrono::nanoseconds(typical <= 2 * budget_ns_ ? budget_ns_ : 0);
+    return std::chrono::nanoseconds(typical <= 4 * budget_ns_ ? budget_ns_ : 0);
   }
 
   /// One wait's length (from when it could have started spinning until what it waited for
   /// was there, whether it spun or slept). Waits are weighed 1/8 against the average.
   void record(std::chrono::nanoseconds waited) noexcept {
     if (budget_ns_ <= 0) return;
-    // Long waits count as four budgets: one wait of a second must not keep spinning off for
-    // the hundreds of short waits after it.
-    const std::int64_t w = std::min<std::int64_t>(waited.count(), 4 * budget_ns_);
+    // Long waits count as eight budgets: one wait of a second must not keep spinning off
+    // for the hundreds of short waits after it.
+    const std::int64_t w = std::min<std::int64_t>(waited.count(), 8 * budget_ns_);
     const auto old = typical_ns_.load(std::memory_order_relaxed);
     typical_ns_.store(old + (w - old) / 8, std::memory_order_relaxed);  // a lost update is harmless
   }

@@ -15,7 +15,8 @@ struct worker_pool::atomic_state {
   explicit atomic_state(std::chrono::microseconds spin) : policy(spin) {}
   std::atomic<std::size_t> pending{0};  // tasks queued, read by the spinner without the lock
   std::atomic<bool> spinning{false};    // one thread spins at a time
-  spin_policy policy;
+  spin_policy policy;                   // fed with the gaps between tasks
+  clock::time_point last_post{};        // under mu_
 };
 
 worker_pool::worker_pool(std::size_t threads, std::chrono::microseconds spin)
@@ -34,6 +35,10 @@ bool worker_pool::post(task t) {
     if (stopping_) return false;
     queue_.push_back(std::move(t));
     before = state_->pending.fetch_add(1, std::memory_order_acq_rel);
+    // The spin policy learns how close together tasks come.
+    const auto now = clock::now();
+    if (state_->last_post != clock::time_point{}) state_->policy.record(now - state_->last_post);
+    state_->last_post = now;
   }
   // A spinning thread takes a lone task without a wake-up. It clears `spinning` before it
   // locks mu_ to sleep, so one that stopped spinning either finds this task under the lock
@@ -49,12 +54,9 @@ void worker_pool::run() {
   current_pool = this;
   auto& st = *state_;
   for (;;) {
-    // How long this thread waits for its next task, for the spin policy: from here until
-    // it holds one, whether it spun, slept or found one queued.
-    const auto idle_from = clock::now();
     if (st.pending.load(std::memory_order_acquire) == 0) {
       if (auto grant = st.policy.grant(); grant.count() > 0 && !st.spinning.exchange(true)) {
-        const auto until = idle_from + grant;
+        const auto until = clock::now() + grant;
         while (st.pending.load(std::memory_order_acquire) == 0 && clock::now() < until)
           std::this_thread::yield();
         st.spinning.store(false);
@@ -69,7 +71,6 @@ void worker_pool::run() {
       queue_.pop_front();
       st.pending.fetch_sub(1, std::memory_order_release);
     }
-    st.policy.record(clock::now() - idle_from);
     t();
   }
 }

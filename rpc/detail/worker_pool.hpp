@@ -1,6 +1,7 @@
 // worker_pool: the threads that run user functions (never the I/O threads). A FIFO queue
 // under one mutex. A thread that runs out of work may spin up to `spin` before sleeping,
-// while tasks have recently come close together (spin_policy.hpp), and only one thread
+// while tasks have recently come close together (spin_policy.hpp, fed with the gaps
+// between posts), and only one thread
 // spins at a time: a burst of short calls skips the wake-up of a sleeping thread, and an
 // idle or slow-paced pool costs no CPU.
 #pragma once
