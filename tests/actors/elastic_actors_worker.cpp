@@ -5,7 +5,8 @@
 // TROUPE_ELASTIC=1), makes an actor node over its agent and publishes "echo". Once the world
 // holds all three, each monitors the other two's echo actors and they meet; then worker1 of
 // the first start kills itself with SIGKILL. The survivors record what each part saw:
-// - the group: the first epoch it rebuilds in without worker1 (its allreduce fails on the way);
+// - the group: the epoch its allreduce was stopped for, which left worker1 out (or the first
+//   epoch it rebuilds in without worker1, should it get there before the work fails);
 // - RPC: the `failed` event for worker1 and the epoch its reason names;
 // - actors: the down message of worker1's echo proxy and the epoch its reason names;
 // and check that the three are one epoch. Then the replacement comes: the survivors see the
@@ -143,6 +144,14 @@ int main() {
       auto r = v->group->allreduce({t.data(), dtype::float32, t.size()}).wait(60s);
       if (!r) {
         group_failure = r.error().to_string();
+        // The group's work stopped naming the epoch that left worker1 out. That is the
+        // group's sighting: the replacement may join before the next rebuild, which then
+        // lands in the epoch after it, with a worker1 again.
+        if (auto e = epoch_named(r.error());
+            e && r.error().message().find("left: worker1 ") != std::string::npos) {
+          group_epoch = *e;
+          break;
+        }
         (void)eg->wait_for_change(v->epoch.number, 2s);
       }
     }
