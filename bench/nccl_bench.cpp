@@ -61,34 +61,28 @@ int run_rank(const args& a) {
   if (!s) die(a.rank, s.error().to_string());
   std::shared_ptr<store> st(std::move(*s));
 
-  // Raw NCCL: a communicator of our own, its unique id through the same store.
-  ncclUniqueId id{};
-  if (a.rank == 0) {
-    check_nccl(a.rank, ncclGetUniqueId(&id), "ncclGetUniqueId");
-    std::vector<std::byte> v(sizeof id);
-    std::memcpy(v.data(), &id, sizeof id);
-    if (auto r = st->set("bench/raw_id", v); !r) die(a.rank, r.error().to_string());
-  } else {
-    auto v = st->get("bench/raw_id", 60s);
-    if (!v || v->size() != sizeof id) die(a.rank, "could not fetch the raw NCCL id");
-    std::memcpy(&id, v->data(), sizeof id);
-  }
+  // Raw NCCL: communicators of our own, their unique ids through the same store.
+  auto shared_id = [&](const std::string& key) {
+    ncclUniqueId id{};
+    if (a.rank == 0) {
+      check_nccl(a.rank, ncclGetUniqueId(&id), "ncclGetUniqueId");
+      std::vector<std::byte> v(sizeof id);
+      std::memcpy(v.data(), &id, sizeof id);
+      if (auto r = st->set(key, v); !r) die(a.rank, r.error().to_string());
+    } else {
+      auto v = st->get(key, 60s);
+      if (!v || v->size() != sizeof id) die(a.rank, "could not fetch the raw NCCL id " + key);
+      std::memcpy(&id, v->data(), sizeof id);
+    }
+    return id;
+  };
   ncclComm_t raw = nullptr;
-  check_nccl(a.rank, ncclCommInitRank(&raw, a.world, id, a.rank), "ncclCommInitRank");
+  check_nccl(a.rank, ncclCommInitRank(&raw, a.world, shared_id("bench/raw_id"), a.rank),
+             "ncclCommInitRank");
   // A second raw communicator in NCCL's non-blocking mode, the mode our group runs in (it is
   // what lets a timeout abort the communicator): the difference between the two raw columns
   // is NCCL's own, the rest is ours.
-  ncclUniqueId nb_id{};
-  if (a.rank == 0) {
-    check_nccl(a.rank, ncclGetUniqueId(&nb_id), "ncclGetUniqueId");
-    std::vector<std::byte> v(sizeof nb_id);
-    std::memcpy(v.data(), &nb_id, sizeof nb_id);
-    if (auto r = st->set("bench/raw_nb_id", v); !r) die(a.rank, r.error().to_string());
-  } else {
-    auto v = st->get("bench/raw_nb_id", 60s);
-    if (!v || v->size() != sizeof nb_id) die(a.rank, "could not fetch the raw NCCL id");
-    std::memcpy(&nb_id, v->data(), sizeof nb_id);
-  }
+  const ncclUniqueId nb_id = shared_id("bench/raw_nb_id");
   ncclComm_t raw_nb = nullptr;
   ncclConfig_t nb_cfg = NCCL_CONFIG_INITIALIZER;
   nb_cfg.blocking = 0;
