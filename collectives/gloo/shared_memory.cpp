@@ -505,7 +505,17 @@ expected<void> segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op
     const std::uint64_t c = chunks_++;
     std::byte* const mine = data + off * es;
     if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return failed();
-    std::memcpy(slot(rank_, c), mine, count * es);
+    const auto own = block(count, size_, rank_);
+    if (fold_whole) {
+      std::memcpy(slot(rank_, c), mine, count * es);
+    } else {
+      // The others read only their own blocks of this slot; this member folds its block
+      // from its tensor, so that block is not copied in.
+      if (own.offset > 0) std::memcpy(slot(rank_, c), mine, own.offset * es);
+      const std::size_t after = own.offset + own.count;
+      if (after < count)
+        std::memcpy(slot(rank_, c) + after * es, mine + after * es, (count - after) * es);
+    }
     publish();
     if (!wait_all(phase_, deadline, "did not contribute")) return failed();
     if (fold_whole) {
@@ -516,21 +526,14 @@ expected<void> segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op
       guard_[c & 1] = phase_;
       continue;
     }
-    // Member r folds block r of the chunk in rank order; the result replaces its own
-    // contribution in its slot, where the others copy it from.
-    const auto own = block(count, size_, rank_);
+    // Member r folds block r of the chunk in rank order (its own contribution read from its
+    // tensor, the others' from their slots) into that block of its slot, which held nothing
+    // yet, and the others copy the result from there.
     if (own.count > 0) {
-      auto src = [&](int r) { return slot(r, c) + own.offset * es; };
-      if (size_ == 2) {
-        fn(src(rank_), src(0), src(1), own.count);
-      } else {
-        // The partial result goes to this member's tensor, whose contribution is in the
-        // slot already; the last step writes the slot.
-        std::byte* acc = mine + own.offset * es;
-        fn(acc, src(0), src(1), own.count);
-        for (int r = 2; r < size_ - 1; ++r) fn(acc, acc, src(r), own.count);
-        fn(src(rank_), acc, src(size_ - 1), own.count);
-      }
+      auto src = [&](int r) { return (r == rank_ ? mine : slot(r, c)) + own.offset * es; };
+      std::byte* const acc = slot(rank_, c) + own.offset * es;
+      fn(acc, src(0), src(1), own.count);
+      for (int r = 2; r < size_; ++r) fn(acc, acc, src(r), own.count);
     }
     publish();
     if (!wait_all(phase_, deadline, "did not reduce its block")) return failed();
@@ -616,11 +619,15 @@ expected<void> segment::reduce_scatter(std::uint64_t seq, tensor_view in, tensor
     const std::uint64_t c = chunks_++;
     if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return failed();
     std::byte* const mine = slot(rank_, c);
+    const auto me = static_cast<std::size_t>(rank_);
+    // This member's own piece is folded from its input, not copied in.
     for (std::size_t b = 0; b < members; ++b)
-      std::memcpy(mine + b * count * es, src + (b * per_rank + off) * es, count * es);
+      if (b != me) std::memcpy(mine + b * count * es, src + (b * per_rank + off) * es, count * es);
     publish();
     if (!wait_all(phase_, deadline, "did not contribute")) return failed();
-    auto part = [&](int r) { return slot(r, c) + static_cast<std::size_t>(rank_) * count * es; };
+    auto part = [&](int r) {
+      return r == rank_ ? src + (me * per_rank + off) * es : slot(r, c) + me * count * es;
+    };
     std::byte* const o = dst + off * es;
     fn(o, part(0), part(1), count);
     for (int r = 2; r < size_; ++r) fn(o, o, part(r), count);
