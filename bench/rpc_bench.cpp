@@ -3,6 +3,8 @@
 //   rpc_bench [--iters N] [--seconds S] [--sizes 4096,1048576,...] [--busy-poll-us U] [--inline]
 //             [--tcp-only]
 // Prints one JSON object per measurement (impl, bench, size, figures) for bench/compare.py.
+// --busy-poll-us sets rpc_backend_options::busy_poll (without it, the library's default:
+// spinning for up to 50 us while calls are quick; 0 turns it off).
 //
 // Under a launcher (RANK set: troupe-run, torchrun, or bare RANK/WORLD_SIZE=2/MASTER_ADDR/
 // MASTER_PORT), the program is one side of a 2-process job instead of forking its peer, so
@@ -449,8 +451,10 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::fprintf(stderr, "# rpc_bench --iters %d --seconds %g --busy-poll-us %d%s\n", c.iters,
-               c.seconds, c.busy_poll_us, c.run_inline ? " --inline" : "");
+  const std::string spin =
+      c.busy_poll_us >= 0 ? " --busy-poll-us " + std::to_string(c.busy_poll_us) : std::string();
+  std::fprintf(stderr, "# rpc_bench --iters %d --seconds %g%s%s\n", c.iters, c.seconds,
+               spin.c_str(), c.run_inline ? " --inline" : "");
   if (std::getenv("RANK")) return across_hosts(c);
   raw_tcp(c);
   auto server = tcp_store_server::start({});
