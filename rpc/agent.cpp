@@ -1,7 +1,5 @@
 #include <troupe/rpc/agent.hpp>
 
-#include <thread>
-
 #include <troupe/rpc/detail/agent_core.hpp>
 
 namespace troupe::rpc {
@@ -45,11 +43,9 @@ std::size_t agent::owned_remote_refs() const { return core_->owned_rrefs(); }
 duration agent::timeout_of(const call_options& o) const { return core_->timeout_of(o); }
 
 void agent::spin_for_reply(const future<wire::frame>& reply) const {
-  const auto grant = core_->reply_spin().grant();
-  if (grant.count() == 0) return;
-  const auto until = clock::now() + grant;
-  // Yielding lets this process's I/O thread, which completes the reply, run on a busy core.
-  while (!reply.is_ready() && clock::now() < until) std::this_thread::yield();
+  // This process's I/O thread completes the reply: the spin yields the core to it.
+  if (const auto grant = core_->reply_spin().grant(); grant.count() > 0)
+    detail::spin_policy::spin_until(grant, [&] { return reply.is_ready(); });
 }
 
 void agent::note_reply_wait(clock::time_point started) const {

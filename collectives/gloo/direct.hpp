@@ -57,10 +57,10 @@ struct op_ctx {
 std::uint64_t slot_of(std::uint32_t tag);
 
 /// Allreduce in place. Small tensors (and, between two ranks, all but the largest): every
-/// rank sends its whole tensor to every other and folds all contributions locally. Large tensors:
-/// reduce-scatter then allgather, each rank owning one block, both phases direct between all pairs
-/// and pipelined in segments. Either way every rank folds the contributions in rank order (r0 op r1
-/// op ...), so all ranks get bit-identical results.
+/// rank sends its whole tensor to every other and folds all contributions locally. Large
+/// tensors: reduce-scatter then allgather, each rank owning one block, both phases direct
+/// between all pairs and pipelined in segments. Either way every rank folds the
+/// contributions in rank order (r0 op r1 op ...), so all ranks get bit-identical results.
 expected<void> allreduce(const op_ctx& op, tensor_view t, const cpu_reduce_fn& fn, scratch& s);
 
 /// Allgather: rank r's `in` lands in block r of `out` (size x in.numel elements) everywhere.

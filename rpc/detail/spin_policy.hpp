@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <thread>
 
 namespace troupe::rpc::detail {
 
@@ -43,8 +44,16 @@ class spin_policy {
     typical_ns_.store(old + (w - old) / 8, std::memory_order_relaxed);  // a lost update is harmless
   }
 
-  std::chrono::microseconds budget() const noexcept {
-    return std::chrono::microseconds(budget_ns_ / 1000);
+  /// Spins for up to `grant`, yielding the core between checks (the thread that makes
+  /// `ready` true may need it), until `ready()` holds. Returns whether it does.
+  template <class Ready>
+  static bool spin_until(std::chrono::nanoseconds grant, Ready&& ready) {
+    const auto until = std::chrono::steady_clock::now() + grant;
+    while (!ready()) {
+      if (std::chrono::steady_clock::now() >= until) return false;
+      std::this_thread::yield();
+    }
+    return true;
   }
 
  private:

@@ -1,7 +1,6 @@
 #include <troupe/rpc/detail/worker_pool.hpp>
 
 #include <atomic>
-#include <thread>
 
 #include <troupe/rpc/detail/spin_policy.hpp>
 
@@ -11,8 +10,8 @@ namespace {
 thread_local const worker_pool* current_pool = nullptr;
 }
 
-struct worker_pool::atomic_state {
-  explicit atomic_state(std::chrono::microseconds spin) : policy(spin) {}
+struct worker_pool::spin_state {
+  explicit spin_state(std::chrono::microseconds spin) : policy(spin) {}
   std::atomic<std::size_t> pending{0};  // tasks queued, read by the spinner without the lock
   std::atomic<bool> spinning{false};    // one thread spins at a time
   spin_policy policy;                   // fed with the gaps between tasks
@@ -20,7 +19,7 @@ struct worker_pool::atomic_state {
 };
 
 worker_pool::worker_pool(std::size_t threads, std::chrono::microseconds spin)
-    : state_(std::make_unique<atomic_state>(spin)) {
+    : state_(std::make_unique<spin_state>(spin)) {
   if (threads == 0) threads = 1;
   threads_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
@@ -56,9 +55,8 @@ void worker_pool::run() {
   for (;;) {
     if (st.pending.load(std::memory_order_acquire) == 0) {
       if (auto grant = st.policy.grant(); grant.count() > 0 && !st.spinning.exchange(true)) {
-        const auto until = clock::now() + grant;
-        while (st.pending.load(std::memory_order_acquire) == 0 && clock::now() < until)
-          std::this_thread::yield();
+        spin_policy::spin_until(grant,
+                                [&] { return st.pending.load(std::memory_order_acquire) != 0; });
         st.spinning.store(false);
       }
     }

@@ -45,8 +45,8 @@ class worker_pool {
   std::deque<task> queue_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
-  struct atomic_state;
-  std::unique_ptr<atomic_state> state_;
+  struct spin_state;
+  std::unique_ptr<spin_state> state_;
 };
 
 }  // namespace troupe::rpc::detail
