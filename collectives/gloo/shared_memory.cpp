@@ -1,10 +1,11 @@
-// Why this file is long (~630 lines): the segment's layout, its waits (spin, then futex) and
-// the collectives over its slots share one set of invariants about who writes which slot
-// when; they are kept in one file so that those invariants are read in one place.
+// Why this file is long (~640 lines): the segment's layout, its waits (yield, then futex)
+// and the collectives over its slots share one set of invariants about who writes which
+// slot when; they are kept in one file so that those invariants are read in one place.
 #include <troupe/collectives/gloo/shared_memory.hpp>
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -17,7 +18,6 @@
 #include <cstring>
 #include <new>
 #include <random>
-#include <thread>
 
 #include <troupe/collectives/gloo/blocks.hpp>
 #include <troupe/collectives/gloo/shm_names.hpp>
@@ -49,8 +49,13 @@ constexpr std::size_t allreduce_chunk_bytes = 256 << 10;
 // fewer than splitting the fold, which costs more than folding 64 KiB four times.
 constexpr std::size_t fold_whole_max_bytes = 64 << 10;
 
-// How long a waiter spins before sleeping, when the members fit on the CPUs.
-constexpr auto spin_time = std::chrono::microseconds(30);
+// How long a waiter yields its CPU in a loop before it sleeps on the futex. A member it
+// waits for may be runnable on the same CPU (more members than CPUs, or other threads
+// busy): a yield hands the CPU over at once, where a futex sleep and wake-up cost tens
+// of microseconds (4 members on 2 CPUs: a 4 KiB allreduce 43 -> 11 us). With a CPU to
+// itself, a yield returns at once, so the loop polls as quickly as a spin did (2
+// members on 2 CPUs: the same times as a 30 us spin). bench/RESULTS.md has the trials.
+constexpr auto yield_time = std::chrono::microseconds(100);
 // What a member that holds up the reuse of a buffer did not do.
 constexpr const char* reuse_step = "did not finish reading an earlier chunk";
 // How often a sleeping waiter wakes to check that the members it waits for are alive.
@@ -60,14 +65,6 @@ std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to *
 
 long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t val, const timespec* ts) {
   return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, val, ts, nullptr, 0);
-}
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
 }
 
 std::string errno_text(int e) { return std::strerror(e); }
@@ -221,7 +218,6 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
   seg->world_ranks_ = o.world_ranks;
   if (seg->world_ranks_.empty())
     for (int r = 0; r < o.size; ++r) seg->world_ranks_.push_back(r);
-  seg->spin_ = static_cast<unsigned>(o.size) <= std::max(1u, std::thread::hardware_concurrency());
   seg->data_offset_ = round_up(round_up(sizeof(header), 64) + sizeof(member) * o.size, page);
   const auto dl = deadline::after(o.timeout);
 
@@ -417,13 +413,11 @@ bool segment::wait(Missing&& missing, clock::time_point deadline, const char* st
     return waiting.empty();
   };
   if (done()) return true;
-  if (spin_) {
-    const auto until = clock::now() + spin_time;
-    do {
-      for (int i = 0; i < 64; ++i) cpu_relax();
-      if (done()) return true;
-    } while (clock::now() < until);
-  }
+  const auto until = clock::now() + yield_time;
+  do {
+    ::sched_yield();
+    if (done()) return true;
+  } while (clock::now() < until);
   auto next_liveness = clock::now() + liveness_period;
   for (;;) {
     const std::uint32_t seen = h.wake.load();

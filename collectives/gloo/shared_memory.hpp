@@ -7,7 +7,8 @@
 // the same host, the group instead maps one segment of shared memory in which each member
 // owns two slots (double buffering). A member copies its part of a tensor into its slot
 // once; the others read it from there. Members signal progress through one counter each
-// ("phase"), published with release stores, and sleep on one futex word while they wait.
+// ("phase"), published with release stores; a waiter polls them, yielding its CPU between
+// polls, for up to 100 us and then sleeps on one futex word.
 //
 // Failure: a wait ends at the operation's deadline with an error naming the members that
 // did not get there; a member whose process exited is noticed within tens of
@@ -154,8 +155,6 @@ class segment {
   // Whether the members' pids (in their member lines) can be checked: they share a pid
   // namespace.
   bool check_liveness_ = false;
-  // Spin before sleeping only when the members are not more than the CPUs.
-  bool spin_ = false;
 
   std::uint64_t phase_ = 0;   // what this member published last
   std::uint64_t chunks_ = 0;  // chunks run so far: chunk c uses buffer c % 2 of each slot
