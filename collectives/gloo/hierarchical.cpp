@@ -141,10 +141,16 @@ expected<void> path::allreduce(gloo::Context& context, std::uint64_t slot, tenso
   const auto host_members = world_of(l.hosts[static_cast<std::size_t>(l.host)]);
   const std::vector<int> across = k < slices ? l.slice_members(k) : std::vector<int>{};
   const auto across_world = world_of(across);
-  auto direct = [&](tensor_view part) {
+  std::size_t members = 0;
+  for (const auto& h : l.hosts) members += h.size();
+  // Slice k, summed over every host, then divided for avg while it is in cache: each
+  // element of the result is divided once, by the member that reduced it across hosts.
+  auto direct = [&](tensor_view part) -> expected<void> {
     gloo_direct::op_ctx dop{context, slot, deadline, across};
-    return run_step("across hosts", across_world,
-                    [&] { return gloo_direct::allreduce(dop, part, fn, direct_); });
+    TROUPE_TRY(run_step("across hosts", across_world,
+                        [&] { return gloo_direct::allreduce(dop, part, fn, direct_); }));
+    if (op == reduce_op::avg) cpu_divide(part, members);
+    return ok();
   };
 
   // Balanced hosts and an even split: reduce-scatter, allreduce a slice across, allgather.
@@ -163,7 +169,7 @@ expected<void> path::allreduce(gloo::Context& context, std::uint64_t slot, tenso
   // Otherwise: allreduce within the host, slice k across, a broadcast per slice.
   if (local >= 2)
     TROUPE_TRY(run_step("allreduce within the host", host_members,
-                        [&] { return local_->allreduce(++local_seq_, t, op, fn, deadline); }));
+                        [&] { return local_->allreduce(++local_seq_, t, op, fn, 1, deadline); }));
   if (k < slices) {
     const auto b = block(t.numel, slices, k);
     if (b.count > 0) TROUPE_TRY(direct(t.slice(b.offset, b.count)));

@@ -116,7 +116,7 @@ class path {
 
   /// Allreduce of `t` in place over the group whose full mesh is `context`, in the three
   /// steps above; `slot` is the operation's gloo_direct slot (the same on every member),
-  /// avg combines as sum (the caller divides). Fails (timeout, connection_lost, aborted,
+  /// avg's sum is divided by the group's size. Fails (timeout, connection_lost, aborted,
   /// invalid_argument) naming the step and its members.
   expected<void> allreduce(gloo::Context& context, std::uint64_t slot, tensor_view t, reduce_op op,
                            const cpu_reduce_fn& fn, clock::time_point deadline);

@@ -485,7 +485,8 @@ bool segment::wait_one(int r, std::uint64_t target, clock::time_point deadline, 
 }
 
 expected<void> segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op,
-                                  const cpu_reduce_fn& fn, clock::time_point deadline) {
+                                  const cpu_reduce_fn& fn, std::size_t divisor,
+                                  clock::time_point deadline) {
   const std::size_t es = element_size(t.type);
   if (!begin(seq, op_allreduce, t.nbytes(),
              (static_cast<std::uint32_t>(t.type) << 8) | static_cast<std::uint32_t>(op)))
@@ -516,6 +517,7 @@ expected<void> segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op
       // Every member folds everything, in rank order, into its own tensor.
       fn(mine, slot(0, c), slot(1, c), count);
       for (int r = 2; r < size_; ++r) fn(mine, mine, slot(r, c), count);
+      if (divisor > 1) cpu_divide({mine, t.type, count, t.where}, divisor);
       publish();
       guard_[c & 1] = phase_;
       continue;
@@ -528,6 +530,7 @@ expected<void> segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op
       std::byte* const acc = slot(rank_, c) + own.offset * es;
       fn(acc, src(0), src(1), own.count);
       for (int r = 2; r < size_; ++r) fn(acc, acc, src(r), own.count);
+      if (divisor > 1) cpu_divide({acc, t.type, own.count, t.where}, divisor);
     }
     publish();
     if (!wait_all(phase_, deadline, "did not reduce its block")) return failed();

@@ -78,9 +78,11 @@ class segment {
 
   /// Allreduce in place; `fn` combines two runs of elements. Every member folds in rank
   /// order (r0 op r1 op ...), so every member gets bit-identical results, the same as the
-  /// TCP algorithms give. avg is the caller's division afterwards.
+  /// TCP algorithms give. With `divisor` > 1 (avg) every element of the result is divided
+  /// by it right after its fold, while the member that folded it has it in cache, instead
+  /// of in a pass of its own afterwards; `op` only names the operation (agreement, errors).
   expected<void> allreduce(std::uint64_t seq, tensor_view t, reduce_op op, const cpu_reduce_fn& fn,
-                           clock::time_point deadline);
+                           std::size_t divisor, clock::time_point deadline);
   /// Broadcast from member `root` in place. Returns on every member (the root included)
   /// once every member has the data, so that every member learns of a disagreement.
   expected<void> broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline);

@@ -27,7 +27,9 @@ class shm_transport final : public over_tcp {
   expected<void> allreduce(const op_step& s, tensor_view t, reduce_op op,
                            const cpu_reduce_fn& fn) override {
     if (tcp_->size() == 1) return ok();
-    return gloo_errors::guard([&] { return segment_->allreduce(s.seq, t, op, fn, s.deadline()); });
+    const auto divisor = op == reduce_op::avg ? static_cast<std::size_t>(tcp_->size()) : 1;
+    return gloo_errors::guard(
+        [&] { return segment_->allreduce(s.seq, t, op, fn, divisor, s.deadline()); });
   }
   expected<void> broadcast(const op_step& s, tensor_view t, int root) override {
     return gloo_errors::guard([&] { return segment_->broadcast(s.seq, t, root, s.deadline()); });

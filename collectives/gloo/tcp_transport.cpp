@@ -76,9 +76,12 @@ gloo_direct::op_ctx tcp::direct_op(const op_step& s) const {
   return {*context_, gloo_direct::slot_of(s.tag), s.deadline()};
 }
 
-expected<void> tcp::allreduce(const op_step& s, tensor_view t, reduce_op, const cpu_reduce_fn& fn) {
+expected<void> tcp::allreduce(const op_step& s, tensor_view t, reduce_op op,
+                              const cpu_reduce_fn& fn) {
   if (size_ == 1) return ok();
-  return gloo_direct::allreduce(direct_op(s), t, fn, scratch_);
+  TROUPE_TRY(gloo_direct::allreduce(direct_op(s), t, fn, scratch_));
+  if (op == reduce_op::avg) cpu_divide(t, static_cast<std::size_t>(size_));
+  return ok();
 }
 
 expected<void> tcp::broadcast(const op_step& s, tensor_view t, int root) {

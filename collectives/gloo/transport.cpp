@@ -13,7 +13,8 @@ expected<void> reduce_scatter_by_allreduce(transport& via, const op_step& s, int
                                  static_cast<std::byte*>(in.data) + in.nbytes());
   tensor_view all = in;
   all.data = scratch.data();
-  TROUPE_TRY(via.allreduce(s, all, op, fn));
+  // avg is divided by the caller, in the block it keeps: allreduce it as a sum.
+  TROUPE_TRY(via.allreduce(s, all, op == reduce_op::avg ? reduce_op::sum : op, fn));
   auto mine = all.slice(static_cast<std::size_t>(rank) * out.numel, out.numel);
   std::memcpy(out.data, mine.data, out.nbytes());
   return ok();

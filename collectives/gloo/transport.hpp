@@ -43,8 +43,10 @@ struct op_step {
 };
 
 /// The group's way of running each collective. Every operation is collective over the
-/// members (each calls it with the same step and sizes), in place where it says so, and
-/// leaves avg's division to the caller (avg combines as sum). The group has already
+/// members (each calls it with the same step and sizes), in place where it says so. avg
+/// combines as sum; allreduce divides by the group's size itself (each transport where the
+/// data is still in cache), the other reducing operations leave the division to the
+/// caller. The group has already
 /// checked the arguments and returned early for empty tensors where the operation has
 /// nothing to move.
 class transport {
@@ -57,8 +59,8 @@ class transport {
   /// bytes (SIZE_MAX: not given), for its trace span.
   virtual std::string_view carrier(std::string_view op, std::size_t bytes) const noexcept = 0;
 
-  /// Allreduce of `t` in place; `fn` combines (op's function from cpu_reduce). Returns at
-  /// once in a group of one.
+  /// Allreduce of `t` in place; `fn` combines (op's function from cpu_reduce); avg's result
+  /// is divided by the group's size. Returns at once in a group of one.
   virtual expected<void> allreduce(const op_step& s, tensor_view t, reduce_op op,
                                    const cpu_reduce_fn& fn) = 0;
   /// Broadcast of `t` from member `root`, in place.

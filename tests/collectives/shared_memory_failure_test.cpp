@@ -52,7 +52,7 @@ TEST_CASE("members that disagree on the dtype of an allreduce of the same bytes 
     std::vector<std::int32_t> v(64, 1);
     auto t = tensor_view::of(std::span(v));
     if (m.rank == 1) t.type = dtype::float32;
-    must(m.seg.allreduce(1, t, reduce_op::sum, *cpu_reduce(t.type, reduce_op::sum), in(10s)));
+    must(m.seg.allreduce(1, t, reduce_op::sum, *cpu_reduce(t.type, reduce_op::sum), 1, in(10s)));
     return "";
   });
   check_each_contains(out, {"threw invalid_argument", "(int32, sum)", "(float32, sum)"});
@@ -173,7 +173,7 @@ TEST_CASE("a member that marks the segment failed wakes the others' waits at onc
     std::vector<float> v(10, 1.0f);
     try {
       must(m.seg.allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum,
-                           *cpu_reduce(dtype::float32, reduce_op::sum), in(20s)));
+                           *cpu_reduce(dtype::float32, reduce_op::sum), 1, in(20s)));
     } catch (...) {
       took[static_cast<std::size_t>(m.rank)] =
           std::chrono::duration_cast<duration>(clock::now() - start);
@@ -206,7 +206,7 @@ TEST_CASE("abort from another thread ends a waiting operation at once and fails 
     auto fn = *cpu_reduce(dtype::float32, reduce_op::sum);
     const auto start = clock::now();
     try {
-      must(m.seg.allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum, fn, in(20s)));
+      must(m.seg.allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum, fn, 1, in(20s)));
     } catch (const troupe::exception& e) {
       took = std::chrono::duration_cast<duration>(clock::now() - start);
       try {

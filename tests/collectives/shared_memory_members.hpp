@@ -177,17 +177,21 @@ inline std::string bits_mismatch(const char* what, std::size_t count, std::size_
 }
 
 // A float32 sum of `count` elements; "" when every element equals the rank-order fold bit
-// for bit.
+// for bit. With `average`, the segment divides by the member count (avg) and every element
+// must equal that fold divided by it.
 inline std::string float_sum(member& m, std::uint64_t& seq, std::size_t count, std::uint64_t salt,
-                             duration timeout = 10s) {
+                             duration timeout = 10s, bool average = false) {
   static const auto fn = *cpu_reduce(dtype::float32, reduce_op::sum);
   std::vector<float> v(count);
   for (std::size_t i = 0; i < count; ++i) v[i] = fvalue(m.rank, i, salt);
-  must(m.seg.allreduce(seq++, tensor_view::of(std::span(v)), reduce_op::sum, fn, in(timeout)));
+  const auto op = average ? reduce_op::avg : reduce_op::sum;
+  const std::size_t divisor = average ? static_cast<std::size_t>(m.size) : 1;
+  must(m.seg.allreduce(seq++, tensor_view::of(std::span(v)), op, fn, divisor, in(timeout)));
   for (std::size_t i = 0; i < count; ++i) {
-    const float want = rank_order_sum(m.size, i, salt);
+    float want = rank_order_sum(m.size, i, salt);
+    if (average) want /= static_cast<float>(m.size);
     if (std::bit_cast<std::uint32_t>(v[i]) != std::bit_cast<std::uint32_t>(want))
-      return bits_mismatch("float32 sum", count, i, v[i], want);
+      return bits_mismatch(average ? "float32 avg" : "float32 sum", count, i, v[i], want);
   }
   return "";
 }
@@ -201,7 +205,7 @@ inline std::string int64_reduce(member& m, std::uint64_t& seq, std::size_t count
   };
   std::vector<std::int64_t> v(count);
   for (std::size_t i = 0; i < count; ++i) v[i] = value(m.rank, i);
-  must(m.seg.allreduce(seq++, tensor_view::of(std::span(v)), op, fn, in(10s)));
+  must(m.seg.allreduce(seq++, tensor_view::of(std::span(v)), op, fn, 1, in(10s)));
   for (std::size_t i = 0; i < count; ++i) {
     std::int64_t want = value(0, i);
     for (int r = 1; r < m.size; ++r)
@@ -224,7 +228,7 @@ inline std::string half_reduce(member& m, std::uint64_t& seq, dtype t, reduce_op
   };
   buffer b(t, count);
   for (std::size_t i = 0; i < count; ++i) b.set(i, value(m.rank, i));
-  must(m.seg.allreduce(seq++, b.view(), op, fn, in(10s)));
+  must(m.seg.allreduce(seq++, b.view(), op, fn, 1, in(10s)));
   for (std::size_t i = 0; i < count; ++i) {
     double want = value(0, i);
     for (int r = 1; r < m.size; ++r)

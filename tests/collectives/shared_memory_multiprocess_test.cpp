@@ -115,7 +115,7 @@ outcome run_parent(child_end how) {
   std::vector<float> v(3000, 1.0f);
   const auto start = clock::now();
   auto r = (*seg)->allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum,
-                             *cpu_reduce(dtype::float32, reduce_op::sum), start + 30s);
+                             *cpu_reduce(dtype::float32, reduce_op::sum), 1, start + 30s);
   if (!r) {
     out.error = r.error().message();
     out.code = r.error().code();

@@ -51,6 +51,19 @@ TEST_CASE(
       gloo_shm::default_slot_bytes);
 }
 
+TEST_CASE(
+    "a float average is the rank-order fold divided by the member count, bit for bit on every "
+    "member, below and above the size that every member folds whole") {
+  check_at_2_to_4(
+      [](member& m) -> std::string {
+        std::uint64_t seq = 1;
+        for (std::size_t count : {1, 4001, 15001, 100003, 300007})
+          if (auto e = float_sum(m, seq, count, count, 10s, true); !e.empty()) return e;
+        return "";
+      },
+      gloo_shm::default_slot_bytes);
+}
+
 TEST_CASE("broadcast from every root gives every member the root's data at 2, 3 and 4 members") {
   check_at_2_to_4([](member& m) -> std::string {
     std::uint64_t seq = 1;
