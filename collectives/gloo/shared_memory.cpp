@@ -31,7 +31,7 @@ namespace troupe::collectives::gloo_shm {
 namespace {
 
 constexpr std::uint64_t layout_magic = 0x74726f7570652d73;  // "troupe-s"
-constexpr std::uint32_t layout_version = 1;
+constexpr std::uint32_t layout_version = 2;
 constexpr std::size_t page = 4096;
 constexpr std::size_t descs = 4;  // operations a member can be ahead of another, and more
 
@@ -49,6 +49,16 @@ constexpr std::size_t allreduce_chunk_bytes = 256 << 10;
 // fewer than splitting the fold, which costs more than folding 64 KiB four times.
 constexpr std::size_t fold_whole_max_bytes = 64 << 10;
 
+// Broadcasts up to this size go in pieces of broadcast_piece_bytes: the others copy a
+// piece out while the root copies the next one in. World 2 on 2 cores, alternating runs:
+// 16 KiB 0.70x the time of one whole slot, 64 KiB 0.85x; but 256 KiB took 1.1x and 1 MiB
+// 2.3-2.8x in pieces of 8 or 32 KiB, where one whole slot is copied out while it is still
+// in cache. Only when the members are not more than the CPUs: at 4 members on 2 cores the
+// root and the others take turns on a CPU, and 64 KiB in pieces took 1.6x the time
+// (bench/RESULTS.md).
+constexpr std::size_t broadcast_pieces_max_bytes = 64 << 10;
+constexpr std::size_t broadcast_piece_bytes = 8 << 10;
+
 // How long a waiter yields its CPU in a loop before it sleeps on the futex. A member it
 // waits for may be runnable on the same CPU (more members than CPUs, or other threads
 // busy): a yield hands the CPU over at once, where a futex sleep and wake-up cost tens
@@ -60,6 +70,15 @@ constexpr auto yield_time = std::chrono::microseconds(100);
 constexpr const char* reuse_step = "did not finish reading an earlier chunk";
 // How often a sleeping waiter wakes to check that the members it waits for are alive.
 constexpr auto liveness_period = std::chrono::milliseconds(20);
+
+// The CPUs this process may run on (its affinity mask, which a container's cpuset
+// limits), at least 1.
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return 1;
+}
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -101,6 +120,9 @@ struct segment::header {
   std::uint32_t members;
   std::uint64_t slot_bytes;
   std::uint64_t token;
+  // Whether the members are not more than the CPUs rank 0 may run on (so that they can
+  // all run at once): rank 0's view, so that every member splits an operation the same way.
+  std::uint32_t run_at_once;
   std::atomic<std::int32_t> failed_by;          // 0, or the failed member's rank + 1
   alignas(64) std::atomic<std::uint32_t> wake;  // futex word, bumped by every publish
   std::atomic<std::uint32_t> sleepers;
@@ -182,6 +204,7 @@ std::string segment::create(const std::string& name, std::uint64_t token, std::s
   h.members = static_cast<std::uint32_t>(size_);
   h.slot_bytes = slot_bytes;
   h.token = token;
+  h.run_at_once = size_ <= usable_cpus() ? 1 : 0;
   for (int r = 0; r < size_; ++r) new (&at(r)) member{};
   return "";
 }
@@ -294,6 +317,7 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
     return std::unique_ptr<segment>();
   }
 
+  seg->run_at_once_ = seg->head().run_at_once != 0;
   const auto my_ns = seg->at(o.rank).pid_ns.load();
   seg->check_liveness_ = my_ns != 0;
   for (int r = 0; r < o.size; ++r)
@@ -549,8 +573,14 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   if (!begin(seq, op_broadcast, t.nbytes(), static_cast<std::uint32_t>(root))) return failed();
   auto* data = static_cast<std::byte*>(t.data);
   const std::size_t bytes = t.nbytes();
-  for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
-    const std::size_t len = std::min(slot_bytes_, bytes - off);
+  // Small broadcasts go in pieces when every member has a CPU, so that the others copy
+  // one piece out while the root copies the next in; otherwise whole slots (see
+  // broadcast_piece_bytes).
+  const std::size_t piece = bytes <= broadcast_pieces_max_bytes && run_at_once_
+                                ? std::min(slot_bytes_, broadcast_piece_bytes)
+                                : slot_bytes_;
+  for (std::size_t off = 0; off < bytes; off += piece) {
+    const std::size_t len = std::min(piece, bytes - off);
     const std::uint64_t c = chunks_++;
     if (rank_ == root) {
       if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return failed();

@@ -157,6 +157,9 @@ class segment {
   // Whether the members' pids (in their member lines) can be checked: they share a pid
   // namespace.
   bool check_liveness_ = false;
+  // Whether the members can all run at once (not more than the CPUs rank 0 may run on;
+  // the same on every member, from the segment's header).
+  bool run_at_once_ = false;
 
   std::uint64_t phase_ = 0;   // what this member published last
   std::uint64_t chunks_ = 0;  // chunks run so far: chunk c uses buffer c % 2 of each slot

@@ -74,6 +74,22 @@ TEST_CASE("broadcast from every root gives every member the root's data at 2, 3 
   });
 }
 
+TEST_CASE(
+    "broadcasts small enough to go in pieces, and just too large for pieces, give every member "
+    "the root's data") {
+  // With a slot of the default size, broadcasts up to 64 KiB go in 8 KiB pieces when the
+  // members can all run at once (here: up to as many members as CPUs), whole slots above.
+  check_at_2_to_4(
+      [](member& m) -> std::string {
+        std::uint64_t seq = 1;
+        for (std::size_t count : {2047, 2048, 10001, 16384, 16385, 40000})
+          for (int root = 0; root < m.size; ++root)
+            if (auto e = float_broadcast(m, seq, count, root, seq); !e.empty()) return e;
+        return "";
+      },
+      gloo_shm::default_slot_bytes);
+}
+
 TEST_CASE("allgather puts every member's block in place at 2, 3 and 4 members") {
   check_at_2_to_4([](member& m) -> std::string {
     std::uint64_t seq = 1;
