@@ -1,4 +1,4 @@
-// Why this file is long (~640 lines): the segment's layout, its waits (yield, then futex)
+// Why this file is long (~640 lines): the segment's layout, its waits (spin, yield, then futex)
 // and the collectives over its slots share one set of invariants about who writes which
 // slot when; they are kept in one file so that those invariants are read in one place.
 #include <troupe/collectives/gloo/shared_memory.hpp>
@@ -59,12 +59,15 @@ constexpr std::size_t fold_whole_max_bytes = 64 << 10;
 constexpr std::size_t broadcast_pieces_max_bytes = 64 << 10;
 constexpr std::size_t broadcast_piece_bytes = 8 << 10;
 
-// How long a waiter yields its CPU in a loop before it sleeps on the futex. A member it
-// waits for may be runnable on the same CPU (more members than CPUs, or other threads
-// busy): a yield hands the CPU over at once, where a futex sleep and wake-up cost tens
-// of microseconds (4 members on 2 CPUs: a 4 KiB allreduce 43 -> 11 us). With a CPU to
-// itself, a yield returns at once, so the loop polls as quickly as a spin did (2
-// members on 2 CPUs: the same times as a 30 us spin). bench/RESULTS.md has the trials.
+// How a waiter waits: when the members can all run at once it spins for spin_time
+// (a reply within microseconds is seen at once: world 2, 4-16 KiB, 0.56-0.87x the time of
+// yielding only); then, until yield_time from the start, it yields its CPU between polls;
+// then it sleeps on the futex. A member it waits for may be runnable on the same CPU
+// (more members than CPUs, or other threads busy): a yield hands the CPU over at once,
+// where a futex sleep and wake-up cost tens of microseconds (4 members on 2 CPUs: a 4 KiB
+// allreduce 43 -> 11 us). With a CPU to itself, a yield returns at once and the poll goes
+// on. bench/RESULTS.md has the trials.
+constexpr auto spin_time = std::chrono::microseconds(5);
 constexpr auto yield_time = std::chrono::microseconds(100);
 // What a member that holds up the reuse of a buffer did not do.
 constexpr const char* reuse_step = "did not finish reading an earlier chunk";
@@ -84,6 +87,14 @@ std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to *
 
 long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t val, const timespec* ts) {
   return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, val, ts, nullptr, 0);
+}
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
 }
 
 std::string errno_text(int e) { return std::strerror(e); }
@@ -380,9 +391,15 @@ bool segment::begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
 
 void segment::publish() noexcept {
   auto& h = head();
+  // Sequentially consistent, as the sleeper's side in wait(): either a sleeper that counted
+  // itself sees this phase when it checks once more, or this sees the count and wakes it.
+  // Nobody sleeping (the usual case), the futex word is left alone: no line that every
+  // member writes on every step.
   at(rank_).phase.store(++phase_);
-  h.wake.fetch_add(1);
-  if (h.sleepers.load() != 0) futex(&h.wake, FUTEX_WAKE, INT32_MAX, nullptr);
+  if (h.sleepers.load() != 0) {
+    h.wake.fetch_add(1);
+    futex(&h.wake, FUTEX_WAKE, INT32_MAX, nullptr);
+  }
 }
 
 bool segment::alive(int r) const {
@@ -437,11 +454,19 @@ bool segment::wait(Missing&& missing, clock::time_point deadline, const char* st
     return waiting.empty();
   };
   if (done()) return true;
-  const auto until = clock::now() + yield_time;
+  const auto start = clock::now();
+  if (run_at_once_) {
+    do {
+      for (int i = 0; i < 16; ++i) {
+        cpu_relax();
+        if (done()) return true;
+      }
+    } while (clock::now() - start < spin_time);
+  }
   do {
     ::sched_yield();
     if (done()) return true;
-  } while (clock::now() < until);
+  } while (clock::now() - start < yield_time);
   auto next_liveness = clock::now() + liveness_period;
   for (;;) {
     const std::uint32_t seen = h.wake.load();
@@ -472,7 +497,8 @@ bool segment::wait(Missing&& missing, clock::time_point deadline, const char* st
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(nap).count();
     timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
     h.sleepers.fetch_add(1);
-    if (h.wake.load() == seen) futex(&h.wake, FUTEX_WAIT, seen, &ts);
+    // Checked again after counting itself (see publish()).
+    if (h.wake.load() == seen && !done()) futex(&h.wake, FUTEX_WAIT, seen, &ts);
     h.sleepers.fetch_sub(1);
   }
 }

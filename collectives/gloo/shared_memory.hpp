@@ -7,8 +7,8 @@
 // the same host, the group instead maps one segment of shared memory in which each member
 // owns two slots (double buffering). A member copies its part of a tensor into its slot
 // once; the others read it from there. Members signal progress through one counter each
-// ("phase"), published with release stores; a waiter polls them, yielding its CPU between
-// polls, for up to 100 us and then sleeps on one futex word.
+// ("phase"); a waiter spins briefly when the members can all run at once, then polls,
+// yielding its CPU between polls, for up to 100 us, then sleeps on one futex word.
 //
 // Failure: a wait ends at the operation's deadline with an error naming the members that
 // did not get there; a member whose process exited is noticed within tens of
@@ -158,7 +158,8 @@ class segment {
   // namespace.
   bool check_liveness_ = false;
   // Whether the members can all run at once (not more than the CPUs rank 0 may run on;
-  // the same on every member, from the segment's header).
+  // the same on every member, from the segment's header): waits spin before yielding,
+  // small broadcasts go in pieces.
   bool run_at_once_ = false;
 
   std::uint64_t phase_ = 0;   // what this member published last
