@@ -155,9 +155,10 @@ expected<void> path::allreduce(gloo::Context& context, std::uint64_t slot, tenso
 
   // Balanced hosts and an even split: reduce-scatter, allreduce a slice across, allgather.
   if (l.balanced() && local >= 2 && t.numel % static_cast<std::size_t>(local) == 0) {
-    tensor_view part = t;
-    part.numel = t.numel / static_cast<std::size_t>(local);
-    part.data = slice_.get(part.nbytes());
+    // This member's block of the tensor, reduced in place within the host, then across,
+    // then gathered in place: no scratch, and the allgather copies nothing of its own.
+    const std::size_t per = t.numel / static_cast<std::size_t>(local);
+    const tensor_view part = t.slice(static_cast<std::size_t>(k) * per, per);
     TROUPE_TRY(run_step("reduce-scatter within the host", host_members, [&] {
       return local_->reduce_scatter(++local_seq_, t, part, op, fn, deadline);
     }));

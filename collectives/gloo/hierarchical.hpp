@@ -7,8 +7,8 @@
 // Here the members of each host map a segment of their own, and an allreduce (of at least
 // TROUPE_GLOO_HIERARCHICAL_MIN bytes: every one by default) runs in three steps:
 //   1. within each host, over shared memory: a reduce-scatter (local rank k gets the host's
-//      sum of slice k), or an allreduce of the whole tensor when the hosts have different
-//      member counts or the tensor does not split evenly;
+//      sum of slice k, in place in its own slice of the tensor), or an allreduce of the whole
+//      tensor when the hosts have different member counts or the tensor does not split evenly;
 //   2. across hosts, over the group's TCP connections: the members with local rank k, one
 //      per host, allreduce slice k with gloo_direct's algorithms (a rank map over the
 //      group's full mesh), every slice at once;
@@ -144,7 +144,6 @@ class path {
   std::size_t min_bytes_ = 0;
   std::unique_ptr<gloo_shm::segment> local_;  // null: this member is alone on its host
   std::uint64_t local_seq_ = 0;               // operations run on local_ so far
-  gloo_direct::scratch slice_;                // this member's slice after a reduce-scatter
   gloo_direct::scratch direct_;               // the direct algorithms' scratch
 };
 

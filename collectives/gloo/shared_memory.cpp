@@ -667,12 +667,15 @@ expected<void> segment::reduce_scatter(std::uint64_t seq, tensor_view in, tensor
   const std::size_t piece = std::max<std::size_t>(1, chunk_bytes / es / members);
   const auto* src = static_cast<const std::byte*>(in.data);
   auto* dst = static_cast<std::byte*>(out.data);
+  const auto me = static_cast<std::size_t>(rank_);
+  // In place: `out` is this member's own block of `in`, so the fold must not write it
+  // before it read it (see below).
+  const bool in_place = dst == src + me * per_rank * es;
   for (std::size_t off = 0; off < per_rank; off += piece) {
     const std::size_t count = std::min(piece, per_rank - off);
     const std::uint64_t c = chunks_++;
     if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return failed();
     std::byte* const mine = slot(rank_, c);
-    const auto me = static_cast<std::size_t>(rank_);
     // This member's own piece is folded from its input, not copied in.
     for (std::size_t b = 0; b < members; ++b)
       if (b != me) std::memcpy(mine + b * count * es, src + (b * per_rank + off) * es, count * es);
@@ -681,9 +684,13 @@ expected<void> segment::reduce_scatter(std::uint64_t seq, tensor_view in, tensor
     auto part = [&](int r) {
       return r == rank_ ? src + (me * per_rank + off) * es : slot(r, c) + me * count * es;
     };
+    // Folded in rank order into `acc`, the last step into `o`. In place, `acc` is piece
+    // `me` of this member's slot, which nobody reads (its own piece is not copied in), so
+    // that `o` (its own piece of `in`) is read before the last step writes it.
     std::byte* const o = dst + off * es;
-    fn(o, part(0), part(1), count);
-    for (int r = 2; r < size_; ++r) fn(o, o, part(r), count);
+    std::byte* const acc = in_place ? mine + me * count * es : o;
+    fn(size_ == 2 ? o : acc, part(0), part(1), count);
+    for (int r = 2; r < size_; ++r) fn(r == size_ - 1 ? o : acc, acc, part(r), count);
     publish();
     guard_[c & 1] = phase_;
   }

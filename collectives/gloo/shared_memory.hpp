@@ -92,7 +92,8 @@ class segment {
   /// Block r of the members' `in` (each `out.numel` elements), folded in rank order, lands
   /// in member r's `out`: the same bits as block r of an allreduce, in one synchronization
   /// per chunk instead of two and without the allreduce's copy back. `out` must not
-  /// overlap `in`. avg is the caller's division afterwards.
+  /// overlap `in`, except as exactly this member's block of it (in place). avg is the
+  /// caller's division afterwards.
   expected<void> reduce_scatter(std::uint64_t seq, tensor_view in, tensor_view out, reduce_op op,
                                 const cpu_reduce_fn& fn, clock::time_point deadline);
   /// Returns once every member called it.

@@ -37,10 +37,13 @@ class shm_transport final : public over_tcp {
   expected<void> allgather(const op_step& s, tensor_view in, tensor_view out) override {
     return gloo_errors::guard([&] { return segment_->allgather(s.seq, in, out, s.deadline()); });
   }
-  // The segment's own when `out` does not overlap `in`; else through its allreduce.
+  // The segment's own when `out` does not overlap `in` or is exactly this member's block of
+  // it; else through its allreduce.
   expected<void> reduce_scatter(const op_step& s, tensor_view in, tensor_view out, reduce_op op,
                                 const cpu_reduce_fn& fn) override {
-    if (tcp_->size() > 1 && !views_overlap(in, out))
+    const bool own_block = out.data == static_cast<std::byte*>(in.data) +
+                                           static_cast<std::size_t>(tcp_->rank()) * out.nbytes();
+    if (tcp_->size() > 1 && (own_block || !views_overlap(in, out)))
       return gloo_errors::guard(
           [&] { return segment_->reduce_scatter(s.seq, in, out, op, fn, s.deadline()); });
     return reduce_scatter_by_allreduce(*this, s, tcp_->rank(), in, out, op, fn);

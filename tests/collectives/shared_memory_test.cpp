@@ -159,19 +159,23 @@ namespace {
 
 // A float32 reduce_scatter with blocks of `per` elements: member r's output must be the
 // rank-order fold of block r, bit for bit (the allreduce's block r).
-std::string float_reduce_scatter(member& m, std::uint64_t& seq, std::size_t per,
-                                 std::uint64_t salt) {
+// With `in_place`, the output is the member's own block of the input.
+std::string float_reduce_scatter(member& m, std::uint64_t& seq, std::size_t per, std::uint64_t salt,
+                                 bool in_place = false) {
   static const auto fn = *cpu_reduce(dtype::float32, reduce_op::sum);
   const auto n = static_cast<std::size_t>(m.size);
-  std::vector<float> in(per * n), out(per, -1.0f);
+  std::vector<float> in(per * n), separate(per, -1.0f);
   for (std::size_t i = 0; i < in.size(); ++i) in[i] = fvalue(m.rank, i, salt);
-  must(m.seg.reduce_scatter(seq++, tensor_view::of(std::span(in)), tensor_view::of(std::span(out)),
-                            reduce_op::sum, fn, clock::now() + 10s));
   const std::size_t base = static_cast<std::size_t>(m.rank) * per;
+  const std::span<float> out =
+      in_place ? std::span(in).subspan(base, per) : std::span<float>(separate);
+  must(m.seg.reduce_scatter(seq++, tensor_view::of(std::span(in)), tensor_view::of(out),
+                            reduce_op::sum, fn, clock::now() + 10s));
   for (std::size_t i = 0; i < per; ++i) {
     const float want = rank_order_sum(m.size, base + i, salt);
     if (std::bit_cast<std::uint32_t>(out[i]) != std::bit_cast<std::uint32_t>(want))
-      return bits_mismatch("float32 reduce_scatter", per, i, out[i], want);
+      return bits_mismatch(in_place ? "float32 reduce_scatter in place" : "float32 reduce_scatter",
+                           per, i, out[i], want);
   }
   return "";
 }
@@ -190,6 +194,19 @@ TEST_CASE(
     if (auto e = float_reduce_scatter(m, seq, 3001, 9); !e.empty()) return e;
     return "";
   });
+}
+
+TEST_CASE(
+    "reduce_scatter into each member's own block of its input is the same rank-order fold, "
+    "bit for bit, at 2, 3 and 4 members") {
+  check_at_2_to_4(
+      [](member& m) -> std::string {
+        std::uint64_t seq = 1;
+        for (std::size_t per : {1, 1000, 70001, 300007})
+          if (auto e = float_reduce_scatter(m, seq, per, per, true); !e.empty()) return e;
+        return "";
+      },
+      gloo_shm::default_slot_bytes);
 }
 
 TEST_CASE("members that disagree on the size of a reduce_scatter all fail naming both sizes") {
