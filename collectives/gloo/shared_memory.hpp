@@ -160,7 +160,7 @@ class segment {
   bool check_liveness_ = false;
   // Whether the members can all run at once (not more than the CPUs rank 0 may run on;
   // the same on every member, from the segment's header): waits spin before yielding,
-  // small broadcasts go in pieces.
+  // small broadcasts go in pieces, allreduces up to 4 MiB in larger chunks.
   bool run_at_once_ = false;
 
   std::uint64_t phase_ = 0;   // what this member published last
