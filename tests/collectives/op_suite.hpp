@@ -296,6 +296,47 @@ inline std::string run_op_suite(process_group& g, duration timeout) {
         if (in.get(i) != ident(prev, i)) return mismatch("recv", t, i, in.get(i), ident(prev, i));
     }
   }
+  // Larger transfers between the processes: 256 KiB per broadcast and per allgather block,
+  // and a reduce_scatter into each rank's own block of its input (in place).
+  {
+    const std::size_t big = 65536;  // float32 elements: 256 KiB
+    auto fval = [](int r, std::size_t i) { return static_cast<float>(ident(r, i) + r); };
+    std::vector<float> b(big);
+    for (std::size_t i = 0; i < big; ++i) b[i] = fval(me, i);
+    if (auto e = wait(g.broadcast(tensor_view::of(std::span(b)), {0, timeout}), "broadcast 256K");
+        !e.empty())
+      return e;
+    for (std::size_t i = 0; i < big; ++i)
+      if (b[i] != fval(0, i))
+        return mismatch("broadcast 256K", dtype::float32, i, b[i], fval(0, i));
+    std::vector<float> own(big), all(big * static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < big; ++i) own[i] = fval(me, i);
+    if (auto e = wait(g.allgather(tensor_view::of(std::span(own)), tensor_view::of(std::span(all)),
+                                  {timeout}),
+                      "allgather 256K");
+        !e.empty())
+      return e;
+    for (int r = 0; r < n; ++r)
+      for (std::size_t i = 0; i < big; ++i)
+        if (all[static_cast<std::size_t>(r) * big + i] != fval(r, i))
+          return mismatch(strcat("allgather 256K block ", r), dtype::float32, i,
+                          all[static_cast<std::size_t>(r) * big + i], fval(r, i));
+    std::vector<float> rs(big * static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < rs.size(); ++i) rs[i] = static_cast<float>(operand(me, i));
+    auto mine = tensor_view::of(std::span(rs)).slice(static_cast<std::size_t>(me) * big, big);
+    if (auto e =
+            wait(g.reduce_scatter(tensor_view::of(std::span(rs)), mine, {reduce_op::sum, timeout}),
+                 "reduce_scatter in place");
+        !e.empty())
+      return e;
+    for (std::size_t i = 0; i < big; ++i) {
+      const std::size_t at = static_cast<std::size_t>(me) * big + i;
+      double want = 0;
+      for (int r = 0; r < n; ++r) want += operand(r, at);
+      if (rs[at] != want)
+        return mismatch("reduce_scatter in place", dtype::float32, i, rs[at], want);
+    }
+  }
   if (auto e = wait(g.barrier({timeout}), "barrier"); !e.empty()) return e;
   return {};
 }
