@@ -1,4 +1,4 @@
-// Why this file is long (~640 lines): the NCCL group's operations, its watchdog and its
+// Why this file is long (~740 lines): the NCCL group's operations, its watchdog and its
 // failure path (roll call, waiters told, communicator aborted) share the pending queue,
 // the communicator lock and the sticky error; the pieces that need none of them are in
 // their own files (nccl_comm, stream_ordering, watchdog, nccl_errors, unique_id).
