@@ -18,6 +18,7 @@
 #include <cstring>
 #include <new>
 #include <random>
+#include <thread>
 
 #include <troupe/collectives/gloo/blocks.hpp>
 #include <troupe/collectives/gloo/shm_names.hpp>
@@ -87,7 +88,8 @@ int usable_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return 1;
+  // More CPUs than a cpu_set_t holds (1024): the machine's count.
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
