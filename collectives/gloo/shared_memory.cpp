@@ -1,6 +1,7 @@
-// Why this file is long (~640 lines): the segment's layout, its waits (spin, yield, then futex)
-// and the collectives over its slots share one set of invariants about who writes which
-// slot when; they are kept in one file so that those invariants are read in one place.
+// Why this file is long (~720 lines): the segment's layout, its waits (spin, yield, then
+// futex) and the collectives over its slots share one set of invariants about who writes
+// which slot when; they are kept in one file so that those invariants are read in one
+// place.
 #include <troupe/collectives/gloo/shared_memory.hpp>
 
 #include <fcntl.h>
