@@ -141,15 +141,14 @@ expected<void> path::allreduce(gloo::Context& context, std::uint64_t slot, tenso
   const auto host_members = world_of(l.hosts[static_cast<std::size_t>(l.host)]);
   const std::vector<int> across = k < slices ? l.slice_members(k) : std::vector<int>{};
   const auto across_world = world_of(across);
-  std::size_t members = 0;
-  for (const auto& h : l.hosts) members += h.size();
-  // Slice k, summed over every host, then divided for avg while it is in cache: each
-  // element of the result is divided once, by the member that reduced it across hosts.
+  // Slice k, summed over every host, then divided for avg (by the group's size, `context`
+  // being its full mesh) while it is in cache: each element of the result is divided once,
+  // by the member that reduced it across hosts.
   auto direct = [&](tensor_view part) -> expected<void> {
     gloo_direct::op_ctx dop{context, slot, deadline, across};
     TROUPE_TRY(run_step("across hosts", across_world,
                         [&] { return gloo_direct::allreduce(dop, part, fn, direct_); }));
-    if (op == reduce_op::avg) cpu_divide(part, members);
+    if (op == reduce_op::avg) cpu_divide(part, static_cast<std::size_t>(context.size));
     return ok();
   };
 

@@ -46,9 +46,8 @@ struct op_step {
 /// members (each calls it with the same step and sizes), in place where it says so. avg
 /// combines as sum; allreduce divides by the group's size itself (each transport where the
 /// data is still in cache), the other reducing operations leave the division to the
-/// caller. The group has already
-/// checked the arguments and returned early for empty tensors where the operation has
-/// nothing to move.
+/// caller. The group has already checked the arguments and returned early for empty
+/// tensors where the operation has nothing to move.
 class transport {
  public:
   virtual ~transport() = default;
