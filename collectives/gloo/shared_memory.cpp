@@ -1,41 +1,27 @@
-// Why this file is long (~720 lines): the segment's layout, its waits (spin, yield, then
-// futex) and the collectives over its slots share one set of invariants about who writes
-// which slot when; they are kept in one file so that those invariants are read in one
-// place.
+// The waits and the collectives of a gloo group's shared-memory segment (shared_memory.hpp):
+// they share one set of invariants about who writes which slot when, kept in this one file.
+// Setting the segment up is in shared_memory_open.cpp, its layout in shm_layout.hpp.
 #include <troupe/collectives/gloo/shared_memory.hpp>
 
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
-#include <cstdlib>
 #include <cstring>
-#include <new>
-#include <random>
-#include <thread>
 
 #include <troupe/collectives/gloo/blocks.hpp>
+#include <troupe/collectives/gloo/shm_layout.hpp>
 #include <troupe/collectives/gloo/shm_names.hpp>
 #include <troupe/collectives/process_group.hpp>
-#include <troupe/collectives/settings.hpp>
-#include <troupe/core/log.hpp>
 #include <troupe/core/strcat.hpp>
 
 namespace troupe::collectives::gloo_shm {
 
 namespace {
 
-constexpr std::uint64_t layout_magic = 0x74726f7570652d73;  // "troupe-s"
-constexpr std::uint32_t layout_version = 2;
-constexpr std::size_t page = 4096;
-constexpr std::size_t descs = 4;  // operations a member can be ahead of another, and more
+using shm_layout::descs;
 
 // Operation kinds, as the members compare them.
 constexpr std::uint32_t op_allreduce = 1, op_broadcast = 2, op_allgather = 3, op_barrier = 4,
@@ -83,18 +69,6 @@ constexpr const char* reuse_step = "did not finish reading an earlier chunk";
 // How often a sleeping waiter wakes to check that the members it waits for are alive.
 constexpr auto liveness_period = std::chrono::milliseconds(20);
 
-// The CPUs this process may run on (its affinity mask, which a container's cpuset
-// limits), at least 1.
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  // More CPUs than a cpu_set_t holds (1024): the machine's count.
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
 long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t val, const timespec* ts) {
   return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, val, ts, nullptr, 0);
 }
@@ -106,8 +80,6 @@ inline void cpu_relax() noexcept {
   asm volatile("yield");
 #endif
 }
-
-std::string errno_text(int e) { return std::strerror(e); }
 
 using gloo_blocks::block;
 
@@ -132,225 +104,6 @@ std::string describe_op(std::uint32_t kind, std::uint64_t bytes, std::uint32_t d
 }
 
 }  // namespace
-
-// The segment: a header line, one block of lines per member, then the slots (page
-// aligned), member r's buffer b at data + (2r + b) * slot_bytes.
-struct segment::header {
-  std::uint64_t magic;
-  std::uint32_t version;
-  std::uint32_t members;
-  std::uint64_t slot_bytes;
-  std::uint64_t token;
-  // Whether the members are not more than the CPUs rank 0 may run on (so that they can
-  // all run at once): rank 0's view, so that every member splits an operation the same way.
-  std::uint32_t run_at_once;
-  std::atomic<std::int32_t> failed_by;          // 0, or the failed member's rank + 1
-  alignas(64) std::atomic<std::uint32_t> wake;  // futex word, bumped by every publish
-  std::atomic<std::uint32_t> sleepers;
-};
-
-struct segment::op_desc {
-  std::atomic<std::uint64_t> seq;
-  std::atomic<std::uint64_t> bytes;
-  std::atomic<std::uint32_t> kind;
-  std::atomic<std::uint32_t> detail;
-};
-
-struct alignas(64) segment::member {
-  std::atomic<std::uint64_t> phase;
-  alignas(64) std::atomic<std::int64_t> pid;
-  std::atomic<std::uint64_t> start;
-  std::atomic<std::uint64_t> pid_ns;
-  op_desc desc[descs];
-};
-
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
-static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
-
-void apply_env(open_options& o) {
-  if (auto v = settings::gloo_shm.value(); v && *v == "0") o.enabled = false;
-  if (auto v = settings::gloo_shm_slot.value()) {
-    std::size_t n = 0;
-    std::string_view s(*v);
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-    if (ec != std::errc() || p != s.data() + s.size() || n == 0 || n > (std::size_t{1} << 30))
-      TROUPE_LOG(log_level::warn, "collectives", settings::gloo_shm_slot.variable, "='", s,
-                 "' is not a byte count between 1 and 1 GiB; using the default ",
-                 default_slot_bytes);
-    else
-      o.slot_bytes = n;
-  }
-}
-
-segment::header& segment::head() const noexcept { return *static_cast<header*>(map_); }
-
-segment::member& segment::at(int r) const noexcept {
-  auto* base = static_cast<std::byte*>(map_) + round_up(sizeof(header), 64);
-  return reinterpret_cast<member*>(base)[r];
-}
-
-std::byte* segment::slot(int r, std::uint64_t chunk) const noexcept {
-  return static_cast<std::byte*>(map_) + data_offset_ +
-         (2 * static_cast<std::size_t>(r) + (chunk & 1)) * slot_bytes_;
-}
-
-std::string segment::map(int fd, std::size_t slot_bytes) {
-  slot_bytes_ = slot_bytes;
-  map_bytes_ = data_offset_ + 2 * static_cast<std::size_t>(size_) * slot_bytes;
-  void* p = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (p == MAP_FAILED) return strcat("mmap of ", map_bytes_, " bytes: ", errno_text(errno));
-  map_ = p;
-  return "";
-}
-
-std::string segment::create(const std::string& name, std::uint64_t token, std::size_t slot_bytes) {
-  int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return strcat("shm_open(", name, "): ", errno_text(errno));
-  const std::size_t bytes = data_offset_ + 2 * static_cast<std::size_t>(size_) * slot_bytes;
-  // Reserve the pages now: a full /dev/shm must fail here, not as SIGBUS later.
-  std::string why;
-  if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0)
-    why = strcat("reserving ", bytes, " bytes in /dev/shm: ", errno_text(e));
-  else
-    why = map(fd, slot_bytes);
-  ::close(fd);
-  if (!why.empty()) {
-    ::shm_unlink(name.c_str());
-    return why;
-  }
-  auto& h = head();
-  new (&h) header{};
-  h.magic = layout_magic;
-  h.version = layout_version;
-  h.members = static_cast<std::uint32_t>(size_);
-  h.slot_bytes = slot_bytes;
-  h.token = token;
-  h.run_at_once = size_ <= usable_cpus() ? 1 : 0;
-  for (int r = 0; r < size_; ++r) new (&at(r)) member{};
-  return "";
-}
-
-std::string segment::attach(const std::string& name, std::uint64_t token) {
-  int fd = ::shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0)
-    return strcat("shm_open(", name, "): ", errno_text(errno),
-                  " (another host, or another IPC namespace)");
-  std::string why;
-  struct stat st {};
-  header probe;  // the slot size, read before mapping the whole segment
-  if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(data_offset_))
-    why = "the segment is smaller than its header";
-  else if (::pread(fd, &probe, sizeof(probe), 0) != static_cast<ssize_t>(sizeof(probe)))
-    why = "could not read the segment's header";
-  else if (probe.magic != layout_magic || probe.version != layout_version || probe.token != token ||
-           probe.members != static_cast<std::uint32_t>(size_))
-    why = "the segment's header does not match the offer";
-  else if (static_cast<std::size_t>(st.st_size) <
-           data_offset_ + 2 * static_cast<std::size_t>(size_) * probe.slot_bytes)
-    why = "the segment is smaller than its slots";
-  else
-    why = map(fd, probe.slot_bytes);
-  ::close(fd);
-  return why;
-}
-
-expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o) {
-  if (o.size <= 1) return std::unique_ptr<segment>();
-  auto seg = std::unique_ptr<segment>(new segment());
-  seg->rank_ = o.rank;
-  seg->size_ = o.size;
-  seg->world_ranks_ = o.world_ranks;
-  if (seg->world_ranks_.empty())
-    for (int r = 0; r < o.size; ++r) seg->world_ranks_.push_back(r);
-  seg->data_offset_ = round_up(round_up(sizeof(header), 64) + sizeof(member) * o.size, page);
-  const auto dl = deadline::after(o.timeout);
-
-  // Rank 0 offers "<name> <token>" or "none <why>"; every member answers "1" or "0 <why>".
-  std::string my_answer = "1";
-  std::string name;
-  if (o.rank == 0) {
-    std::random_device rd;
-    const std::uint64_t token =
-        (std::uint64_t{rd()} << 32) ^ rd() ^ static_cast<std::uint64_t>(::getpid());
-    // Names left by a rank 0 killed while its group was being created go first.
-    sweep_dead_segments();
-    name = segment_name(token);
-    std::string why =
-        !o.enabled
-            ? "TROUPE_GLOO_SHM=0"
-            : seg->create(name, token, round_up(std::max<std::size_t>(o.slot_bytes, 1), page));
-    std::string offer = why.empty() ? strcat(name, " ", token_hex(token)) : "none " + why;
-    if (!why.empty()) my_answer = "0 " + why;
-    auto set = s.set("offer", std::as_bytes(std::span(offer.data(), offer.size())), dl.remaining());
-    if (!set) {
-      if (seg->map_) ::shm_unlink(name.c_str());
-      return std::move(set).error();
-    }
-  } else {
-    auto got = s.get("offer", dl.remaining());
-    if (!got) return std::move(got).error();
-    std::string offer(reinterpret_cast<const char*>(got->data()), got->size());
-    if (offer.rfind("none ", 0) == 0) {
-      my_answer = "0 rank 0 offered no segment (" + offer.substr(5) + ")";
-    } else if (!o.enabled) {
-      my_answer = "0 TROUPE_GLOO_SHM=0";
-    } else {
-      auto space = offer.find(' ');
-      name = offer.substr(0, space);
-      std::uint64_t token = 0;
-      if (space != std::string::npos)
-        std::from_chars(offer.data() + space + 1, offer.data() + offer.size(), token, 16);
-      if (auto why = seg->attach(name, token); !why.empty()) my_answer = "0 " + why;
-    }
-  }
-
-  if (seg->map_ && my_answer == "1") {
-    auto& me = seg->at(o.rank);
-    me.pid.store(::getpid());
-    auto ps = read_proc(::getpid());
-    me.start.store(ps ? ps->start : 0);
-    me.pid_ns.store(pid_namespace());
-  }
-  auto answer_key = strcat("joined/", o.rank);
-  auto set = s.set(answer_key, std::as_bytes(std::span(my_answer.data(), my_answer.size())),
-                   dl.remaining());
-  std::vector<std::string> keys;
-  for (int r = 0; r < o.size; ++r) keys.push_back(strcat("joined/", r));
-  expected<void> waited =
-      set ? s.wait(keys, dl.remaining()) : expected<void>(std::move(set).error());
-  // Every member that knows the name removes it once everyone answered (or failed to):
-  // the members keep their mappings, and no name outlives the group's creation, even when
-  // rank 0 was killed while it waited (ENOENT from the others is expected and harmless).
-  if (!name.empty()) ::shm_unlink(name.c_str());
-  if (!waited) return std::move(waited).error();
-
-  std::string refusal;
-  for (int r = 0; r < o.size && refusal.empty(); ++r) {
-    auto v = s.get(keys[static_cast<std::size_t>(r)], dl.remaining());
-    if (!v) return std::move(v).error();
-    std::string a(reinterpret_cast<const char*>(v->data()), v->size());
-    if (a != "1") refusal = strcat("rank ", seg->world(r), ": ", a.size() > 2 ? a.substr(2) : a);
-  }
-  if (!refusal.empty()) {
-    // Every member knows why; one says it.
-    TROUPE_LOG(o.rank == 0 ? log_level::info : log_level::debug, "collectives", o.group,
-               " runs its collectives over TCP only, without shared memory: ", refusal);
-    return std::unique_ptr<segment>();
-  }
-
-  seg->run_at_once_ = seg->head().run_at_once != 0;
-  const auto my_ns = seg->at(o.rank).pid_ns.load();
-  seg->check_liveness_ = my_ns != 0;
-  for (int r = 0; r < o.size; ++r)
-    seg->check_liveness_ = seg->check_liveness_ && seg->at(r).pid_ns.load() == my_ns;
-  TROUPE_LOG(log_level::debug, "collectives", o.group, " shares memory between its ", o.size,
-             " members (", seg->slot_bytes_, " bytes per slot)");
-  return seg;
-}
-
-segment::~segment() {
-  if (map_) ::munmap(map_, map_bytes_);
-}
 
 void segment::wake_all() noexcept {
   auto& h = head();

@@ -113,9 +113,10 @@ class segment {
   struct op_desc;
   segment() = default;
 
-  header& head() const noexcept;
-  member& at(int r) const noexcept;
-  std::byte* slot(int r, std::uint64_t chunk) const noexcept;
+  // Defined in shm_layout.hpp (inline: the waits call them on every poll).
+  inline header& head() const noexcept;
+  inline member& at(int r) const noexcept;
+  inline std::byte* slot(int r, std::uint64_t chunk) const noexcept;
   // The world rank of member r, and the running operation as errors describe it.
   int world(int r) const;
   std::string what() const;

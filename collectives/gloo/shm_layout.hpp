@@ -1,0 +1,72 @@
+// The layout of a gloo group's shared-memory segment (shared_memory.hpp): its header, the
+// members' lines and where the slots lie. Internal to collectives/gloo, included by the two
+// files that implement gloo_shm::segment: shared_memory_open.cpp (creating, attaching and
+// agreeing on a segment) and shared_memory.cpp (the waits and the collectives).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include <troupe/collectives/gloo/shared_memory.hpp>
+
+namespace troupe::collectives::gloo_shm {
+
+namespace shm_layout {
+
+inline constexpr std::uint64_t magic = 0x74726f7570652d73;  // "troupe-s"
+inline constexpr std::uint32_t version = 2;
+inline constexpr std::size_t page = 4096;
+inline constexpr std::size_t descs = 4;  // operations a member can be ahead of another, and more
+
+constexpr std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace shm_layout
+
+// The segment: a header line, one block of lines per member, then the slots (page
+// aligned), member r's buffer b at data + (2r + b) * slot_bytes.
+struct segment::header {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::uint32_t members;
+  std::uint64_t slot_bytes;
+  std::uint64_t token;
+  // Whether the members are not more than the CPUs rank 0 may run on (so that they can
+  // all run at once): rank 0's view, so that every member splits an operation the same way.
+  std::uint32_t run_at_once;
+  std::atomic<std::int32_t> failed_by;          // 0, or the failed member's rank + 1
+  alignas(64) std::atomic<std::uint32_t> wake;  // futex word, bumped by every publish
+  std::atomic<std::uint32_t> sleepers;
+};
+
+struct segment::op_desc {
+  std::atomic<std::uint64_t> seq;
+  std::atomic<std::uint64_t> bytes;
+  std::atomic<std::uint32_t> kind;
+  std::atomic<std::uint32_t> detail;
+};
+
+struct alignas(64) segment::member {
+  std::atomic<std::uint64_t> phase;
+  alignas(64) std::atomic<std::int64_t> pid;
+  std::atomic<std::uint64_t> start;
+  std::atomic<std::uint64_t> pid_ns;
+  op_desc desc[shm_layout::descs];
+};
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+
+inline segment::header& segment::head() const noexcept { return *static_cast<header*>(map_); }
+
+inline segment::member& segment::at(int r) const noexcept {
+  auto* base = static_cast<std::byte*>(map_) + shm_layout::round_up(sizeof(header), 64);
+  return reinterpret_cast<member*>(base)[r];
+}
+
+inline std::byte* segment::slot(int r, std::uint64_t chunk) const noexcept {
+  return static_cast<std::byte*>(map_) + data_offset_ +
+         (2 * static_cast<std::size_t>(r) + (chunk & 1)) * slot_bytes_;
+}
+
+}  // namespace troupe::collectives::gloo_shm
