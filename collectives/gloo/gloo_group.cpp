@@ -55,7 +55,7 @@ class gloo_group final : public gloo_runner::group_runner {
                         format_duration(spec().timeout), " failed: ", e.message())
           .with_operation("collectives.gloo.connect");
     }
-    auto chosen = choose_transport(setup, *tcp);
+    auto chosen = choose_transport(setup, *tcp, *host);
     if (!chosen) return std::move(chosen).error();
     TROUPE_LOG(log_level::debug, "collectives", describe(*this), " runs its collectives over ",
                (*chosen)->name());
@@ -67,8 +67,10 @@ class gloo_group final : public gloo_runner::group_runner {
   // host has two or more of them and none turned it off; else shared memory when the
   // members share it; else `tcp` itself.
   expected<std::shared_ptr<gloo_transport::transport>> choose_transport(
-      const std::shared_ptr<store>& setup, const std::shared_ptr<gloo_transport::tcp>& tcp) {
+      const std::shared_ptr<store>& setup, const std::shared_ptr<gloo_transport::tcp>& tcp,
+      const std::string& address) {
     gloo_hier::open_options ho;
+    ho.address = address;
     ho.rank = rank();
     ho.world_ranks = spec().global_ranks;
     ho.group = describe(*this);

@@ -116,6 +116,26 @@ expected<std::unique_ptr<path>> path::open(const std::shared_ptr<store>& s, host
                  why_not.empty() ? "" : strcat(" (", why_not, ")"));
       return std::unique_ptr<path>();
     }
+  // Two hosts: each slice's two members, one per host, connect a link of their own.
+  const auto& l = p->layout_;
+  if (l.hosts.size() == 2 && l.local_rank < l.slices()) {
+    const auto across = l.slice_members(l.local_rank);
+    const int other = 1 - l.host;
+    const int peer = across[static_cast<std::size_t>(other)];
+    gloo_link::link_options lo;
+    lo.listens = l.host == 0;
+    lo.address = o.address;
+    lo.peer = strcat("rank ", o.world_ranks[static_cast<std::size_t>(peer)], " on host ", other);
+    lo.timeout = o.timeout;
+    prefix_store link_store(s, strcat("link", l.local_rank));
+    auto link = gloo_link::link::open(link_store, lo);
+    if (!link)
+      return troupe::error(
+          link.error().code(),
+          strcat("connecting to ", lo.peer,
+                 " for the hierarchical allreduce's step across hosts: ", link.error().message()));
+    p->link_ = std::move(*link);
+  }
   return p;
 }
 
@@ -145,9 +165,24 @@ expected<void> path::allreduce(gloo::Context& context, std::uint64_t slot, tenso
   // being its full mesh) while it is in cache: each element of the result is divided once,
   // by the member that reduced it across hosts.
   auto direct = [&](tensor_view part) -> expected<void> {
-    gloo_direct::op_ctx dop{context, slot, deadline, across};
-    TROUPE_TRY(run_step("across hosts", across_world,
-                        [&] { return gloo_direct::allreduce(dop, part, fn, direct_); }));
+    if (link_) {
+      // Host 0's sum op host 1's sum, as gloo_direct's exchange folds.
+      const auto bytes = part.nbytes();
+      std::byte* theirs = direct_.get(bytes);
+      auto* own = static_cast<std::byte*>(part.data);
+      TROUPE_TRY(run_step("across hosts", across_world, [&] {
+        return link_->exchange(++link_seq_, std::span<const std::byte>(own, bytes),
+                               std::span<std::byte>(theirs, bytes), deadline);
+      }));
+      if (l.host == 0)
+        fn(own, own, theirs, part.numel);
+      else
+        fn(own, theirs, own, part.numel);
+    } else {
+      gloo_direct::op_ctx dop{context, slot, deadline, across};
+      TROUPE_TRY(run_step("across hosts", across_world,
+                          [&] { return gloo_direct::allreduce(dop, part, fn, direct_); }));
+    }
     if (op == reduce_op::avg) cpu_divide(part, static_cast<std::size_t>(context.size));
     return ok();
   };
@@ -187,10 +222,12 @@ expected<void> path::allreduce(gloo::Context& context, std::uint64_t slot, tenso
 
 void path::mark_failed() noexcept {
   if (local_) local_->mark_failed();
+  if (link_) link_->close();
 }
 
 void path::abort() noexcept {
   if (local_) local_->abort();
+  if (link_) link_->abort();
 }
 
 }  // namespace troupe::collectives::gloo_hier

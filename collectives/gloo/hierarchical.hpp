@@ -9,9 +9,10 @@
 //   1. within each host, over shared memory: a reduce-scatter (local rank k gets the host's
 //      sum of slice k, in place in its own slice of the tensor), or an allreduce of the whole
 //      tensor when the hosts have different member counts or the tensor does not split evenly;
-//   2. across hosts, over the group's TCP connections: the members with local rank k, one
-//      per host, allreduce slice k with gloo_direct's algorithms (a rank map over the
-//      group's full mesh), every slice at once;
+//   2. across hosts: the members with local rank k, one per host, allreduce slice k, every
+//      slice at once. Between two hosts each such pair has a TCP link of its own
+//      (host_link.hpp), which the calling thread drives; between more, they use
+//      gloo_direct's algorithms (a rank map over the group's full mesh);
 //   3. within each host, over shared memory: an allgather of the slices (a broadcast per
 //      slice after step 1's allreduce).
 // Numerics: every element folds as (host 0's sum) op (host 1's sum) op ..., each host's sum
@@ -19,9 +20,9 @@
 // may differ in the last bits from the flat order r0 op r1 op r2 ... of the other paths.
 //
 // Failure: a step that fails returns an error naming the step and the members it ran
-// with; the caller fails the group (marks its host's segment failed and closes its TCP
-// connections), which fails the members of its host and, through the connections, those of
-// the other hosts at once.
+// with; the caller fails the group (marks its host's segment failed, shuts its link and
+// closes its TCP connections), which fails the members of its host and, through the
+// connections, those of the other hosts at once.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +34,7 @@
 
 #include <troupe/collectives/gloo/cpu_reduce.hpp>
 #include <troupe/collectives/gloo/direct.hpp>
+#include <troupe/collectives/gloo/host_link.hpp>
 #include <troupe/collectives/gloo/shared_memory.hpp>
 #include <troupe/collectives/tensor.hpp>
 #include <troupe/core/time.hpp>
@@ -97,6 +99,8 @@ struct open_options {
   /// Allreduces of fewer bytes are not for this path (see wants()).
   std::size_t min_bytes = default_min_bytes;
   duration timeout = std::chrono::seconds(30);
+  /// This member's gloo address, which its link across hosts binds (see path::open).
+  std::string address;
 };
 
 class path {
@@ -106,8 +110,10 @@ class path {
   /// (gloo_shm::segment::open under the prefix "host<h>", with TROUPE_GLOO_SHM and
   /// TROUPE_GLOO_SHM_SLOT applied), then all members agree. Every member gets the same
   /// answer: a path when every such host has its segment, nullptr when one has not (the
-  /// group then keeps to TCP). An error only when the store fails or a member does not
-  /// answer within the timeout.
+  /// group then keeps to TCP). With two hosts, each slice's two members then connect
+  /// their link (gloo_link::link::open under "link<k>", host 0's member listening on
+  /// `address`). An error when the store fails, a member does not answer or a link does
+  /// not connect within the timeout.
   static expected<std::unique_ptr<path>> open(const std::shared_ptr<store>& s, host_layout layout,
                                               const open_options& o);
 
@@ -145,6 +151,8 @@ class path {
   std::unique_ptr<gloo_shm::segment> local_;  // null: this member is alone on its host
   std::uint64_t local_seq_ = 0;               // operations run on local_ so far
   gloo_direct::scratch direct_;               // the direct algorithms' scratch
+  std::unique_ptr<gloo_link::link> link_;     // to the other host's member of this slice
+  std::uint64_t link_seq_ = 0;                // exchanges over link_ so far
 };
 
 }  // namespace troupe::collectives::gloo_hier
