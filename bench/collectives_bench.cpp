@@ -5,9 +5,13 @@
 //
 //   collectives_bench [--world N] [--backend gloo]
 //                     [--ops allreduce,broadcast,allgather,reduce_scatter]
-//                     [--min BYTES] [--max BYTES] [--iters N] [--json]
+//                     [--min BYTES] [--max BYTES] [--iters N] [--json] [--fresh]
 // --json prints one JSON object per measurement, for bench/compare.py against
 // bench/collectives_torch_gloo.py (PyTorch's gloo backend, same sizes and iterations).
+// --fresh makes every rank rewrite the input of each operation just before it (inside the
+// timed loop, as in bench/mpi_collectives_bench --fresh), as a training step hands over
+// freshly written gradients or parameters: an input left unchanged between operations
+// stays in the readers' caches, which flatters transports that read it in place.
 // The program starts N copies of itself as ranks on 127.0.0.1 around a TCP store on port 0;
 // rank 0 prints the table. CPU tensors only (float32). The JSON lines also carry cpu_us,
 // rank 0's process CPU time (all threads, user + system) per operation.
@@ -165,13 +169,17 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
           return 1;
         }
       if (auto r = pg.barrier({60s}).wait(70s); !r) return 1;
+      // The input each rank hands over (allgather: its block; the others: the buffer).
+      const std::size_t input = op == "allgather" ? per_rank : count;
       const double cpu0 = process_cpu_us();
       auto start = clock::now();
-      for (int i = 0; i < iters; ++i)
+      for (int i = 0; i < iters; ++i) {
+        if (a.fresh) std::fill_n(in.begin(), input, static_cast<float>(i & 7));
         if (auto r = run(); !r) {
           std::cerr << op << ": " << r.error() << "\n";
           return 1;
         }
+      }
       double us = std::chrono::duration<double, std::micro>(clock::now() - start).count() / iters;
       const double cpu_us = (process_cpu_us() - cpu0) / iters;
       double algbw = static_cast<double>(bytes) / us / 1e3;  // GB/s

@@ -9,7 +9,8 @@
  * `bytes` means what it means in collectives_bench (and nccl-tests): the buffer reduced,
  * broadcast, or gathered in total; for reduce_scatter the input, of which each rank keeps
  * 1/n. Options: --min BYTES, --max BYTES, --iters N (0: 50 up to 1 MiB, 10 up to 16 MiB,
- * else 4), --ops LIST. */
+ * else 4), --ops LIST, --fresh (each rank rewrites the input of every operation just before
+ * it, inside the timed loop, as collectives_bench --fresh does). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,7 @@ static int run_op(const char* op, float* in, float* out, size_t count, int n) {
 static int usage(const char* why) {
   fprintf(stderr,
           "mpi_collectives_bench: %s\nusage: mpi_collectives_bench [--min BYTES] [--max BYTES] "
-          "[--iters N] [--ops allreduce,broadcast,allgather,reduce_scatter]\n",
+          "[--iters N] [--ops allreduce,broadcast,allgather,reduce_scatter] [--fresh]\n",
           why);
   return 2;
 }
@@ -52,9 +53,14 @@ static int usage(const char* why) {
 int main(int argc, char** argv) {
   size_t min_bytes = 4096, max_bytes = (size_t)64 << 20;
   int fixed_iters = 0;
+  int fresh = 0;
   char ops[256] = "allreduce,broadcast,allgather,reduce_scatter";
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--json") == 0) continue; /* accepted for symmetry; always JSON */
+    if (strcmp(argv[i], "--fresh") == 0) {
+      fresh = 1;
+      continue;
+    }
     if (i + 1 >= argc) return usage("every option but --json takes a value");
     if (strcmp(argv[i], "--min") == 0)
       min_bytes = strtoull(argv[++i], NULL, 10);
@@ -95,7 +101,13 @@ int main(int argc, char** argv) {
       MPI_Barrier(MPI_COMM_WORLD);
       double cpu0 = process_cpu_us();
       double t0 = MPI_Wtime();
-      for (int i = 0; i < iters; ++i) run_op(op, in, out, count, n);
+      /* The input each rank hands over (allgather: its block; the others: the buffer). */
+      size_t input = strcmp(op, "allgather") == 0 ? count / (size_t)n : count;
+      for (int i = 0; i < iters; ++i) {
+        if (fresh)
+          for (size_t k = 0; k < input; ++k) in[k] = (float)(i & 7);
+        run_op(op, in, out, count, n);
+      }
       double us = (MPI_Wtime() - t0) * 1e6 / iters;
       double cpu_us = (process_cpu_us() - cpu0) / iters;
       double algbw = (double)bytes / us / 1e3; /* GB/s */

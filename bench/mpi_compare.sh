@@ -2,7 +2,8 @@
 # Runs collectives_bench and its Open MPI anchor (mpi_collectives_bench) alternately, RUNS
 # times each, at every world size given, and prints the medians side by side with ratios
 # (troupe / Open MPI) through bench/compare.py.
-#   bash bench/mpi_compare.sh [RUNS=3] [WORLDS="2 4"] [MIN=4096] [MAX=67108864]
+#   bash bench/mpi_compare.sh [RUNS=3] [WORLDS="2 4"] [MIN=4096] [MAX=67108864] [--fresh]
+# --fresh: every rank rewrites each operation's input just before it, on both sides.
 # Needs a release build with the bench targets and `scripts/install-deps.sh --bench`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,8 @@ runs=${1:-3}
 worlds=${2:-"2 4"}
 min=${3:-4096}
 max=${4:-67108864}
+extra=${5:-}
+[[ -z $extra || $extra == --fresh ]] || { echo "mpi_compare: unknown option '$extra' (only --fresh)" >&2; exit 2; }
 bin=build/release/bench
 ops=allreduce,broadcast,allgather,reduce_scatter
 for f in "$bin/collectives_bench" "$bin/mpi_collectives_bench"; do
@@ -19,6 +22,6 @@ done
 for w in $worlds; do
   echo "## world $w"
   /usr/bin/python3 bench/compare.py --runs "$runs" \
-    --troupe "$bin/collectives_bench --world $w --ops $ops --min $min --max $max --json" \
-    --anchor "mpirun --allow-run-as-root --oversubscribe --bind-to none -np $w $bin/mpi_collectives_bench --ops $ops --min $min --max $max"
+    --troupe "$bin/collectives_bench --world $w --ops $ops --min $min --max $max --json $extra" \
+    --anchor "mpirun --allow-run-as-root --oversubscribe --bind-to none -np $w $bin/mpi_collectives_bench --ops $ops --min $min --max $max $extra"
 done

@@ -27,8 +27,9 @@ struct rank_bench_args {
   std::vector<std::string> ops{"allreduce", "broadcast", "allgather"};
   std::size_t min_bytes = 4 << 10;
   std::size_t max_bytes = 64 << 20;
-  int iters = 0;      // 0: chosen by size
-  bool json = false;  // one JSON object per line (for bench/compare.py) instead of a table
+  int iters = 0;       // 0: chosen by size
+  bool json = false;   // one JSON object per line (for bench/compare.py) instead of a table
+  bool fresh = false;  // each rank rewrites its input before every operation (--fresh)
 };
 
 /// Parses into `a`; nullopt after printing why (--backend only when `with_backend`).
@@ -44,6 +45,10 @@ inline std::optional<rank_bench_args> parse_rank_bench_args(int argc, char** arg
     std::string k = argv[i];
     if (k == "--json") {
       a.json = true;
+      continue;
+    }
+    if (k == "--fresh") {
+      a.fresh = true;
       continue;
     }
     if (i + 1 >= argc) {
