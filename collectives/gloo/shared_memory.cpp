@@ -401,13 +401,20 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
   auto* dst = static_cast<std::byte*>(out.data);
   const auto* src = static_cast<const std::byte*>(in.data);
   auto block_of = [&](int r) { return dst + bytes * static_cast<std::size_t>(r); };
-  if (block_of(rank_) != src) std::memmove(block_of(rank_), src, bytes);
+  // When `in` lies outside `out`, this member's own block is copied into `out` after its
+  // slot is published, while the others copy theirs: off the path they wait on. When it
+  // overlaps `out` (in place, or elsewhere in it), it is moved there first, as the others'
+  // blocks may land on it.
+  const bool apart = src + bytes <= dst || dst + out.nbytes() <= src;
+  if (!apart && block_of(rank_) != src) std::memmove(block_of(rank_), src, bytes);
+  const std::byte* const own = apart ? src : block_of(rank_);
   for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
     const std::size_t len = std::min(slot_bytes_, bytes - off);
     const std::uint64_t c = chunks_++;
     if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return failed();
-    std::memcpy(slot(rank_, c), block_of(rank_) + off, len);
+    std::memcpy(slot(rank_, c), own + off, len);
     publish();
+    if (apart) std::memcpy(block_of(rank_) + off, own + off, len);
     if (!wait_all(phase_, deadline, "did not contribute")) return failed();
     for (int r = 0; r < size_; ++r)
       if (r != rank_) std::memcpy(block_of(r) + off, slot(r, c), len);
