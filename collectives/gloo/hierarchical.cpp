@@ -135,6 +135,8 @@ expected<std::unique_ptr<path>> path::open(const std::shared_ptr<store>& s, host
           strcat("connecting to ", lo.peer,
                  " for the hierarchical allreduce's step across hosts: ", link.error().message()));
     p->link_ = std::move(*link);
+    TROUPE_LOG(log_level::debug, "collectives", o.group, ": slice ", l.local_rank, " crosses to ",
+               lo.peer, " over a link of its own");
   }
   return p;
 }

@@ -68,6 +68,11 @@ TEST_CASE("an allreduce across simulated hosts of two and one ranks matches loca
   run_rank_processes(TROUPE_COLLECTIVES_TEST_WORKER, "hier_blocks", 3, 80s);
 }
 
+TEST_CASE("an allreduce across three simulated hosts of two ranks matches local results") {
+  // Two hosts connect a link per slice; three take the direct algorithms across hosts.
+  run_rank_processes(TROUPE_COLLECTIVES_TEST_WORKER, "hier_blocks", 6, 80s);
+}
+
 TEST_CASE("killing a rank in a hierarchical allreduce fails the survivors in time naming it") {
   constexpr int world = 4;
   auto server = troupe::tcp_store_server::start({}).value();
