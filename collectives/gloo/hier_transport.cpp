@@ -23,7 +23,7 @@ class hier_transport final : public over_tcp {
                            const cpu_reduce_fn& fn) override {
     if (tcp_->size() == 1) return ok();
     if (!path_->wants(t.nbytes())) return tcp_->allreduce(s, t, op, fn);
-    return path_->allreduce(tcp_->context(), gloo_direct::slot_of(s.tag), t, op, fn, s.deadline());
+    return path_->allreduce(t, op, fn, s.deadline());
   }
   expected<void> reduce_scatter(const op_step& s, tensor_view in, tensor_view out, reduce_op op,
                                 const cpu_reduce_fn& fn) override {

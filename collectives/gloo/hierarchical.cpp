@@ -1,7 +1,5 @@
 #include <troupe/collectives/gloo/hierarchical.hpp>
 
-#include <gloo/context.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cstring>
@@ -116,27 +114,34 @@ expected<std::unique_ptr<path>> path::open(const std::shared_ptr<store>& s, host
                  why_not.empty() ? "" : strcat(" (", why_not, ")"));
       return std::unique_ptr<path>();
     }
-  // Two hosts: each slice's two members, one per host, connect a link of their own.
+  // Each slice's members, one per host, connect a link to one another: host i's member
+  // listens for host j's when i < j. Every member takes its pairs in the order of the
+  // other host, so that no two wait on each other.
   const auto& l = p->layout_;
-  if (l.hosts.size() == 2 && l.local_rank < l.slices()) {
+  if (l.local_rank < l.slices()) {
     const auto across = l.slice_members(l.local_rank);
-    const int other = 1 - l.host;
-    const int peer = across[static_cast<std::size_t>(other)];
-    gloo_link::link_options lo;
-    lo.listens = l.host == 0;
-    lo.address = o.address;
-    lo.peer = strcat("rank ", o.world_ranks[static_cast<std::size_t>(peer)], " on host ", other);
-    lo.timeout = o.timeout;
-    prefix_store link_store(s, strcat("link", l.local_rank));
-    auto link = gloo_link::link::open(link_store, lo);
-    if (!link)
-      return troupe::error(
-          link.error().code(),
-          strcat("connecting to ", lo.peer,
-                 " for the hierarchical allreduce's step across hosts: ", link.error().message()));
-    p->link_ = std::move(*link);
-    TROUPE_LOG(log_level::debug, "collectives", o.group, ": slice ", l.local_rank, " crosses to ",
-               lo.peer, " over a link of its own");
+    p->links_.resize(l.hosts.size());
+    for (int j = 0; j < static_cast<int>(l.hosts.size()); ++j) {
+      if (j == l.host) continue;
+      const int peer = across[static_cast<std::size_t>(j)];
+      gloo_link::link_options lo;
+      lo.listens = l.host < j;
+      lo.address = o.address;
+      lo.peer = strcat("rank ", o.world_ranks[static_cast<std::size_t>(peer)], " on host ", j);
+      lo.timeout = o.timeout;
+      prefix_store link_store(
+          s, strcat("link", l.local_rank, "/", std::min(l.host, j), "-", std::max(l.host, j)));
+      auto link = gloo_link::link::open(link_store, lo);
+      if (!link)
+        return troupe::error(link.error().code(),
+                             strcat("connecting to ", lo.peer,
+                                    " for the hierarchical allreduce's step across hosts: ",
+                                    link.error().message()));
+      p->links_[static_cast<std::size_t>(j)] = std::move(*link);
+    }
+    TROUPE_LOG(log_level::debug, "collectives", o.group, ": slice ", l.local_rank,
+               " crosses to the other hosts' members ", format_ranks(p->world_of(across)),
+               " over links of its own");
   }
   return p;
 }
@@ -155,38 +160,21 @@ expected<void> path::run_step(const char* step, const std::vector<int>& who, F&&
                                                 format_ranks(who), ": ", r.error().message()));
 }
 
-expected<void> path::allreduce(gloo::Context& context, std::uint64_t slot, tensor_view t,
-                               reduce_op op, const cpu_reduce_fn& fn, clock::time_point deadline) {
+expected<void> path::allreduce(tensor_view t, reduce_op op, const cpu_reduce_fn& fn,
+                               clock::time_point deadline) {
   using gloo_blocks::block;
   const auto& l = layout_;
   const int k = l.local_rank, slices = l.slices(), local = l.local_size();
   const auto host_members = world_of(l.hosts[static_cast<std::size_t>(l.host)]);
   const std::vector<int> across = k < slices ? l.slice_members(k) : std::vector<int>{};
   const auto across_world = world_of(across);
-  // Slice k, summed over every host, then divided for avg (by the group's size, `context`
-  // being its full mesh) while it is in cache: each element of the result is divided once,
-  // by the member that reduced it across hosts.
-  auto direct = [&](tensor_view part) -> expected<void> {
-    if (link_) {
-      // Host 0's sum op host 1's sum, as gloo_direct's exchange folds.
-      const auto bytes = part.nbytes();
-      std::byte* theirs = direct_.get(bytes);
-      auto* own = static_cast<std::byte*>(part.data);
-      TROUPE_TRY(run_step("across hosts", across_world, [&] {
-        return link_->exchange(++link_seq_, std::span<const std::byte>(own, bytes),
-                               std::span<std::byte>(theirs, bytes), deadline);
-      }));
-      if (l.host == 0)
-        fn(own, own, theirs, part.numel);
-      else
-        fn(own, theirs, own, part.numel);
-    } else {
-      gloo_direct::op_ctx dop{context, slot, deadline, across};
-      TROUPE_TRY(run_step("across hosts", across_world,
-                          [&] { return gloo_direct::allreduce(dop, part, fn, direct_); }));
-    }
-    if (op == reduce_op::avg) cpu_divide(part, static_cast<std::size_t>(context.size));
-    return ok();
+  // Slice k, summed over every host, then divided for avg (by the group's size) while it is
+  // in cache: each element of the result is divided once, by the member that reduced it
+  // across hosts.
+  auto across_hosts = [&](tensor_view part) -> expected<void> {
+    const std::size_t divisor = op == reduce_op::avg ? world_ranks_.size() : 1;
+    return run_step("across hosts", across_world,
+                    [&] { return across_by_links(part, fn, divisor, deadline); });
   };
 
   // Balanced hosts and an even split: reduce-scatter, allreduce a slice across, allgather.
@@ -198,7 +186,7 @@ expected<void> path::allreduce(gloo::Context& context, std::uint64_t slot, tenso
     TROUPE_TRY(run_step("reduce-scatter within the host", host_members, [&] {
       return local_->reduce_scatter(++local_seq_, t, part, op, fn, deadline);
     }));
-    TROUPE_TRY(direct(part));
+    TROUPE_TRY(across_hosts(part));
     return run_step("allgather within the host", host_members,
                     [&] { return local_->allgather(++local_seq_, part, t, deadline); });
   }
@@ -209,7 +197,7 @@ expected<void> path::allreduce(gloo::Context& context, std::uint64_t slot, tenso
                         [&] { return local_->allreduce(++local_seq_, t, op, fn, 1, deadline); }));
   if (k < slices) {
     const auto b = block(t.numel, slices, k);
-    if (b.count > 0) TROUPE_TRY(direct(t.slice(b.offset, b.count)));
+    if (b.count > 0) TROUPE_TRY(across_hosts(t.slice(b.offset, b.count)));
   }
   if (local < 2) return ok();
   for (int j = 0; j < slices; ++j) {
@@ -222,14 +210,74 @@ expected<void> path::allreduce(gloo::Context& context, std::uint64_t slot, tenso
   return ok();
 }
 
+expected<void> path::across_by_links(tensor_view part, const cpu_reduce_fn& fn, std::size_t divisor,
+                                     clock::time_point deadline) {
+  using gloo_blocks::block;
+  using transfer = gloo_link::link::transfer;
+  const int n = static_cast<int>(links_.size()), me = layout_.host;
+  const std::size_t es = element_size(part.type);
+  auto* data = static_cast<std::byte*>(part.data);
+  auto link_to = [&](int j) { return links_[static_cast<std::size_t>(j)].get(); };
+  std::vector<transfer> ts;
+  if (n == 2) {
+    // One exchange of the whole slice: host 0's sum op host 1's sum on both.
+    const std::size_t bytes = part.nbytes();
+    std::byte* theirs = direct_.get(bytes);
+    ts.push_back(transfer{link_to(1 - me), {data, bytes}, {theirs, bytes}});
+    TROUPE_TRY(gloo_link::link::exchange_all(++link_seq_, ts, deadline));
+    if (me == 0)
+      fn(data, data, theirs, part.numel);
+    else
+      fn(data, theirs, data, part.numel);
+    if (divisor > 1) cpu_divide(part, divisor);
+    return ok();
+  }
+  // More hosts: a reduce-scatter (host j folds block j of every host's slice, in host
+  // order), then an allgather of the folded blocks, each a direct exchange with every peer.
+  const auto mine = block(part.numel, n, me);
+  const std::size_t mine_bytes = mine.count * es;
+  std::byte* base = direct_.get(mine_bytes * static_cast<std::size_t>(n - 1));
+  auto theirs = [&](int j) {
+    return base + mine_bytes * static_cast<std::size_t>(j < me ? j : j - 1);
+  };
+  std::byte* const own = data + mine.offset * es;
+  for (int j = 0; j < n; ++j)
+    if (j != me) {
+      const auto b = block(part.numel, n, j);
+      ts.push_back(
+          transfer{link_to(j), {data + b.offset * es, b.count * es}, {theirs(j), mine_bytes}});
+    }
+  TROUPE_TRY(gloo_link::link::exchange_all(++link_seq_, ts, deadline));
+  if (mine.count > 0) {
+    // As gloo_direct folds: r0 op r1 op ..., the partial result in peer 0's buffer.
+    if (me == 0) {
+      for (int j = 1; j < n; ++j) fn(own, own, theirs(j), mine.count);
+    } else {
+      std::byte* acc = theirs(0);
+      for (int j = 1; j < n; ++j)
+        fn(j == n - 1 ? own : acc, acc, j == me ? own : theirs(j), mine.count);
+    }
+    if (divisor > 1) cpu_divide(part.slice(mine.offset, mine.count), divisor);
+  }
+  ts.clear();
+  for (int j = 0; j < n; ++j)
+    if (j != me) {
+      const auto b = block(part.numel, n, j);
+      ts.push_back(transfer{link_to(j), {own, mine_bytes}, {data + b.offset * es, b.count * es}});
+    }
+  return gloo_link::link::exchange_all(++link_seq_, ts, deadline);
+}
+
 void path::mark_failed() noexcept {
   if (local_) local_->mark_failed();
-  if (link_) link_->close();
+  for (auto& l : links_)
+    if (l) l->close();
 }
 
 void path::abort() noexcept {
   if (local_) local_->abort();
-  if (link_) link_->abort();
+  for (auto& l : links_)
+    if (l) l->abort();
 }
 
 }  // namespace troupe::collectives::gloo_hier

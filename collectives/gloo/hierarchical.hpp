@@ -10,9 +10,9 @@
 //      sum of slice k, in place in its own slice of the tensor), or an allreduce of the whole
 //      tensor when the hosts have different member counts or the tensor does not split evenly;
 //   2. across hosts: the members with local rank k, one per host, allreduce slice k, every
-//      slice at once. Between two hosts each such pair has a TCP link of its own
-//      (host_link.hpp), which the calling thread drives; between more, they use
-//      gloo_direct's algorithms (a rank map over the group's full mesh);
+//      slice at once, over TCP links of their own that the calling thread drives
+//      (host_link.hpp): between two hosts one exchange of the slice; between more, a
+//      reduce-scatter then an allgather, each a direct exchange with every other host;
 //   3. within each host, over shared memory: an allgather of the slices (a broadcast per
 //      slice after step 1's allreduce).
 // Numerics: every element folds as (host 0's sum) op (host 1's sum) op ..., each host's sum
@@ -39,10 +39,6 @@
 #include <troupe/collectives/tensor.hpp>
 #include <troupe/core/time.hpp>
 #include <troupe/store/store.hpp>
-
-namespace gloo {
-class Context;
-}
 
 namespace troupe::collectives::gloo_hier {
 
@@ -110,22 +106,21 @@ class path {
   /// (gloo_shm::segment::open under the prefix "host<h>", with TROUPE_GLOO_SHM and
   /// TROUPE_GLOO_SHM_SLOT applied), then all members agree. Every member gets the same
   /// answer: a path when every such host has its segment, nullptr when one has not (the
-  /// group then keeps to TCP). With two hosts, each slice's two members then connect
-  /// their link (gloo_link::link::open under "link<k>", host 0's member listening on
-  /// `address`). An error when the store fails, a member does not answer or a link does
-  /// not connect within the timeout.
+  /// group then keeps to TCP). Then each slice's members connect a link between every two
+  /// of them (gloo_link::link::open under "link<k>/<i>-<j>", host i's member listening on
+  /// `address` for host j's, i < j). An error when the store fails, a member does not
+  /// answer or a link does not connect within the timeout.
   static expected<std::unique_ptr<path>> open(const std::shared_ptr<store>& s, host_layout layout,
                                               const open_options& o);
 
   /// Whether an allreduce of `bytes` bytes takes this path (the same answer on every member).
   bool wants(std::size_t bytes) const noexcept { return bytes >= min_bytes_; }
 
-  /// Allreduce of `t` in place over the group whose full mesh is `context`, in the three
-  /// steps above; `slot` is the operation's gloo_direct slot (the same on every member),
-  /// avg's sum is divided by the group's size. Fails (timeout, connection_lost, aborted,
-  /// invalid_argument) naming the step and its members.
-  expected<void> allreduce(gloo::Context& context, std::uint64_t slot, tensor_view t, reduce_op op,
-                           const cpu_reduce_fn& fn, clock::time_point deadline);
+  /// Allreduce of `t` in place over the group, in the three steps above (every member
+  /// calls it in the same order); avg's sum is divided by the group's size. Fails
+  /// (timeout, connection_lost, aborted, invalid_argument) naming the step and its members.
+  expected<void> allreduce(tensor_view t, reduce_op op, const cpu_reduce_fn& fn,
+                           clock::time_point deadline);
 
   /// Tells the other members of this host that this one failed. Idempotent.
   void mark_failed() noexcept;
@@ -143,6 +138,10 @@ class path {
   template <class F>
   expected<void> run_step(const char* step, const std::vector<int>& who, F&& f);
   std::vector<int> world_of(std::span<const int> group_ranks) const;
+  // Step 2 over links_: slice `part` of every host folded in host order, divided by
+  // `divisor` (> 1 for avg).
+  expected<void> across_by_links(tensor_view part, const cpu_reduce_fn& fn, std::size_t divisor,
+                                 clock::time_point deadline);
 
   host_layout layout_;
   std::vector<int> world_ranks_;
@@ -150,9 +149,11 @@ class path {
   std::size_t min_bytes_ = 0;
   std::unique_ptr<gloo_shm::segment> local_;  // null: this member is alone on its host
   std::uint64_t local_seq_ = 0;               // operations run on local_ so far
-  gloo_direct::scratch direct_;               // the direct algorithms' scratch
-  std::unique_ptr<gloo_link::link> link_;     // to the other host's member of this slice
-  std::uint64_t link_seq_ = 0;                // exchanges over link_ so far
+  gloo_direct::scratch direct_;               // what the peers' slices are received into
+  // To this slice's member on each other host (index: host; none for this one's). Empty
+  // when this member has no slice (a host with more members than the smallest).
+  std::vector<std::unique_ptr<gloo_link::link>> links_;
+  std::uint64_t link_seq_ = 0;  // exchanges over links_ so far
 };
 
 }  // namespace troupe::collectives::gloo_hier

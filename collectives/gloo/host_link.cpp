@@ -16,6 +16,7 @@
 #include <charconv>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include <troupe/core/error.hpp>
 #include <troupe/core/hmac.hpp>
@@ -252,92 +253,136 @@ void link::close() noexcept {
 
 expected<void> link::exchange(std::uint64_t seq, std::span<const std::byte> out,
                               std::span<std::byte> in, clock::time_point deadline) {
-  const header mine{seq, out.size()};
+  transfer t{this, out, in};
+  return exchange_all(seq, std::span(&t, 1), deadline);
+}
+
+// One transfer's progress: its header and payload each way.
+struct link::progress {
+  const transfer* t;
+  header mine;
   header theirs{};
-  const std::size_t hsize = sizeof(header);
-  const std::size_t send_total = hsize + out.size(), recv_total = hsize + in.size();
   std::size_t sent = 0, got = 0;
   bool checked = false;
-  auto failed = [&](errc code, const auto&... why) -> troupe::error {
-    if (aborted_.load())
-      return make_error(errc::aborted, "the exchange with ", peer_, " was aborted");
-    return make_error(code, why...);
-  };
-  auto broken = [&](int err) {
-    return failed(
-        errc::connection_lost, "the connection to ", peer_,
-        err == 0 ? std::string(" was closed by the peer") : strcat(" broke: ", std::strerror(err)),
-        closed_.load() ? " (this member's group failed first)" : "");
-  };
+
+  std::size_t send_total() const { return sizeof(header) + t->out.size(); }
+  std::size_t recv_total() const { return sizeof(header) + t->in.size(); }
+  bool done() const { return sent == send_total() && got == recv_total(); }
+};
+
+troupe::error link::failure(errc code, std::string why) const {
+  if (aborted_.load())
+    return make_error(errc::aborted, "the exchange with ", peer_, " was aborted");
+  return troupe::error(code, std::move(why));
+}
+
+troupe::error link::broken(int err) const {
+  return failure(errc::connection_lost,
+                 strcat("the connection to ", peer_,
+                        err == 0 ? std::string(" was closed by the peer")
+                                 : strcat(" broke: ", std::strerror(err)),
+                        closed_.load() ? " (this member's group failed first)" : ""));
+}
+
+// Moves what the socket takes and gives now; true when some byte moved.
+expected<bool> link::step(progress& p) {
+  constexpr std::size_t hsize = sizeof(header);
+  const auto& t = *p.t;
+  bool moved = false;
+  if (p.sent < p.send_total()) {
+    iovec v[2];
+    std::size_t n = 0;
+    if (p.sent < hsize) v[n++] = {reinterpret_cast<std::byte*>(&p.mine) + p.sent, hsize - p.sent};
+    const std::size_t body = p.sent < hsize ? 0 : p.sent - hsize;
+    v[n++] = {const_cast<std::byte*>(t.out.data()) + body, t.out.size() - body};
+    msghdr m{};
+    m.msg_iov = v;
+    m.msg_iovlen = n;
+    const ssize_t k = ::sendmsg(fd_, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0) {
+      p.sent += static_cast<std::size_t>(k);
+      moved = true;
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return broken(errno);
+    }
+  }
+  if (p.got < p.recv_total()) {
+    iovec v[2];
+    std::size_t n = 0;
+    if (p.got < hsize) v[n++] = {reinterpret_cast<std::byte*>(&p.theirs) + p.got, hsize - p.got};
+    const std::size_t body = p.got < hsize ? 0 : p.got - hsize;
+    // Only the header until it is checked: a peer at another size must not write `in`.
+    if (p.got >= hsize || p.checked) v[n++] = {t.in.data() + body, t.in.size() - body};
+    msghdr m{};
+    m.msg_iov = v;
+    m.msg_iovlen = n;
+    const ssize_t k = ::recvmsg(fd_, &m, MSG_DONTWAIT);
+    if (k > 0) {
+      p.got += static_cast<std::size_t>(k);
+      moved = true;
+    } else if (k == 0) {
+      return broken(0);
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return broken(errno);
+    }
+    if (!p.checked && p.got >= hsize) {
+      if (p.theirs.seq != p.mine.seq || p.theirs.bytes != t.in.size())
+        return failure(errc::invalid_argument,
+                       strcat(peer_, " sent exchange #", p.theirs.seq, " of ", p.theirs.bytes,
+                              " bytes where this member is at #", p.mine.seq, " of ", t.in.size(),
+                              " bytes: the members disagree on the collective"));
+      p.checked = true;
+    }
+  }
+  return moved;
+}
+
+expected<void> link::exchange_all(std::uint64_t seq, std::span<const transfer> ts,
+                                  clock::time_point deadline) {
+  std::vector<progress> ps;
+  ps.reserve(ts.size());
+  for (const auto& t : ts) ps.push_back(progress{&t, header{seq, t.out.size()}});
+  std::vector<pollfd> fds;
   auto last_progress = clock::now();
-  while (sent < send_total || got < recv_total) {
-    if (aborted_.load()) return failed(errc::aborted, "");
-    bool progress = false;
-    if (sent < send_total) {
-      iovec v[2];
-      int n = 0;
-      if (sent < hsize)
-        v[n++] = {const_cast<std::byte*>(reinterpret_cast<const std::byte*>(&mine)) + sent,
-                  hsize - sent};
-      const std::size_t body = sent < hsize ? 0 : sent - hsize;
-      v[n++] = {const_cast<std::byte*>(out.data()) + body, out.size() - body};
-      msghdr m{};
-      m.msg_iov = v;
-      m.msg_iovlen = static_cast<std::size_t>(n);
-      const ssize_t k = ::sendmsg(fd_, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (k > 0) {
-        sent += static_cast<std::size_t>(k);
-        progress = true;
-      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return broken(errno);
-      }
+  for (;;) {
+    bool moved = false, all_done = true;
+    for (auto& p : ps) {
+      if (p.done()) continue;
+      auto& l = *p.t->via;
+      if (l.aborted_.load()) return l.failure(errc::aborted, "");
+      auto r = l.step(p);
+      if (!r) return std::move(r).error();
+      moved = moved || *r;
+      all_done = all_done && p.done();
     }
-    if (got < recv_total) {
-      iovec v[2];
-      int n = 0;
-      if (got < hsize) v[n++] = {reinterpret_cast<std::byte*>(&theirs) + got, hsize - got};
-      const std::size_t body = got < hsize ? 0 : got - hsize;
-      // Only the header until it is checked: a peer at another size must not write `in`.
-      if (got >= hsize || checked) v[n++] = {in.data() + body, in.size() - body};
-      msghdr m{};
-      m.msg_iov = v;
-      m.msg_iovlen = static_cast<std::size_t>(n);
-      const ssize_t k = ::recvmsg(fd_, &m, MSG_DONTWAIT);
-      if (k > 0) {
-        got += static_cast<std::size_t>(k);
-        progress = true;
-      } else if (k == 0) {
-        return broken(0);
-      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return broken(errno);
-      }
-      if (!checked && got >= hsize) {
-        if (theirs.seq != seq || theirs.bytes != in.size())
-          return failed(errc::invalid_argument, peer_, " sent exchange #", theirs.seq, " of ",
-                        theirs.bytes, " bytes where this member is at #", seq, " of ", in.size(),
-                        " bytes: the members disagree on the collective");
-        checked = true;
-      }
-    }
-    if (progress) {
+    if (all_done) return ok();
+    if (moved) {
       last_progress = clock::now();
       continue;
     }
     const auto now = clock::now();
-    if (now >= deadline)
-      return failed(errc::timeout, peer_,
-                    " did not complete the exchange across hosts in time: ", "received ", got,
-                    " of ", recv_total, " bytes, sent ", sent, " of ", send_total);
+    if (now >= deadline) {
+      for (auto& p : ps)
+        if (!p.done())
+          return p.t->via->failure(
+              errc::timeout,
+              strcat(p.t->via->peer_,
+                     " did not complete the exchange across hosts in time: ", "received ", p.got,
+                     " of ", p.recv_total(), " bytes, sent ", p.sent, " of ", p.send_total()));
+    }
     if (now - last_progress < yield_time) {
       ::sched_yield();
       continue;
     }
-    pollfd pfd{
-        fd_,
-        static_cast<short>((got < recv_total ? POLLIN : 0) | (sent < send_total ? POLLOUT : 0)), 0};
-    ::poll(&pfd, 1, poll_ms(deadline));
+    fds.clear();
+    for (auto& p : ps)
+      if (!p.done())
+        fds.push_back(pollfd{p.t->via->fd_,
+                             static_cast<short>((p.got < p.recv_total() ? POLLIN : 0) |
+                                                (p.sent < p.send_total() ? POLLOUT : 0)),
+                             0});
+    ::poll(fds.data(), fds.size(), poll_ms(deadline));
   }
-  return ok();
 }
 
 }  // namespace troupe::collectives::gloo_link

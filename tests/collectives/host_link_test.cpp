@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <troupe/collectives/gloo/host_link.hpp>
@@ -25,6 +26,7 @@ using troupe::clock;
 using troupe::errc;
 using troupe::collectives::gloo_link::link;
 using troupe::collectives::gloo_link::link_options;
+using host_link = troupe::collectives::gloo_link::link;
 
 link_options options(bool listens, troupe::duration timeout = 10s) {
   link_options o;
@@ -73,6 +75,47 @@ TEST_CASE("two members exchange their bytes both ways, at every size in a row") 
     CHECK(in_a == out_b);
     CHECK(in_b == out_a);
   }
+}
+
+TEST_CASE("three members exchange different amounts with each other at once over their links") {
+  // Links of the pairs (0, 1), (0, 2) and (1, 2): ends[i][j] is member i's link to member j.
+  troupe::memory_store s01, s02, s12;
+  std::unique_ptr<host_link> ends[3][3];
+  std::tie(ends[0][1], ends[1][0]) = open_pair(s01);
+  std::tie(ends[0][2], ends[2][0]) = open_pair(s02);
+  std::tie(ends[1][2], ends[2][1]) = open_pair(s12);
+  // Member i sends bytes(i, j) to member j, up to 2 MiB, so that the sockets fill up.
+  auto bytes = [](int i, int j) {
+    return std::size_t(700'000) * static_cast<std::size_t>(i + 1) +
+           10u * static_cast<std::size_t>(j);
+  };
+  std::vector<std::byte> out[3][3], in[3][3];
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j)
+      if (i != j) {
+        out[i][j] = pattern(bytes(i, j), 10 * i + j);
+        in[i][j].resize(bytes(j, i));
+      }
+  const auto deadline = clock::now() + 20s;
+  auto run = [&](int i) {
+    std::vector<host_link::transfer> ts;
+    for (int j = 0; j < 3; ++j)
+      if (j != i) ts.push_back(host_link::transfer{ends[i][j].get(), out[i][j], in[i][j]});
+    return host_link::exchange_all(7, ts, deadline);
+  };
+  auto r1 = std::async(std::launch::async, run, 1);
+  auto r2 = std::async(std::launch::async, run, 2);
+  auto r0 = run(0);
+  REQUIRE(r0.has_value());
+  REQUIRE(r1.get().has_value());
+  REQUIRE(r2.get().has_value());
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j)
+      if (i != j) {
+        CAPTURE(i);
+        CAPTURE(j);
+        CHECK(in[i][j] == out[j][i]);
+      }
 }
 
 TEST_CASE("members at different exchanges or sizes both fail naming the peer and the sizes") {
