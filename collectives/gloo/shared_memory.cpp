@@ -435,7 +435,11 @@ expected<void> segment::reduce_scatter(std::uint64_t seq, tensor_view in, tensor
   const std::size_t per_rank = out.numel;
   // Each chunk takes the same piece of every block: a member's slot holds its n pieces,
   // and member r folds piece r of every slot into its output.
-  const std::size_t chunk_bytes = std::min(slot_bytes_, allreduce_chunk_bytes);
+  // Chunks as the allreduce's, large ones included: world 2, 11 alternating runs with
+  // fresh inputs, 1 MiB 0.75x and 4 MiB 0.77x the time of 256 KiB chunks.
+  const bool big_chunks = run_at_once_ && in.nbytes() <= allreduce_big_chunk_max_bytes;
+  const std::size_t chunk_bytes =
+      std::min(slot_bytes_, big_chunks ? allreduce_big_chunk_bytes : allreduce_chunk_bytes);
   const std::size_t piece = std::max<std::size_t>(1, chunk_bytes / es / members);
   const auto* src = static_cast<const std::byte*>(in.data);
   auto* dst = static_cast<std::byte*>(out.data);
