@@ -37,6 +37,17 @@ bool equal_constant_time(std::span<const std::byte> a, std::span<const std::byte
   return diff == 0;
 }
 
+std::string to_hex(std::span<const std::byte> bytes) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * bytes.size());
+  for (auto b : bytes) {
+    out += digits[std::to_integer<unsigned>(b) >> 4];
+    out += digits[std::to_integer<unsigned>(b) & 15];
+  }
+  return out;
+}
+
 expected<std::array<std::byte, 16>> make_nonce() {
   std::array<std::byte, 16> n{};
   std::size_t got = 0;

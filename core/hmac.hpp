@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include <troupe/core/expected.hpp>
@@ -20,6 +21,9 @@ hmac_tag hmac_sha256(std::string_view key, std::initializer_list<std::span<const
 
 /// Whether `a` and `b` are equal, in time that depends only on their sizes.
 bool equal_constant_time(std::span<const std::byte> a, std::span<const std::byte> b) noexcept;
+
+/// `bytes` as lowercase hex, two digits each (a nonce or a secret sent as text).
+std::string to_hex(std::span<const std::byte> bytes);
 
 /// A nonce: 16 bytes from getrandom. errc::unavailable if the kernel gives none.
 expected<std::array<std::byte, 16>> make_nonce();

@@ -10,6 +10,7 @@
 #include <iterator>
 
 #if TROUPE_HAVE_ETCD
+#include <troupe/core/hmac.hpp>
 #include <troupe/store/etcd_store.hpp>
 #endif
 #include <troupe/store/memory_store.hpp>
@@ -67,14 +68,7 @@ expected<std::string> make_job_secret() {
   if (got < sizeof raw)
     return make_error(errc::unavailable, "cannot make a job secret: getrandom failed (",
                       std::strerror(errno), ")");
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * sizeof raw);
-  for (unsigned char b : raw) {
-    out += hex[b >> 4];
-    out += hex[b & 15];
-  }
-  return out;
+  return to_hex(std::as_bytes(std::span(raw)));
 }
 
 expected<std::string> read_secret_file(const std::string& path) {

@@ -218,13 +218,11 @@ expected<void> path::across_by_links(tensor_view part, const cpu_reduce_fn& fn, 
   const std::size_t es = element_size(part.type);
   auto* data = static_cast<std::byte*>(part.data);
   auto link_to = [&](int j) { return links_[static_cast<std::size_t>(j)].get(); };
-  std::vector<transfer> ts;
   if (n == 2) {
     // One exchange of the whole slice: host 0's sum op host 1's sum on both.
     const std::size_t bytes = part.nbytes();
-    std::byte* theirs = direct_.get(bytes);
-    ts.push_back(transfer{link_to(1 - me), {data, bytes}, {theirs, bytes}});
-    TROUPE_TRY(gloo_link::link::exchange_all(++link_seq_, ts, deadline));
+    std::byte* theirs = received_.get(bytes);
+    TROUPE_TRY(link_to(1 - me)->exchange(++link_seq_, {data, bytes}, {theirs, bytes}, deadline));
     if (me == 0)
       fn(data, data, theirs, part.numel);
     else
@@ -236,11 +234,12 @@ expected<void> path::across_by_links(tensor_view part, const cpu_reduce_fn& fn, 
   // order), then an allgather of the folded blocks, each a direct exchange with every peer.
   const auto mine = block(part.numel, n, me);
   const std::size_t mine_bytes = mine.count * es;
-  std::byte* base = direct_.get(mine_bytes * static_cast<std::size_t>(n - 1));
+  std::byte* base = received_.get(mine_bytes * static_cast<std::size_t>(n - 1));
   auto theirs = [&](int j) {
     return base + mine_bytes * static_cast<std::size_t>(j < me ? j : j - 1);
   };
   std::byte* const own = data + mine.offset * es;
+  std::vector<transfer> ts;
   for (int j = 0; j < n; ++j)
     if (j != me) {
       const auto b = block(part.numel, n, j);

@@ -149,7 +149,7 @@ class path {
   std::size_t min_bytes_ = 0;
   std::unique_ptr<gloo_shm::segment> local_;  // null: this member is alone on its host
   std::uint64_t local_seq_ = 0;               // operations run on local_ so far
-  gloo_direct::scratch direct_;               // what the peers' slices are received into
+  gloo_direct::scratch received_;             // what the peers' slices are received into
   // To this slice's member on each other host (index: host; none for this one's). Empty
   // when this member has no slice (a host with more members than the smallest).
   std::vector<std::unique_ptr<gloo_link::link>> links_;

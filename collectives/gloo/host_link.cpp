@@ -1,6 +1,5 @@
 #include <troupe/collectives/gloo/host_link.hpp>
 
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -44,16 +43,6 @@ struct header {
   std::uint64_t bytes;
 };
 
-std::string hex(std::span<const std::byte> b) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  for (auto x : b) {
-    out += digits[static_cast<unsigned>(x) >> 4];
-    out += digits[static_cast<unsigned>(x) & 15];
-  }
-  return out;
-}
-
 int poll_ms(clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
   return static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(
@@ -68,11 +57,11 @@ struct fd_guard {
   int release() { return std::exchange(fd, -1); }
 };
 
-void tune(int fd) {
+// Both ends' sockets are made non-blocking and close-on-exec; exchanges also want
+// every write on the wire at once.
+void no_delay(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
 // Reads or writes exactly `n` bytes of a blocking exchange at set-up, until `deadline`.
@@ -142,7 +131,7 @@ expected<std::unique_ptr<link>> listen_side(store& s, const link_options& o,
                       "' does not resolve (", ::gai_strerror(rc),
                       "); set TROUPE_GLOO_HOST to this host's address");
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> info(found, ::freeaddrinfo);
-  fd_guard l{::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  fd_guard l{::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)};
   if (l.fd < 0) return make_error(errc::unavailable, "socket(): ", std::strerror(errno));
   if (::bind(l.fd, found->ai_addr, found->ai_addrlen) != 0 || ::listen(l.fd, 4) != 0)
     return make_error(errc::invalid_argument, "cannot listen on ", o.address, ": ",
@@ -156,9 +145,8 @@ expected<std::unique_ptr<link>> listen_side(store& s, const link_options& o,
   const std::string where = numeric_host(bound);
   auto nonce = make_nonce();
   if (!nonce) return std::move(nonce).error();
-  const std::string token = hex(*nonce);
+  const std::string token = to_hex(*nonce);
   TROUPE_TRY(s.set("offer", strcat(where, " ", port, " ", token)));
-  ::fcntl(l.fd, F_SETFL, ::fcntl(l.fd, F_GETFL) | O_NONBLOCK);
   // Accept until a connection presents the token; any other is closed.
   while (clock::now() < deadline) {
     pollfd pfd{l.fd, POLLIN, 0};
@@ -172,7 +160,7 @@ expected<std::unique_ptr<link>> listen_side(store& s, const link_options& o,
     const auto hello_deadline = std::min(deadline, clock::now() + std::chrono::seconds(5));
     if (!read_all(c.fd, got.data(), got.size(), hello_deadline)) continue;
     if (!equal_constant_time(got, std::as_bytes(std::span(token.data(), token.size())))) continue;
-    tune(c.fd);
+    no_delay(c.fd);
     return link_access::make(c.release(), strcat(o.peer, " (", numeric_host(from), ")"));
   }
   return make_error(errc::timeout, o.peer, " did not connect to ", where, " port ", port,
@@ -221,7 +209,7 @@ expected<std::unique_ptr<link>> connect_side(store& s, const link_options& o,
                      deadline))
         return make_error(errc::connection_lost, o.peer, " at ", host, " port ", port,
                           " closed the connection before it was set up");
-      tune(c.fd);
+      no_delay(c.fd);
       return link_access::make(c.release(), strcat(o.peer, " (", host, ")"));
     }
     last = std::strerror(errno);
