@@ -44,15 +44,19 @@ constexpr std::size_t allreduce_big_chunk_max_bytes = 4 << 20;
 // fewer than splitting the fold, which costs more than folding 64 KiB four times.
 constexpr std::size_t fold_whole_max_bytes = 64 << 10;
 
-// Broadcasts up to this size go in pieces of broadcast_piece_bytes: the others copy a
-// piece out while the root copies the next one in. World 2 on 2 cores, alternating runs:
-// 16 KiB 0.70x the time of one whole slot, 64 KiB 0.85x; but 256 KiB took 1.1x and 1 MiB
-// 2.3-2.8x in pieces of 8 or 32 KiB, where one whole slot is copied out while it is still
-// in cache. Only when the members are not more than the CPUs: at 4 members on 2 cores the
-// root and the others take turns on a CPU, and 64 KiB in pieces took 1.6x the time
-// (bench/RESULTS.md).
-constexpr std::size_t broadcast_pieces_max_bytes = 64 << 10;
-constexpr std::size_t broadcast_piece_bytes = 8 << 10;
+// Broadcasts up to this size, when the members can all run at once, stream through a
+// ring of ring_depth pieces of ring_piece_bytes at the start of the root's buffer: the
+// root writes piece k while the others copy piece k - 1 out, and the root reuses a place
+// once every other member has read what it held. The ring (8 KiB) stays in the caches of
+// the two CPUs that pass it along, where a whole slot, or pieces laid one after another
+// along it, are written to and read from lines that come from farther away. World 2 on
+// 2 cores, 9 alternating runs against the whole slot (and the 8 KiB pieces that went up
+// to 64 KiB before): 16 KiB 0.88x, 256 KiB 0.70x the time; 1 MiB took 1.7x, where the
+// whole slot, copied at once, is faster. At 4 members on 2 cores the root and the others
+// take turns on a CPU, and a ring waits for each turn: whole slots there.
+constexpr std::size_t ring_max_bytes = 256 << 10;
+constexpr std::size_t ring_piece_bytes = 2 << 10;
+constexpr std::size_t ring_depth = 4;
 
 // How a waiter waits: when the members can all run at once it spins for spin_time
 // (a reply within microseconds is seen at once: world 2, 4-16 KiB, 0.56-0.87x the time of
@@ -359,30 +363,61 @@ expected<void> segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op
   return ok();
 }
 
+// Piece k of the data goes through place k % ring_depth of the ring (see ring_max_bytes).
+// Every member publishes once per piece: the root when it wrote the piece, the others when
+// they copied it out, so the phases stay in step as they do for whole chunks, and the root
+// may overwrite a place once the others' phases show that they read its last piece.
+bool segment::broadcast_ring(std::byte* data, std::size_t bytes, int root,
+                             clock::time_point deadline) {
+  const std::uint64_t c = chunks_++;
+  const std::uint64_t base = phase_;
+  std::byte* const ring = slot(root, c);
+  // Smaller pieces, and fewer, in a slot set smaller than the ring.
+  const std::size_t piece =
+      std::max<std::size_t>(1, std::min(ring_piece_bytes, slot_bytes_ / ring_depth));
+  const std::size_t depth = std::min(ring_depth, slot_bytes_ / piece);
+  const std::size_t pieces = (bytes + piece - 1) / piece;
+  for (std::size_t k = 0; k < pieces; ++k) {
+    const std::size_t off = k * piece;
+    const std::size_t len = std::min(piece, bytes - off);
+    std::byte* const place = ring + (k % depth) * piece;
+    if (rank_ == root) {
+      // The first round of places was last read in an earlier operation (guard_).
+      const std::uint64_t read = k < depth ? guard_[c & 1] : base + k - depth + 1;
+      if (!wait_all(read, deadline, reuse_step, false)) return false;
+      std::memcpy(place, data + off, len);
+    } else {
+      if (!wait_one(root, base + k + 1, deadline, "did not write the data")) return false;
+      std::memcpy(data + off, place, len);
+    }
+    publish();
+  }
+  if (rank_ == root) guard_[c & 1] = phase_;
+  return true;
+}
+
 expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
                                   clock::time_point deadline) {
   if (!begin(seq, op_broadcast, t.nbytes(), static_cast<std::uint32_t>(root))) return failed();
   auto* data = static_cast<std::byte*>(t.data);
   const std::size_t bytes = t.nbytes();
-  // Small broadcasts go in pieces when every member has a CPU, so that the others copy
-  // one piece out while the root copies the next in; otherwise whole slots (see
-  // broadcast_piece_bytes).
-  const std::size_t piece = bytes <= broadcast_pieces_max_bytes && run_at_once_
-                                ? std::min(slot_bytes_, broadcast_piece_bytes)
-                                : slot_bytes_;
-  for (std::size_t off = 0; off < bytes; off += piece) {
-    const std::size_t len = std::min(piece, bytes - off);
-    const std::uint64_t c = chunks_++;
-    if (rank_ == root) {
-      if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return failed();
-      std::memcpy(slot(rank_, c), data + off, len);
-      publish();
-      // The others publish the same phase once they copied the chunk out.
-      guard_[c & 1] = phase_;
-    } else {
-      if (!wait_one(root, phase_ + 1, deadline, "did not write the data")) return failed();
-      std::memcpy(data + off, slot(root, c), len);
-      publish();
+  if (run_at_once_ && bytes <= ring_max_bytes) {
+    if (!broadcast_ring(data, bytes, root, deadline)) return failed();
+  } else {
+    for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
+      const std::size_t len = std::min(slot_bytes_, bytes - off);
+      const std::uint64_t c = chunks_++;
+      if (rank_ == root) {
+        if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return failed();
+        std::memcpy(slot(rank_, c), data + off, len);
+        publish();
+        // The others publish the same phase once they copied the chunk out.
+        guard_[c & 1] = phase_;
+      } else {
+        if (!wait_one(root, phase_ + 1, deadline, "did not write the data")) return failed();
+        std::memcpy(data + off, slot(root, c), len);
+        publish();
+      }
     }
   }
   // Every member waits until every other one has its data, and compares what each was

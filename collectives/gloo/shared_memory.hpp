@@ -144,6 +144,10 @@ class segment {
   template <class Missing>
   [[nodiscard]] bool wait(Missing&& missing, clock::time_point deadline, const char* step);
   [[nodiscard]] bool check_agreement(int r);
+  // A broadcast streamed through a ring at the start of the root's buffer (see
+  // ring_max_bytes in shared_memory.cpp); false once it failed, as the waits.
+  [[nodiscard]] bool broadcast_ring(std::byte* data, std::size_t bytes, int root,
+                                    clock::time_point deadline);
   bool alive(int r) const;
   void wake_all() noexcept;
   bool fail(troupe::error e);
@@ -161,7 +165,7 @@ class segment {
   bool check_liveness_ = false;
   // Whether the members can all run at once (not more than the CPUs rank 0 may run on;
   // the same on every member, from the segment's header): waits spin before yielding,
-  // small broadcasts go in pieces, allreduces up to 4 MiB in larger chunks.
+  // small broadcasts stream through a ring, allreduces up to 4 MiB in larger chunks.
   bool run_at_once_ = false;
 
   std::uint64_t phase_ = 0;   // what this member published last

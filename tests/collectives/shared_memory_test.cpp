@@ -75,14 +75,15 @@ TEST_CASE("broadcast from every root gives every member the root's data at 2, 3 
 }
 
 TEST_CASE(
-    "broadcasts small enough to go in pieces, and just too large for pieces, give every member "
-    "the root's data") {
-  // With a slot of the default size, broadcasts up to 64 KiB go in 8 KiB pieces when the
-  // members can all run at once (here: up to as many members as CPUs), whole slots above.
+    "broadcasts small enough to stream through the ring, and just too large for it, give "
+    "every member the root's data") {
+  // With a slot of the default size, broadcasts up to 256 KiB stream through a ring of
+  // 2 KiB pieces when the members can all run at once (here: up to as many members as
+  // CPUs), whole slots above. Sizes around a piece, the ring, and the largest ring size.
   check_at_2_to_4(
       [](member& m) -> std::string {
         std::uint64_t seq = 1;
-        for (std::size_t count : {2047, 2048, 10001, 16384, 16385, 40000})
+        for (std::size_t count : {1, 511, 512, 513, 2047, 2048, 2049, 10001, 65536, 65537})
           for (int root = 0; root < m.size; ++root)
             if (auto e = float_broadcast(m, seq, count, root, seq); !e.empty()) return e;
         return "";
@@ -102,39 +103,43 @@ TEST_CASE("allgather puts every member's block in place at 2, 3 and 4 members") 
 
 TEST_CASE(
     "operations back to back reuse both buffers correctly while members run at different "
-    "speeds") {
-  check_all(on_members(group_of(4), [](member& m) -> std::string {
-    std::uint64_t seq = 1;
-    const std::size_t per = small_slot / sizeof(float);
-    for (std::uint64_t k = 0; k < 40; ++k) {
-      // Members fall behind one another by up to a few hundred microseconds.
-      if (mix(k * 31 + static_cast<std::uint64_t>(m.rank)) % 3 == 0)
-        std::this_thread::sleep_for(std::chrono::microseconds(mix(k + 7) % 400));
-      const std::size_t count = k % 2 == 0 ? 3 * per + k : 1 + k;
-      std::string e;
-      switch (k % 4) {
-        case 0:  // a broadcast, then an allreduce
-          e = float_broadcast(m, seq, count, static_cast<int>(k / 4) % m.size, k);
-          if (e.empty()) e = float_sum(m, seq, count, k);
-          break;
-        case 1:  // broadcasts from changing roots
-          for (int root : {1, 3, 0, 2})
-            if (e.empty())
-              e = float_broadcast(m, seq, count, root, k + 100 * static_cast<std::uint64_t>(root));
-          break;
-        case 2:
-          e = int64_allgather(m, seq, count, k % 8 == 2);
-          if (e.empty()) e = float_broadcast(m, seq, count, 3, k);
-          break;
-        default:
-          e = float_sum(m, seq, count, k);
-          if (e.empty()) e = int64_allgather(m, seq, count, false);
-          break;
+    "speeds, at 2 members (a ring for small broadcasts) and at 4") {
+  for (int members : {2, 4}) {
+    CAPTURE(members);
+    check_all(on_members(group_of(members), [](member& m) -> std::string {
+      std::uint64_t seq = 1;
+      const std::size_t per = small_slot / sizeof(float);
+      for (std::uint64_t k = 0; k < 40; ++k) {
+        // Members fall behind one another by up to a few hundred microseconds.
+        if (mix(k * 31 + static_cast<std::uint64_t>(m.rank)) % 3 == 0)
+          std::this_thread::sleep_for(std::chrono::microseconds(mix(k + 7) % 400));
+        const std::size_t count = k % 2 == 0 ? 3 * per + k : 1 + k;
+        std::string e;
+        switch (k % 4) {
+          case 0:  // a broadcast, then an allreduce
+            e = float_broadcast(m, seq, count, static_cast<int>(k / 4) % m.size, k);
+            if (e.empty()) e = float_sum(m, seq, count, k);
+            break;
+          case 1:  // broadcasts from changing roots
+            for (int root : {1, 3, 0, 2})
+              if (root < m.size && e.empty())
+                e = float_broadcast(m, seq, count, root,
+                                    k + 100 * static_cast<std::uint64_t>(root));
+            break;
+          case 2:
+            e = int64_allgather(m, seq, count, k % 8 == 2);
+            if (e.empty()) e = float_broadcast(m, seq, count, m.size - 1, k);
+            break;
+          default:
+            e = float_sum(m, seq, count, k);
+            if (e.empty()) e = int64_allgather(m, seq, count, false);
+            break;
+        }
+        if (!e.empty()) return strcat("step ", k, ": ", e);
       }
-      if (!e.empty()) return strcat("step ", k, ": ", e);
-    }
-    return "";
-  }));
+      return "";
+    }));
+  }
 }
 
 TEST_CASE("a barrier lets no member through until every member arrived") {
