@@ -8,8 +8,8 @@
  *
  * `bytes` means what it means in collectives_bench (and nccl-tests): the buffer reduced,
  * broadcast, or gathered in total; for reduce_scatter the input, of which each rank keeps
- * 1/n. Options: --min BYTES, --max BYTES, --iters N (0: 50 up to 1 MiB, 10 up to 16 MiB,
- * else 4), --ops LIST, --fresh (each rank rewrites the input of every operation just before
+ * 1/n. Options: --min BYTES, --max BYTES, --iters N (0: 500 up to 64 KiB, 50 up to 1 MiB,
+ * 10 up to 16 MiB, else 4, as collectives_bench), --ops LIST, --fresh (each rank rewrites the input of every operation just before
  * it, inside the timed loop, as collectives_bench --fresh does). */
 #include <mpi.h>
 #include <stdio.h>
@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
       size_t count = bytes / sizeof(float);
       for (size_t i = 0; i < count; ++i) in[i] = 1.0f;
       int iters = fixed_iters > 0               ? fixed_iters
+                  : bytes <= ((size_t)64 << 10) ? 500
                   : bytes <= ((size_t)1 << 20)  ? 50
                   : bytes <= ((size_t)16 << 20) ? 10
                                                 : 4;

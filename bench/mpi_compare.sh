@@ -14,7 +14,7 @@ max=${4:-67108864}
 extra=${5:-}
 [[ -z $extra || $extra == --fresh ]] || { echo "mpi_compare: unknown option '$extra' (only --fresh)" >&2; exit 2; }
 bin=build/release/bench
-ops=allreduce,broadcast,allgather,reduce_scatter
+ops=${OPS:-allreduce,broadcast,allgather,reduce_scatter}
 for f in "$bin/collectives_bench" "$bin/mpi_collectives_bench"; do
   [[ -x $f ]] || { echo "mpi_compare: $f is missing; build the release preset after" \
     "'bash scripts/install-deps.sh --bench'" >&2; exit 1; }
