@@ -150,7 +150,7 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
       };
       // Operations of a few microseconds run 500 times: 50 of them last less than one
       // scheduler tick, and one preemption then moved the mean several-fold.
-      int iters = a.iters > 0          ? a.iters
+      int iters = a.iters > 0            ? a.iters
                   : bytes <= (64u << 10) ? 500
                   : bytes <= (1u << 20)  ? 50
                   : bytes <= (16u << 20) ? 10

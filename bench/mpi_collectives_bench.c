@@ -9,8 +9,8 @@
  * `bytes` means what it means in collectives_bench (and nccl-tests): the buffer reduced,
  * broadcast, or gathered in total; for reduce_scatter the input, of which each rank keeps
  * 1/n. Options: --min BYTES, --max BYTES, --iters N (0: 500 up to 64 KiB, 50 up to 1 MiB,
- * 10 up to 16 MiB, else 4, as collectives_bench), --ops LIST, --fresh (each rank rewrites the input of every operation just before
- * it, inside the timed loop, as collectives_bench --fresh does). */
+ * 10 up to 16 MiB, else 4, as collectives_bench), --ops LIST, --fresh (each rank rewrites the input
+ * of every operation just before it, inside the timed loop, as collectives_bench --fresh does). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
