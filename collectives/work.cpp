@@ -11,11 +11,33 @@ struct work_state {
   std::string description;
   std::function<void()> help;  // set before the work is handed out, never changed
   std::function<void()> urge;  // the same
+  std::shared_ptr<const work::hooks> hooks;  // or these, with key (the same)
+  std::uint64_t key = 0;
   std::mutex mu;
   std::condition_variable cv;
   std::optional<expected<void>> result;
   std::vector<promise<void>> waiters;
 };
+
+namespace {
+
+bool can_help(const work_state& s) { return s.help || (s.hooks && s.hooks->help); }
+bool can_urge(const work_state& s) { return s.urge || (s.hooks && s.hooks->urge); }
+void help(const work_state& s) {
+  if (s.help)
+    s.help();
+  else
+    s.hooks->help(s.key);
+}
+void urge(const work_state& s) {
+  if (s.urge)
+    s.urge();
+  else
+    s.hooks->urge(s.key);
+}
+
+}  // namespace
+
 }  // namespace detail
 
 std::pair<work, work::completer> work::make(std::string description) {
@@ -37,6 +59,15 @@ std::pair<work, work::completer> work::make(std::string description, std::functi
   completer c;
   c.state_ = std::move(s);
   return {std::move(w), std::move(c)};
+}
+
+std::pair<work, work::completer> work::make(std::string description,
+                                            std::shared_ptr<const hooks> shared,
+                                            std::uint64_t key) {
+  auto made = make(std::move(description));
+  made.first.state_->hooks = std::move(shared);
+  made.first.state_->key = key;
+  return made;
 }
 
 work work::completed(expected<void> result, std::string description) {
@@ -72,22 +103,22 @@ static troupe::error empty_work_error() {
 
 expected<void> work::wait(duration timeout) const {
   if (!state_) return empty_work_error();
-  if (state_->help) {
+  if (detail::can_help(*state_)) {
     bool done = false;
     {
       std::lock_guard lk(state_->mu);
       done = state_->result.has_value();
     }
-    if (!done) state_->help();
+    if (!done) detail::help(*state_);
   }
-  if (state_->urge) {
+  if (detail::can_urge(*state_)) {
     // Not run by help (another operation was ahead of it): no holding back.
     bool done = false;
     {
       std::lock_guard lk(state_->mu);
       done = state_->result.has_value();
     }
-    if (!done) state_->urge();
+    if (!done) detail::urge(*state_);
   }
   std::unique_lock lk(state_->mu);
   if (!state_->cv.wait_until(lk, deadline::after(timeout).time_point(),
@@ -104,7 +135,7 @@ bool work::is_completed() const {
     std::lock_guard lk(state_->mu);
     done = state_->result.has_value();
   }
-  if (!done && state_->urge) state_->urge();
+  if (!done && detail::can_urge(*state_)) detail::urge(*state_);
   return done;
 }
 
@@ -117,13 +148,13 @@ std::optional<troupe::error> work::error() const {
 
 future<void> work::get_future() const {
   if (!state_) return make_error_future<void>(empty_work_error());
-  if (state_->urge) {
+  if (detail::can_urge(*state_)) {
     bool done = false;
     {
       std::lock_guard lk(state_->mu);
       done = state_->result.has_value();
     }
-    if (!done) state_->urge();
+    if (!done) detail::urge(*state_);
   }
   promise<void> p;
   auto f = p.get_future();
@@ -136,6 +167,11 @@ future<void> work::get_future() const {
     state_->waiters.push_back(std::move(p));
   }
   return f;
+}
+
+const std::string& work::completer::description() const {
+  static const std::string empty;
+  return state_ ? state_->description : empty;
 }
 
 const std::string& work::description() const {

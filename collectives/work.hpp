@@ -2,6 +2,7 @@
 // backend, with success or with the error that ended it.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -26,6 +27,8 @@ class work {
     /// Completes the work; later calls are ignored. Returns whether this call won.
     bool complete(expected<void> result) const;
     bool is_completed() const;
+    /// The work's description, as made.
+    const std::string& description() const;
 
    private:
     friend class work;
@@ -43,6 +46,15 @@ class work {
   /// work is pending, so that a caller who never calls wait() does not wait for that moment.
   static std::pair<work, completer> make(std::string description, std::function<void()> help,
                                          std::function<void()> urge);
+  /// What a backend's works may share instead of a `help` and an `urge` each: the work made
+  /// with `key` calls help(key) and urge(key), with the contracts above. A backend makes
+  /// one for all its works, so that a work costs no allocation for them.
+  struct hooks {
+    std::function<void(std::uint64_t)> help;
+    std::function<void(std::uint64_t)> urge;
+  };
+  static std::pair<work, completer> make(std::string description,
+                                         std::shared_ptr<const hooks> shared, std::uint64_t key);
 
   work() = default;
 

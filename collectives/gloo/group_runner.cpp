@@ -77,7 +77,7 @@ void group_runner::abort(troupe::error why) {
   cv_.notify_all();
   p2p_cv_.notify_all();
   idle_cv_.notify_all();
-  for (auto& t : queued) t.done.complete(stopped_by(t.what, why));
+  for (auto& t : queued) t.done.complete(stopped_by(t.what(), why));
   for (auto& w : posted) w.done.complete(stopped_by(w.what, why));
 }
 
@@ -144,30 +144,31 @@ work group_runner::submit(std::string_view op, duration timeout, body_fn body, i
   what.append(op).append(peer < 0 ? " #" : " #p").append(std::to_string(seq)).append(" on ");
   what.append(description_);
   // A collective's waiter may run it itself (run_inline); transfers stay with the worker.
-  auto [w, done] = peer >= 0 ? work::make(what)
-                             : work::make(
-                                   what,
-                                   [weak = weak_from_this(), seq] {
-                                     if (auto g = weak.lock()) g->run_inline(seq);
-                                   },
-                                   [weak = weak_from_this(), seq] {
-                                     if (auto g = weak.lock()) g->urge(seq);
-                                   });
+  if (!hooks_)
+    hooks_ = std::make_shared<const work::hooks>(work::hooks{
+        [weak = weak_from_this()](std::uint64_t s) {
+          if (auto g = weak.lock()) g->run_inline(s);
+        },
+        [weak = weak_from_this()](std::uint64_t s) {
+          if (auto g = weak.lock()) g->urge(s);
+        }});
+  auto [w, done] =
+      peer >= 0 ? work::make(std::move(what)) : work::make(std::move(what), hooks_, seq);
   if (aborted_) {  // before shut_down: the abort says why the group ended
     auto why = *failure_;
     lk.unlock();
-    done.complete(stopped_by(what, why));
+    done.complete(stopped_by(done.description(), why));
     return w;
   }
   if (stopping_) {
     lk.unlock();
-    done.complete(make_error(errc::shut_down, what, ": the group was shut down"));
+    done.complete(make_error(errc::shut_down, done.description(), ": the group was shut down"));
     return w;
   }
   const auto now = clock::now();
   const bool hold = peer < 0 && bytes <= small_op_bytes;
   last_submit_ = now;
-  queue_.push_back(task{std::move(what), seq, timeout, done, std::move(body), peer,
+  queue_.push_back(task{seq, timeout, done, std::move(body), peer,
                         hold ? now + inline_grace : clock::time_point::min(), op,
                         bytes != SIZE_MAX ? bytes : metric_bytes});
   gloo_metrics::queue_depth().add(1);
@@ -232,14 +233,14 @@ void group_runner::run_worker() {
       gloo_metrics::queue_depth().add(-1);
       if (stopping_) {
         lk.unlock();
-        t.done.complete(make_error(errc::shut_down, t.what, ": the group was shut down first"));
+        t.done.complete(make_error(errc::shut_down, t.what(), ": the group was shut down first"));
         continue;
       }
       if (failure_) {
         auto e = *failure_;
         lk.unlock();
         t.done.complete(
-            make_error(e.code(), t.what, " was not run: the group failed earlier: ", e.message()));
+            make_error(e.code(), t.what(), " was not run: the group failed earlier: ", e.message()));
         continue;
       }
       busy_ = true;
@@ -292,7 +293,7 @@ void group_runner::execute(task& t) {
     fail_group(t, r.error(), budget);
   } else if (handoff) {
     std::lock_guard lk(mu_);
-    p2p_queue_.push_back(p2p_wait{t.what, std::move(handoff->buffer), handoff->is_send,
+    p2p_queue_.push_back(p2p_wait{t.what(), std::move(handoff->buffer), handoff->is_send,
                                   handoff->peer, clock::now() + handoff->timeout, t.timeout,
                                   t.done});
     p2p_cv_.notify_one();
@@ -320,7 +321,7 @@ void group_runner::fail_group(task& t, const troupe::error& cause, duration budg
       // Stopped on purpose: the abort's error, without asking who arrived.
       auto why = *failure_;
       lk.unlock();
-      t.done.complete(stopped_by(t.what, why));
+      t.done.complete(stopped_by(t.what(), why));
       return;
     }
   }
@@ -329,7 +330,7 @@ void group_runner::fail_group(task& t, const troupe::error& cause, duration budg
       t.peer >= 0
           ? std::optional(std::vector<int>{spec().global_ranks[static_cast<std::size_t>(t.peer)]})
           : roll_call(*store_, spec(), t.seq, budget);
-  auto e = make_error(cause.code(), t.what, " failed (timeout ", format_duration(t.timeout),
+  auto e = make_error(cause.code(), t.what(), " failed (timeout ", format_duration(t.timeout),
                       "): ", describe_missing(missing), "; ", cause.message());
   {
     std::lock_guard lk(mu_);

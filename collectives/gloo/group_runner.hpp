@@ -95,7 +95,8 @@ class group_runner : public process_group, public std::enable_shared_from_this<g
 
  private:
   struct task {
-    std::string what;
+    // What the task is ("allreduce #4 on group ..."): its work's description.
+    const std::string& what() const { return done.description(); }
     std::uint64_t seq;
     duration timeout;
     work::completer done;
@@ -142,6 +143,9 @@ class group_runner : public process_group, public std::enable_shared_from_this<g
   bool stopping_ = false;
   bool busy_ = false;
   std::string description_;  // describe(*this), made by the first submit (under mu_)
+  // The collectives' works call these to run or urge them (run_inline, urge); made by the
+  // first submit (under mu_), shared by every work.
+  std::shared_ptr<const work::hooks> hooks_;
   // The metrics of the collectives that succeeded (only execute() records, under busy_).
   gloo_metrics::op_metrics metrics_;
   bool worker_parked_ = false;       // the worker waits for a notify, not polling

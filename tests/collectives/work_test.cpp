@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include <troupe/collectives/work.hpp>
 
@@ -47,4 +49,29 @@ TEST_CASE("an empty work handle is an error, not a hang") {
   CHECK_FALSE(w.valid());
   CHECK(w.wait(1ms).error().code() == errc::invalid_argument);
   CHECK(work::completed(ok()).wait(1ms));
+}
+
+TEST_CASE(
+    "works made with shared hooks are helped on wait and urged by futures and polls, each with "
+    "its own key, and not once they completed") {
+  std::vector<std::uint64_t> helped, urged;
+  auto hooks = std::make_shared<const work::hooks>(
+      work::hooks{[&](std::uint64_t k) { helped.push_back(k); },
+                  [&](std::uint64_t k) { urged.push_back(k); }});
+  auto [a, done_a] = work::make("allreduce #7", hooks, 7);
+  auto [b, done_b] = work::make("broadcast #8", hooks, 8);
+  CHECK(done_b.description() == "broadcast #8");
+  CHECK_FALSE(b.is_completed());  // urges 8
+  auto f = b.get_future();        // urges 8
+  // A wait that the help does not complete urges too, then waits.
+  CHECK(a.wait(1ms).error().code() == errc::timeout);
+  CHECK(helped == std::vector<std::uint64_t>{7});
+  CHECK(urged == std::vector<std::uint64_t>{8, 8, 7});
+  done_a.complete(ok());
+  done_b.complete(ok());
+  CHECK(a.wait(1s));
+  CHECK(b.is_completed());
+  CHECK(f.get(1s));
+  CHECK(helped.size() == 1);
+  CHECK(urged.size() == 3);
 }
