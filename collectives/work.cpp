@@ -9,8 +9,8 @@ namespace troupe::collectives {
 namespace detail {
 struct work_state {
   std::string description;
-  std::function<void()> help;  // set before the work is handed out, never changed
-  std::function<void()> urge;  // the same
+  std::function<void()> help;                // set before the work is handed out, never changed
+  std::function<void()> urge;                // the same
   std::shared_ptr<const work::hooks> hooks;  // or these, with key (the same)
   std::uint64_t key = 0;
   std::mutex mu;

@@ -145,13 +145,14 @@ work group_runner::submit(std::string_view op, duration timeout, body_fn body, i
   what.append(description_);
   // A collective's waiter may run it itself (run_inline); transfers stay with the worker.
   if (!hooks_)
-    hooks_ = std::make_shared<const work::hooks>(work::hooks{
-        [weak = weak_from_this()](std::uint64_t s) {
-          if (auto g = weak.lock()) g->run_inline(s);
-        },
-        [weak = weak_from_this()](std::uint64_t s) {
-          if (auto g = weak.lock()) g->urge(s);
-        }});
+    hooks_ =
+        std::make_shared<const work::hooks>(work::hooks{[weak = weak_from_this()](std::uint64_t s) {
+                                                          if (auto g = weak.lock())
+                                                            g->run_inline(s);
+                                                        },
+                                                        [weak = weak_from_this()](std::uint64_t s) {
+                                                          if (auto g = weak.lock()) g->urge(s);
+                                                        }});
   auto [w, done] =
       peer >= 0 ? work::make(std::move(what)) : work::make(std::move(what), hooks_, seq);
   if (aborted_) {  // before shut_down: the abort says why the group ended
@@ -239,8 +240,8 @@ void group_runner::run_worker() {
       if (failure_) {
         auto e = *failure_;
         lk.unlock();
-        t.done.complete(
-            make_error(e.code(), t.what(), " was not run: the group failed earlier: ", e.message()));
+        t.done.complete(make_error(e.code(), t.what(),
+                                   " was not run: the group failed earlier: ", e.message()));
         continue;
       }
       busy_ = true;

@@ -141,18 +141,24 @@ expected<void> segment::failed() { return std::move(failure_); }
 bool segment::begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
                     std::uint32_t detail) {
   if (aborted_.load()) return fail(make_error(errc::aborted, "the group is shutting down"));
-  seq_ = seq;
+  // The descriptions keep the sequence number's low 56 bits (shm_layout.hpp).
+  seq_ = seq & ((std::uint64_t{1} << shm_layout::kind_shift) - 1);
   kind_ = kind;
   bytes_ = bytes;
   detail_ = detail;
   agreed_ = false;
-  auto& d = at(rank_).desc[seq % descs];
-  d.bytes.store(bytes, std::memory_order_relaxed);
-  d.kind.store(kind, std::memory_order_relaxed);
-  d.detail.store(detail, std::memory_order_relaxed);
+  // By the count of this segment's operations, not by seq: the group's other operations
+  // (over TCP) leave gaps in seq, where a member ahead would overwrite a description still
+  // read. Within the segment, a member finishes no operation before every other one began
+  // it, so it is never more than one ahead.
+  desc_at_ = static_cast<std::size_t>(ops_++ % descs);
+  auto& d = at(rank_).desc[desc_at_];
+  d.bytes_detail.store(bytes | static_cast<std::uint64_t>(detail) << shm_layout::detail_shift,
+                       std::memory_order_relaxed);
   // Published by the next phase store, and by this release for members that compare
   // while they wait for this one (see wait()).
-  d.seq.store(seq, std::memory_order_release);
+  d.seq_kind.store(seq_ | static_cast<std::uint64_t>(kind) << shm_layout::kind_shift,
+                   std::memory_order_release);
   return true;
 }
 
@@ -176,12 +182,20 @@ bool segment::alive(int r) const {
   return ps && ps->running && ps->start == m.start.load();
 }
 
+segment::described segment::read_desc(int r) const {
+  auto& d = at(r).desc[desc_at_];
+  const std::uint64_t seq_kind = d.seq_kind.load(std::memory_order_acquire);
+  const std::uint64_t bytes_detail = d.bytes_detail.load(std::memory_order_relaxed);
+  constexpr std::uint64_t seq_mask = (std::uint64_t{1} << shm_layout::kind_shift) - 1;
+  constexpr std::uint64_t bytes_mask = (std::uint64_t{1} << shm_layout::detail_shift) - 1;
+  return {seq_kind & seq_mask, static_cast<std::uint32_t>(seq_kind >> shm_layout::kind_shift),
+          bytes_detail & bytes_mask,
+          static_cast<std::uint32_t>(bytes_detail >> shm_layout::detail_shift)};
+}
+
 bool segment::check_agreement(int r) {
-  auto& d = at(r).desc[seq_ % descs];
-  const auto seq = d.seq.load(std::memory_order_acquire);
-  const auto kind = d.kind.load(std::memory_order_relaxed);
-  const auto bytes = d.bytes.load(std::memory_order_relaxed);
-  const auto detail = d.detail.load(std::memory_order_relaxed);
+  const auto d = read_desc(r);
+  const auto [seq, kind, bytes, detail] = d;
   if (seq == seq_ && kind == kind_ && bytes == bytes_ && detail == detail_) return true;
   mark_failed();
   return fail(make_error(errc::invalid_argument, "the members disagree on collective #", seq_,
@@ -198,10 +212,8 @@ bool segment::wait(Missing&& missing, clock::time_point deadline, const char* st
   // Compares with member r if it started this collective: whether or not it got as far
   // as this member waits for.
   auto compare_if_started = [&](int r) {
-    auto& d = at(r).desc[seq_ % descs];
-    if (d.seq.load(std::memory_order_acquire) == seq_ &&
-        d.kind.load(std::memory_order_relaxed) != 0)
-      return check_agreement(r);
+    const auto d = read_desc(r);
+    if (d.seq == seq_ && d.kind != 0) return check_agreement(r);
     return true;
   };
   auto check_abandoned = [&] {
@@ -304,6 +316,9 @@ bool segment::wait_one(int r, std::uint64_t target, clock::time_point deadline, 
 expected<void> segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op,
                                   const cpu_reduce_fn& fn, std::size_t divisor,
                                   clock::time_point deadline) {
+  // Empty operations move nothing and wait for nobody: they take no description either
+  // (see begin()), or a member could run ahead by any number of them.
+  if (t.numel == 0) return ok();
   const std::size_t es = element_size(t.type);
   if (!begin(seq, op_allreduce, t.nbytes(),
              (static_cast<std::uint32_t>(t.type) << 8) | static_cast<std::uint32_t>(op)))
@@ -398,6 +413,7 @@ bool segment::broadcast_ring(std::byte* data, std::size_t bytes, int root,
 
 expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
                                   clock::time_point deadline) {
+  if (t.numel == 0) return ok();  // as allreduce's
   if (!begin(seq, op_broadcast, t.nbytes(), static_cast<std::uint32_t>(root))) return failed();
   auto* data = static_cast<std::byte*>(t.data);
   const std::size_t bytes = t.nbytes();
@@ -424,7 +440,6 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   // asked to do: otherwise a root would return at once, never learning that the others
   // took another member for the root or another size, and the members would go on with
   // different data.
-  if (bytes == 0) return ok();
   agreed_ = false;
   return wait_all(phase_, deadline, "did not read the data") ? ok() : failed();
 }
@@ -432,6 +447,7 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
 expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view out,
                                   clock::time_point deadline) {
   const std::size_t bytes = in.nbytes();
+  if (bytes == 0) return ok();  // as allreduce's
   if (!begin(seq, op_allgather, bytes, 0)) return failed();
   auto* dst = static_cast<std::byte*>(out.data);
   const auto* src = static_cast<const std::byte*>(in.data);
@@ -462,6 +478,7 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
 expected<void> segment::reduce_scatter(std::uint64_t seq, tensor_view in, tensor_view out,
                                        reduce_op op, const cpu_reduce_fn& fn,
                                        clock::time_point deadline) {
+  if (out.numel == 0) return ok();  // as allreduce's
   const std::size_t es = element_size(in.type);
   if (!begin(seq, op_reduce_scatter, in.nbytes(),
              (static_cast<std::uint32_t>(in.type) << 8) | static_cast<std::uint32_t>(op)))

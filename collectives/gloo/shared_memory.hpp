@@ -143,6 +143,14 @@ class segment {
                               const char* step);
   template <class Missing>
   [[nodiscard]] bool wait(Missing&& missing, clock::time_point deadline, const char* step);
+  // What member r described for the running operation (see shm_layout.hpp).
+  struct described {
+    std::uint64_t seq;
+    std::uint32_t kind;
+    std::uint64_t bytes;
+    std::uint32_t detail;
+  };
+  described read_desc(int r) const;
   [[nodiscard]] bool check_agreement(int r);
   // A broadcast streamed through a ring at the start of the root's buffer (see
   // ring_max_bytes in shared_memory.cpp); false once it failed, as the waits.
@@ -175,6 +183,8 @@ class segment {
   std::uint64_t guard_[2] = {0, 0};
   // The running operation, for agreement checks and errors.
   std::uint64_t seq_ = 0;
+  std::uint64_t ops_ = 0;    // operations begun on this segment
+  std::size_t desc_at_ = 0;  // where the running one's description is (begin())
   std::uint32_t kind_ = 0;
   std::uint64_t bytes_ = 0;
   std::uint32_t detail_ = 0;

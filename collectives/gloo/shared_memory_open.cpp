@@ -87,6 +87,7 @@ std::string segment::create(const std::string& name, std::uint64_t token, std::s
   h.slot_bytes = slot_bytes;
   h.token = token;
   h.run_at_once = size_ <= usable_cpus() ? 1 : 0;
+  static_assert(offsetof(member, pid) == 64, "the phase and the descriptions share one line");
   for (int r = 0; r < size_; ++r) new (&at(r)) member{};
   return "";
 }
@@ -116,7 +117,8 @@ std::string segment::attach(const std::string& name, std::uint64_t token) {
 }
 
 expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o) {
-  if (o.size <= 1) return std::unique_ptr<segment>();
+  // One member needs no segment; more than the descriptions can name do not fit one host.
+  if (o.size <= 1 || o.size >= shm_layout::max_members) return std::unique_ptr<segment>();
   auto seg = std::unique_ptr<segment>(new segment());
   seg->rank_ = o.rank;
   seg->size_ = o.size;

@@ -15,9 +15,18 @@ namespace troupe::collectives::gloo_shm {
 namespace shm_layout {
 
 inline constexpr std::uint64_t magic = 0x74726f7570652d73;  // "troupe-s"
-inline constexpr std::uint32_t version = 2;
+inline constexpr std::uint32_t version = 3;
 inline constexpr std::size_t page = 4096;
-inline constexpr std::size_t descs = 4;  // operations a member can be ahead of another, and more
+// Operations of the segment a member can be ahead of another, and more: a member finishes
+// no operation before every other one began it, so one ahead at most. Indexed by the
+// count of the segment's operations (segment::begin()).
+inline constexpr std::size_t descs = 3;
+// An operation's description packs its kind above a 56-bit sequence number and its detail
+// (a root, or dtype and reduction) above a 48-bit byte count: a root is a member of one
+// host's segment, below max_members.
+inline constexpr int kind_shift = 56;
+inline constexpr int detail_shift = 48;
+inline constexpr int max_members = 1 << 16;
 
 constexpr std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -39,19 +48,22 @@ struct segment::header {
   std::atomic<std::uint32_t> sleepers;
 };
 
+// What a member runs: its collective number (the low 56 bits), kind, bytes and detail.
+// Written before the operation's first publish, the first word last (a release), read
+// the first word first (an acquire).
 struct segment::op_desc {
-  std::atomic<std::uint64_t> seq;
-  std::atomic<std::uint64_t> bytes;
-  std::atomic<std::uint32_t> kind;
-  std::atomic<std::uint32_t> detail;
+  std::atomic<std::uint64_t> seq_kind;      // seq | kind << kind_shift
+  std::atomic<std::uint64_t> bytes_detail;  // bytes | detail << detail_shift
 };
 
+// The phase and the descriptions share the member's first line: a member that sees
+// another's phase move has its description too, without fetching a second line.
 struct alignas(64) segment::member {
   std::atomic<std::uint64_t> phase;
+  op_desc desc[shm_layout::descs];
   alignas(64) std::atomic<std::int64_t> pid;
   std::atomic<std::uint64_t> start;
   std::atomic<std::uint64_t> pid_ns;
-  op_desc desc[shm_layout::descs];
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);

@@ -55,9 +55,8 @@ TEST_CASE(
     "works made with shared hooks are helped on wait and urged by futures and polls, each with "
     "its own key, and not once they completed") {
   std::vector<std::uint64_t> helped, urged;
-  auto hooks = std::make_shared<const work::hooks>(
-      work::hooks{[&](std::uint64_t k) { helped.push_back(k); },
-                  [&](std::uint64_t k) { urged.push_back(k); }});
+  auto hooks = std::make_shared<const work::hooks>(work::hooks{
+      [&](std::uint64_t k) { helped.push_back(k); }, [&](std::uint64_t k) { urged.push_back(k); }});
   auto [a, done_a] = work::make("allreduce #7", hooks, 7);
   auto [b, done_b] = work::make("broadcast #8", hooks, 8);
   CHECK(done_b.description() == "broadcast #8");
