@@ -192,7 +192,7 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
       if (rank == 0 && a.json)
         std::printf(
             "{\"impl\": \"troupe-%s\", \"bench\": \"%s\", \"world\": %d, \"bytes\": %zu, "
-            "\"time_us\": %.1f, \"busbw_GBps\": %.4f, \"cpu_us\": %.1f}\n",
+            "\"time_us\": %.2f, \"busbw_GBps\": %.4f, \"cpu_us\": %.1f}\n",
             a.backend.c_str(), op.c_str(), n, bytes, us,
             algbw * bus_factor(op == "allreduce_hier" ? "allreduce" : op, n), cpu_us);
       else if (rank == 0)

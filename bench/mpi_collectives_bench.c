@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
       if (rank == 0)
         printf(
             "{\"impl\": \"mpi\", \"bench\": \"%s\", \"world\": %d, \"bytes\": %zu, "
-            "\"time_us\": %.1f, \"busbw_GBps\": %.4f, \"cpu_us\": %.1f}\n",
+            "\"time_us\": %.2f, \"busbw_GBps\": %.4f, \"cpu_us\": %.1f}\n",
             op, n, bytes, us, algbw * bus_factor(op, n), cpu_us);
       fflush(stdout);
     }

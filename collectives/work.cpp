@@ -103,29 +103,27 @@ static troupe::error empty_work_error() {
 
 expected<void> work::wait(duration timeout) const {
   if (!state_) return empty_work_error();
-  if (detail::can_help(*state_)) {
-    bool done = false;
-    {
-      std::lock_guard lk(state_->mu);
-      done = state_->result.has_value();
-    }
-    if (!done) detail::help(*state_);
+  auto& s = *state_;
+  auto finished = [&] {
+    std::lock_guard lk(s.mu);
+    return s.result;
+  };
+  if (detail::can_help(s)) {
+    if (auto r = finished()) return *r;
+    detail::help(s);  // runs it here if it is next in line
   }
-  if (detail::can_urge(*state_)) {
+  if (detail::can_urge(s)) {
+    if (auto r = finished()) return *r;  // run by help: the usual case for small operations
     // Not run by help (another operation was ahead of it): no holding back.
-    bool done = false;
-    {
-      std::lock_guard lk(state_->mu);
-      done = state_->result.has_value();
-    }
-    if (!done) detail::urge(*state_);
+    detail::urge(s);
   }
-  std::unique_lock lk(state_->mu);
-  if (!state_->cv.wait_until(lk, deadline::after(timeout).time_point(),
-                             [&] { return state_->result.has_value(); }))
-    return make_error(errc::timeout, state_->description, " did not complete within ",
+  std::unique_lock lk(s.mu);
+  if (s.result) return *s.result;
+  if (!s.cv.wait_until(lk, deadline::after(timeout).time_point(),
+                       [&] { return s.result.has_value(); }))
+    return make_error(errc::timeout, s.description, " did not complete within ",
                       format_duration(timeout), " (it is still running)");
-  return *state_->result;
+  return *s.result;
 }
 
 bool work::is_completed() const {
