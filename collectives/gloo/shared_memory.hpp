@@ -179,7 +179,11 @@ class segment {
   std::uint64_t phase_ = 0;   // what this member published last
   std::uint64_t chunks_ = 0;  // chunks run so far: chunk c uses buffer c % 2 of each slot
   // Buffer b of this member's slot may be rewritten once every member's phase reached
-  // guard_[b]: the others have then finished reading it.
+  // guard_[b]: the others have then finished reading it. A member finishes reading an
+  // operation's slots before it publishes anything in the next one, so an operation that
+  // ends with reading sets guard_ to its phase + 1 (the others' first publish after it)
+  // rather than publishing once more only to say it is done: one publish, and one line
+  // passed between the members, fewer per chunk.
   std::uint64_t guard_[2] = {0, 0};
   // The running operation, for agreement checks and errors.
   std::uint64_t seq_ = 0;
