@@ -2,13 +2,18 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace troupe::collectives {
 
 namespace detail {
 struct work_state {
+  // Either given whole, or made on first use from op, key and where (describe()).
   std::string description;
+  std::string_view op;
+  std::shared_ptr<const std::string> where;
+  std::once_flag described;
   std::function<void()> help;                // set before the work is handed out, never changed
   std::function<void()> urge;                // the same
   std::shared_ptr<const work::hooks> hooks;  // or these, with key (the same)
@@ -20,6 +25,16 @@ struct work_state {
 };
 
 namespace {
+
+const std::string& describe(work_state& s) {
+  if (s.where)
+    std::call_once(s.described, [&] {
+      s.description.reserve(s.op.size() + 24 + s.where->size());
+      s.description.append(s.op).append(" #").append(std::to_string(s.key)).append(" on ");
+      s.description.append(*s.where);
+    });
+  return s.description;
+}
 
 bool can_help(const work_state& s) { return s.help || (s.hooks && s.hooks->help); }
 bool can_urge(const work_state& s) { return s.urge || (s.hooks && s.hooks->urge); }
@@ -67,6 +82,16 @@ std::pair<work, work::completer> work::make(std::string description,
   auto made = make(std::move(description));
   made.first.state_->hooks = std::move(shared);
   made.first.state_->key = key;
+  return made;
+}
+
+std::pair<work, work::completer> work::make(std::string_view op,
+                                            std::shared_ptr<const std::string> where,
+                                            std::shared_ptr<const hooks> shared,
+                                            std::uint64_t key) {
+  auto made = make(std::string(), std::move(shared), key);
+  made.first.state_->op = op;
+  made.first.state_->where = std::move(where);
   return made;
 }
 
@@ -121,7 +146,7 @@ expected<void> work::wait(duration timeout) const {
   if (s.result) return *s.result;
   if (!s.cv.wait_until(lk, deadline::after(timeout).time_point(),
                        [&] { return s.result.has_value(); }))
-    return make_error(errc::timeout, s.description, " did not complete within ",
+    return make_error(errc::timeout, detail::describe(s), " did not complete within ",
                       format_duration(timeout), " (it is still running)");
   return *s.result;
 }
@@ -169,12 +194,12 @@ future<void> work::get_future() const {
 
 const std::string& work::completer::description() const {
   static const std::string empty;
-  return state_ ? state_->description : empty;
+  return state_ ? detail::describe(*state_) : empty;
 }
 
 const std::string& work::description() const {
   static const std::string empty;
-  return state_ ? state_->description : empty;
+  return state_ ? detail::describe(*state_) : empty;
 }
 
 }  // namespace troupe::collectives

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <troupe/core/future.hpp>
 
@@ -54,6 +55,12 @@ class work {
     std::function<void(std::uint64_t)> urge;
   };
   static std::pair<work, completer> make(std::string description,
+                                         std::shared_ptr<const hooks> shared, std::uint64_t key);
+  /// The same, with the description "<op> #<key> on <where>" made on first use (an error,
+  /// a log, description()) instead of for every operation. `op` must outlive the work (a
+  /// literal).
+  static std::pair<work, completer> make(std::string_view op,
+                                         std::shared_ptr<const std::string> where,
                                          std::shared_ptr<const hooks> shared, std::uint64_t key);
 
   work() = default;

@@ -135,14 +135,11 @@ work group_runner::submit(std::string_view op, duration timeout, body_fn body, i
                           std::size_t bytes, std::size_t metric_bytes) {
   std::unique_lock lk(mu_);
   std::uint64_t seq = peer < 0 ? ++seq_ : ++p2p_seq_;
-  // Built by appending, with the group's description (which never changes) made once:
-  // two string streams per operation were about a sixth of a 4 KiB allreduce at world 2
-  // (5.0 -> 4.2 us, medians of 4 alternating runs of collectives_bench).
-  if (description_.empty()) description_ = describe(*this);
-  std::string what;
-  what.reserve(op.size() + 24 + description_.size());
-  what.append(op).append(peer < 0 ? " #" : " #p").append(std::to_string(seq)).append(" on ");
-  what.append(description_);
+  // The group's description never changes: made once. A collective's work describes
+  // itself ("allreduce #4 on ...") only when asked (an error, a log): building the string
+  // for every operation was a measurable part of a 4 KiB one. Two string streams per
+  // operation were about a sixth of a 4 KiB allreduce at world 2 (5.0 -> 4.2 us).
+  if (!description_) description_ = std::make_shared<const std::string>(describe(*this));
   // A collective's waiter may run it itself (run_inline); transfers stay with the worker.
   if (!hooks_)
     hooks_ =
@@ -153,8 +150,8 @@ work group_runner::submit(std::string_view op, duration timeout, body_fn body, i
                                                         [weak = weak_from_this()](std::uint64_t s) {
                                                           if (auto g = weak.lock()) g->urge(s);
                                                         }});
-  auto [w, done] =
-      peer >= 0 ? work::make(std::move(what)) : work::make(std::move(what), hooks_, seq);
+  auto [w, done] = peer >= 0 ? work::make(strcat(op, " #p", seq, " on ", *description_))
+                             : work::make(op, description_, hooks_, seq);
   if (aborted_) {  // before shut_down: the abort says why the group ended
     auto why = *failure_;
     lk.unlock();

@@ -142,7 +142,8 @@ class group_runner : public process_group, public std::enable_shared_from_this<g
   std::uint64_t p2p_seq_ = 0;
   bool stopping_ = false;
   bool busy_ = false;
-  std::string description_;  // describe(*this), made by the first submit (under mu_)
+  // describe(*this), made by the first submit (under mu_), shared by the works.
+  std::shared_ptr<const std::string> description_;
   // The collectives' works call these to run or urge them (run_inline, urge); made by the
   // first submit (under mu_), shared by every work.
   std::shared_ptr<const work::hooks> hooks_;

@@ -74,3 +74,15 @@ TEST_CASE(
   CHECK(helped.size() == 1);
   CHECK(urged.size() == 3);
 }
+
+TEST_CASE("a work made from an operation, its number and its group describes itself when asked") {
+  auto where = std::make_shared<const std::string>("group 'g' (gloo, rank 0 of 2)");
+  auto [w, done] = work::make("allreduce", where, nullptr, 12);
+  CHECK(w.description() == "allreduce #12 on group 'g' (gloo, rank 0 of 2)");
+  CHECK(done.description() == w.description());
+  auto late = w.wait(1ms);
+  REQUIRE_FALSE(late);
+  CHECK(late.error().message().find("allreduce #12 on group 'g'") != std::string::npos);
+  done.complete(ok());
+  CHECK(w.wait(1s));
+}
