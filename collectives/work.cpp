@@ -14,9 +14,8 @@ struct work_state {
   std::string_view op;
   std::shared_ptr<const std::string> where;
   std::once_flag described;
-  std::function<void()> help;                // set before the work is handed out, never changed
-  std::function<void()> urge;                // the same
-  std::shared_ptr<const work::hooks> hooks;  // or these, with key (the same)
+  // Called with key; set before the work is handed out, never changed (null: none).
+  std::shared_ptr<const work::hooks> hooks;
   std::uint64_t key = 0;
   std::mutex mu;
   std::condition_variable cv;
@@ -36,19 +35,16 @@ const std::string& describe(work_state& s) {
   return s.description;
 }
 
-bool can_help(const work_state& s) { return s.help || (s.hooks && s.hooks->help); }
-bool can_urge(const work_state& s) { return s.urge || (s.hooks && s.hooks->urge); }
-void help(const work_state& s) {
-  if (s.help)
-    s.help();
-  else
-    s.hooks->help(s.key);
+bool done(work_state& s) {
+  std::lock_guard lk(s.mu);
+  return s.result.has_value();
 }
-void urge(const work_state& s) {
-  if (s.urge)
-    s.urge();
-  else
-    s.hooks->urge(s.key);
+// Calls hooks->help or hooks->urge (`which`) with the work's key, if it has that hook and
+// is not done yet.
+void call(work_state& s, std::function<void(std::uint64_t)> work::hooks::*which) {
+  if (!s.hooks) return;
+  const auto& f = (*s.hooks).*which;
+  if (f && !done(s)) f(s.key);
 }
 
 }  // namespace
@@ -65,24 +61,25 @@ std::pair<work, work::completer> work::make(std::string description, std::functi
 
 std::pair<work, work::completer> work::make(std::string description, std::function<void()> help,
                                             std::function<void()> urge) {
-  auto s = std::make_shared<detail::work_state>();
-  s->description = std::move(description);
-  s->help = std::move(help);
-  s->urge = std::move(urge);
-  work w;
-  w.state_ = s;
-  completer c;
-  c.state_ = std::move(s);
-  return {std::move(w), std::move(c)};
+  if (!help && !urge) return make(std::move(description), nullptr, 0);
+  auto own = std::make_shared<const hooks>(hooks{
+      help ? [h = std::move(help)](std::uint64_t) { h(); } : std::function<void(std::uint64_t)>(),
+      urge ? [u = std::move(urge)](std::uint64_t) { u(); } : std::function<void(std::uint64_t)>()});
+  return make(std::move(description), std::move(own), 0);
 }
 
 std::pair<work, work::completer> work::make(std::string description,
                                             std::shared_ptr<const hooks> shared,
                                             std::uint64_t key) {
-  auto made = make(std::move(description));
-  made.first.state_->hooks = std::move(shared);
-  made.first.state_->key = key;
-  return made;
+  auto s = std::make_shared<detail::work_state>();
+  s->description = std::move(description);
+  s->hooks = std::move(shared);
+  s->key = key;
+  work w;
+  w.state_ = s;
+  completer c;
+  c.state_ = std::move(s);
+  return {std::move(w), std::move(c)};
 }
 
 std::pair<work, work::completer> work::make(std::string_view op,
@@ -129,21 +126,17 @@ static troupe::error empty_work_error() {
 expected<void> work::wait(duration timeout) const {
   if (!state_) return empty_work_error();
   auto& s = *state_;
-  auto finished = [&] {
-    std::lock_guard lk(s.mu);
-    return s.result;
-  };
-  if (detail::can_help(s)) {
-    if (auto r = finished()) return *r;
-    detail::help(s);  // runs it here if it is next in line
-  }
-  if (detail::can_urge(s)) {
-    if (auto r = finished()) return *r;  // run by help: the usual case for small operations
-    // Not run by help (another operation was ahead of it): no holding back.
-    detail::urge(s);
-  }
+  detail::call(s, &hooks::help);  // runs it here if it is next in line
   std::unique_lock lk(s.mu);
+  // Done already (run by help: the usual case for small operations): no deadline to
+  // compute, and no clock to read.
   if (s.result) return *s.result;
+  if (s.hooks && s.hooks->urge) {
+    // Not run by help (another operation was ahead of it): no holding back.
+    lk.unlock();
+    s.hooks->urge(s.key);
+    lk.lock();
+  }
   if (!s.cv.wait_until(lk, deadline::after(timeout).time_point(),
                        [&] { return s.result.has_value(); }))
     return make_error(errc::timeout, detail::describe(s), " did not complete within ",
@@ -153,13 +146,9 @@ expected<void> work::wait(duration timeout) const {
 
 bool work::is_completed() const {
   if (!state_) return true;
-  bool done = false;
-  {
-    std::lock_guard lk(state_->mu);
-    done = state_->result.has_value();
-  }
-  if (!done && detail::can_urge(*state_)) detail::urge(*state_);
-  return done;
+  if (detail::done(*state_)) return true;
+  detail::call(*state_, &hooks::urge);
+  return false;
 }
 
 std::optional<troupe::error> work::error() const {
@@ -171,14 +160,7 @@ std::optional<troupe::error> work::error() const {
 
 future<void> work::get_future() const {
   if (!state_) return make_error_future<void>(empty_work_error());
-  if (detail::can_urge(*state_)) {
-    bool done = false;
-    {
-      std::lock_guard lk(state_->mu);
-      done = state_->result.has_value();
-    }
-    if (!done) detail::urge(*state_);
-  }
+  detail::call(*state_, &hooks::urge);
   promise<void> p;
   auto f = p.get_future();
   std::unique_lock lk(state_->mu);

@@ -194,8 +194,7 @@ segment::described segment::read_desc(int r) const {
 }
 
 bool segment::check_agreement(int r) {
-  const auto d = read_desc(r);
-  const auto [seq, kind, bytes, detail] = d;
+  const auto [seq, kind, bytes, detail] = read_desc(r);
   if (seq == seq_ && kind == kind_ && bytes == bytes_ && detail == detail_) return true;
   mark_failed();
   return fail(make_error(errc::invalid_argument, "the members disagree on collective #", seq_,
