@@ -9,8 +9,8 @@
 #include <fstream>
 #include <iterator>
 
-#if TROUPE_HAVE_ETCD
 #include <troupe/core/hmac.hpp>
+#if TROUPE_HAVE_ETCD
 #include <troupe/store/etcd_store.hpp>
 #endif
 #include <troupe/store/memory_store.hpp>
