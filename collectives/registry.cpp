@@ -125,8 +125,9 @@ namespace troupe::settings {
 
 setting_list collectives_settings() {
   static constexpr const setting* list[] = {
-      &backend,   &gloo_shm,          &gloo_shm_slot,         &gloo_local_sndbuf, &gloo_loop_batch,
-      &gloo_host, &gloo_hierarchical, &gloo_hierarchical_min, &gloo_host_key,     &local_rank};
+      &backend,         &gloo_shm,  &gloo_shm_slot,     &gloo_shm_single_copy,  &gloo_local_sndbuf,
+      &gloo_loop_batch, &gloo_host, &gloo_hierarchical, &gloo_hierarchical_min, &gloo_host_key,
+      &local_rank};
   return list;
 }
 

@@ -16,6 +16,11 @@ inline constexpr setting gloo_shm_slot{
     "TROUPE_GLOO_SHM_SLOT", "1048576",
     "bytes of one shared-memory slot of a gloo group, 1 to 1 GiB (larger tensors go in "
     "pieces)"};
+inline constexpr setting gloo_shm_single_copy{
+    "TROUPE_GLOO_SHM_SINGLE_COPY", "on",
+    "`0` makes a same-host gloo group's allgathers copy every block through shared memory "
+    "instead of reading it once from the other members' memory (process_vm_readv); one "
+    "member saying `0` turns it off for the group"};
 inline constexpr setting gloo_local_sndbuf{
     "TROUPE_GLOO_LOCAL_SNDBUF", "262144",
     "send buffer of same-host gloo TCP connections, in bytes (`0`: the kernel's autotuning)"};

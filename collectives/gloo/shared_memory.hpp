@@ -49,10 +49,14 @@ struct open_options {
   bool enabled = true;
   /// Bytes per slot; rank 0's choice holds for every member. Rounded up to 4 KiB.
   std::size_t slot_bytes = default_slot_bytes;
+  /// Whether this member lets allgathers read blocks straight from the others' memory
+  /// (TROUPE_GLOO_SHM_SINGLE_COPY=0 says no). One member saying no turns it off for all.
+  bool single_copy = true;
   duration timeout = std::chrono::seconds(30);
 };
 
-/// TROUPE_GLOO_SHM ("0" turns it off) and TROUPE_GLOO_SHM_SLOT (bytes) applied to `o`.
+/// TROUPE_GLOO_SHM ("0" turns it off), TROUPE_GLOO_SHM_SLOT (bytes) and
+/// TROUPE_GLOO_SHM_SINGLE_COPY ("0" turns it off) applied to `o`.
 void apply_env(open_options& o);
 
 class segment {
@@ -86,7 +90,11 @@ class segment {
   /// Broadcast from member `root` in place. Returns on every member (the root included)
   /// once every member has the data, so that every member learns of a disagreement.
   expected<void> broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline);
-  /// Member r's `in` lands in block r of `out` on every member.
+  /// Member r's `in` lands in block r of `out` on every member. From
+  /// single_copy_min_bytes per member, when every member could read the others' memory
+  /// (open() tries), each member reads the others' inputs where they lie
+  /// (process_vm_readv): one copy of each block instead of two through a slot; every
+  /// member then returns only once every other one has read its input.
   expected<void> allgather(std::uint64_t seq, tensor_view in, tensor_view out,
                            clock::time_point deadline);
   /// Block r of the members' `in` (each `out.numel` elements), folded in rank order, lands
@@ -106,6 +114,9 @@ class segment {
   void abort() noexcept;
 
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
+  /// Whether allgathers read the others' blocks from their memory (see allgather()): known
+  /// once this member ran an allgather of those sizes, false before.
+  bool reads_members_memory() const noexcept { return single_copy_ == 1; }
 
  private:
   struct header;
@@ -156,6 +167,12 @@ class segment {
   // ring_max_bytes in shared_memory.cpp); false once it failed, as the waits.
   [[nodiscard]] bool broadcast_ring(std::byte* data, std::size_t bytes, int root,
                                     clock::time_point deadline);
+  // Whether this member can read every other member's memory (process_vm_readv): set in
+  // open(), published in its member line.
+  bool probe_single_copy() const;
+  // The single-copy allgather (see allgather()); false once it failed, as the waits.
+  [[nodiscard]] bool allgather_single_copy(const std::byte* own, std::size_t bytes, std::byte* dst,
+                                           clock::time_point deadline);
   bool alive(int r) const;
   void wake_all() noexcept;
   bool fail(troupe::error e);
@@ -175,6 +192,10 @@ class segment {
   // the same on every member, from the segment's header): waits spin before yielding,
   // small broadcasts stream through a ring, allreduces up to 4 MiB in larger chunks.
   bool run_at_once_ = false;
+  // Whether every member can read the others' memory (their single_copy flags): -1 until
+  // this member first needs to know, after it has seen every member publish (the flags
+  // are written before a member's first publish).
+  int single_copy_ = -1;
 
   std::uint64_t phase_ = 0;   // what this member published last
   std::uint64_t chunks_ = 0;  // chunks run so far: chunk c uses buffer c % 2 of each slot

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +43,7 @@ std::string errno_text(int e) { return std::strerror(e); }
 
 void apply_env(open_options& o) {
   if (auto v = settings::gloo_shm.value(); v && *v == "0") o.enabled = false;
+  if (auto v = settings::gloo_shm_single_copy.value(); v && *v == "0") o.single_copy = false;
   if (auto v = settings::gloo_shm_slot.value()) {
     std::size_t n = 0;
     std::string_view s(*v);
@@ -175,6 +177,7 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
     auto ps = read_proc(::getpid());
     me.start.store(ps ? ps->start : 0);
     me.pid_ns.store(pid_namespace());
+    me.map_address.store(reinterpret_cast<std::uintptr_t>(seg->map_));
   }
   auto answer_key = strcat("joined/", o.rank);
   auto set = s.set(answer_key, std::as_bytes(std::span(my_answer.data(), my_answer.size())),
@@ -208,9 +211,35 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
   seg->check_liveness_ = my_ns != 0;
   for (int r = 0; r < o.size; ++r)
     seg->check_liveness_ = seg->check_liveness_ && seg->at(r).pid_ns.load() == my_ns;
+  // Before this member's first publish, which makes the flag visible to the others.
+  const bool single_copy = o.single_copy && seg->check_liveness_ && seg->probe_single_copy();
+  seg->at(o.rank).single_copy.store(single_copy ? 1 : 2);
   TROUPE_LOG(log_level::debug, "collectives", o.group, " shares memory between its ", o.size,
-             " members (", seg->slot_bytes_, " bytes per slot)");
+             " members (", seg->slot_bytes_, " bytes per slot; ", single_copy ? "can" : "cannot",
+             " read the others' memory)");
   return seg;
+}
+
+bool segment::probe_single_copy() const {
+  // Reads the magic word at the start of each other member's mapping of the segment: the
+  // kernel allows it when this process may trace that one (the same user, and no Yama
+  // restriction or seccomp filter in the way).
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    std::uint64_t word = 0;
+    iovec local{&word, sizeof(word)};
+    iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(at(r).map_address.load())),
+                 sizeof(word)};
+    const auto n =
+        ::process_vm_readv(static_cast<pid_t>(at(r).pid.load()), &local, 1, &remote, 1, 0);
+    if (n != static_cast<ssize_t>(sizeof(word)) || word != shm_layout::magic) {
+      TROUPE_LOG(log_level::debug, "collectives", "cannot read rank ", world(r), "'s memory (",
+                 n < 0 ? errno_text(errno) : "a short or wrong read",
+                 "); allgathers copy through shared memory");
+      return false;
+    }
+  }
+  return true;
 }
 
 segment::~segment() {

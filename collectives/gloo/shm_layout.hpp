@@ -15,7 +15,7 @@ namespace troupe::collectives::gloo_shm {
 namespace shm_layout {
 
 inline constexpr std::uint64_t magic = 0x74726f7570652d73;  // "troupe-s"
-inline constexpr std::uint32_t version = 3;
+inline constexpr std::uint32_t version = 4;
 inline constexpr std::size_t page = 4096;
 // Operations of the segment a member can be ahead of another, and more: a member finishes
 // no operation before every other one began it, so one ahead at most. Indexed by the
@@ -61,9 +61,16 @@ struct segment::op_desc {
 struct alignas(64) segment::member {
   std::atomic<std::uint64_t> phase;
   op_desc desc[shm_layout::descs];
+  // Where the running single-copy allgather's input lies in this member's address space
+  // (segment::allgather): written before the operation's first publish.
+  std::atomic<std::uint64_t> source;
   alignas(64) std::atomic<std::int64_t> pid;
   std::atomic<std::uint64_t> start;
   std::atomic<std::uint64_t> pid_ns;
+  // Where this member mapped the segment (read by the others' probe in open()), and what
+  // its probe found: 1 when it can read every other member's memory, 2 when not.
+  std::atomic<std::uint64_t> map_address;
+  std::atomic<std::uint32_t> single_copy;
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);

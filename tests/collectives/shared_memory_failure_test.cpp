@@ -160,6 +160,66 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "members that disagree on the size of an allgather read from the others' memory fail "
+    "naming both sizes") {
+  auto out = on_members(group_of(2, {10, 11}).with_slot(gloo_shm::default_slot_bytes),
+                        [](member& m) -> std::string {
+                          // 40 and 48 KiB per member: both read from the others' memory.
+                          std::uint64_t seq = 3;
+                          return int64_allgather(m, seq, m.rank == 0 ? 5120 : 6144, false);
+                        });
+  check_each_contains(
+      out, {"threw invalid_argument", "collective #3", "allgather of 40960 bytes per rank",
+            "allgather of 49152 bytes per rank"});
+}
+
+TEST_CASE(
+    "an allgather read from the others' memory ends as the slots' do when a member never "
+    "comes, fails, or its group aborts") {
+  enum class end { never_comes, marks_failed, aborts };
+  for (end how : {end::never_comes, end::marks_failed, end::aborts}) {
+    CAPTURE(static_cast<int>(how));
+    duration took{};
+    auto out = on_members(group_of(2, {10, 11}).with_slot(gloo_shm::default_slot_bytes),
+                          [&](member& m) -> std::string {
+                            if (m.rank == 1) {
+                              std::this_thread::sleep_for(100ms);
+                              if (how == end::marks_failed) m.seg.mark_failed();
+                              if (how == end::aborts) m.all[0]->abort();
+                              return "away";
+                            }
+                            std::vector<std::int64_t> own(8192), all(16384);
+                            const auto start = clock::now();
+                            auto r = m.seg.allgather(1, tensor_view::of(std::span(own)),
+                                                     tensor_view::of(std::span(all)),
+                                                     in(how == end::never_comes ? 300ms : 20s));
+                            took = std::chrono::duration_cast<duration>(clock::now() - start);
+                            must(std::move(r));
+                            return "";
+                          });
+    CAPTURE(out[0]);
+    CHECK(out[1] == "away");
+    switch (how) {
+      case end::never_comes:
+        CHECK(contains(out[0], "threw timeout"));
+        CHECK(contains(out[0],
+                       "allgather of 65536 bytes per rank (collective #1): rank [11] "
+                       "did not contribute in time"));
+        CHECK(took >= 300ms);
+        break;
+      case end::marks_failed:
+        CHECK(contains(out[0], "threw connection_lost"));
+        CHECK(contains(out[0], "rank 11 failed"));
+        break;
+      case end::aborts:
+        CHECK(contains(out[0], "threw aborted"));
+        break;
+    }
+    CHECK(took < 3s);
+  }
+}
+
 TEST_CASE("a member that marks the segment failed wakes the others' waits at once") {
   std::vector<duration> took(3);
   auto out = on_members(group_of(3, {10, 11, 12}), [&](member& m) {
@@ -371,12 +431,15 @@ TEST_CASE("rank 0's slot size holds for every member, rounded up to whole pages"
   CHECK(slots == std::vector<std::size_t>{8192, 8192});
 }
 
-TEST_CASE("TROUPE_GLOO_SHM=0 turns shared memory off and TROUPE_GLOO_SHM_SLOT sets the slot size") {
+TEST_CASE(
+    "TROUPE_GLOO_SHM=0 turns shared memory off, TROUPE_GLOO_SHM_SLOT sets the slot size and "
+    "TROUPE_GLOO_SHM_SINGLE_COPY=0 turns reading the others' memory off") {
   auto saved = [](const char* name) -> std::optional<std::string> {
     const char* v = std::getenv(name);
     return v ? std::optional<std::string>(v) : std::nullopt;
   };
-  const auto shm = saved("TROUPE_GLOO_SHM"), slot = saved("TROUPE_GLOO_SHM_SLOT");
+  const auto shm = saved("TROUPE_GLOO_SHM"), slot = saved("TROUPE_GLOO_SHM_SLOT"),
+             single = saved("TROUPE_GLOO_SHM_SINGLE_COPY");
   auto restore = [](const char* name, const std::optional<std::string>& v) {
     if (v)
       ::setenv(name, v->c_str(), 1);
@@ -385,16 +448,21 @@ TEST_CASE("TROUPE_GLOO_SHM=0 turns shared memory off and TROUPE_GLOO_SHM_SLOT se
   };
   ::setenv("TROUPE_GLOO_SHM", "0", 1);
   ::setenv("TROUPE_GLOO_SHM_SLOT", "65536", 1);
+  ::setenv("TROUPE_GLOO_SHM_SINGLE_COPY", "0", 1);
   open_options a;
   gloo_shm::apply_env(a);
   CHECK_FALSE(a.enabled);
   CHECK(a.slot_bytes == 65536);
+  CHECK_FALSE(a.single_copy);
   ::setenv("TROUPE_GLOO_SHM", "1", 1);
   ::setenv("TROUPE_GLOO_SHM_SLOT", "64k", 1);
+  ::setenv("TROUPE_GLOO_SHM_SINGLE_COPY", "1", 1);
   open_options b;
   gloo_shm::apply_env(b);
   CHECK(b.enabled);
   CHECK(b.slot_bytes == gloo_shm::default_slot_bytes);
+  CHECK(b.single_copy);
   restore("TROUPE_GLOO_SHM", shm);
   restore("TROUPE_GLOO_SHM_SLOT", slot);
+  restore("TROUPE_GLOO_SHM_SINGLE_COPY", single);
 }

@@ -44,8 +44,9 @@ inline constexpr std::size_t small_slot = 4096;
 struct setup {
   int members = 2;
   std::size_t slot_bytes = small_slot;
-  std::vector<int> world_ranks;  // empty: the group ranks
-  std::vector<int> disabled;     // members that turn shared memory off
+  std::vector<int> world_ranks;     // empty: the group ranks
+  std::vector<int> disabled;        // members that turn shared memory off
+  std::vector<int> no_single_copy;  // members that turn reading the others' memory off
   duration timeout = 10s;
 
   setup with_slot(std::size_t bytes) const {
@@ -56,6 +57,11 @@ struct setup {
   setup without_shm(int rank) const {
     auto s = *this;
     s.disabled.push_back(rank);
+    return s;
+  }
+  setup without_single_copy(int rank) const {
+    auto s = *this;
+    s.no_single_copy.push_back(rank);
     return s;
   }
 };
@@ -108,6 +114,8 @@ std::vector<std::string> on_members(const setup& s, F body) {
         for (int m = 0; m < s.members; ++m) o.world_ranks.push_back(m);
       o.group = "group 'shm-test'";
       o.enabled = std::find(s.disabled.begin(), s.disabled.end(), r) == s.disabled.end();
+      o.single_copy =
+          std::find(s.no_single_copy.begin(), s.no_single_copy.end(), r) == s.no_single_copy.end();
       o.slot_bytes = s.slot_bytes;
       o.timeout = s.timeout;
       auto seg = segment::open(store, o);

@@ -2,6 +2,8 @@
 // every operation at 2 to 4 members (fixture in shared_memory_members.hpp).
 #include <doctest/doctest.h>
 
+#include <sched.h>
+
 #include "shared_memory_members.hpp"
 
 using namespace std::chrono_literals;
@@ -101,6 +103,58 @@ TEST_CASE("allgather puts every member's block in place at 2, 3 and 4 members") 
   });
 }
 
+namespace {
+
+// Whether two members can run at once here (the single-copy allgather needs it).
+bool two_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return ::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) >= 2;
+}
+
+// Allgathers around the sizes read from the others' memory (32 to 160 KiB per member),
+// apart from and in place, with slots of the default size; whether the members read one
+// another's memory afterwards goes to `reads`.
+std::string single_copy_sizes(member& m, std::vector<char>& reads) {
+  std::uint64_t seq = 1;
+  for (std::size_t bytes :
+       {std::size_t{32 << 10} - 8, std::size_t{32 << 10}, std::size_t{100 << 10} + 8,
+        std::size_t{160 << 10}, std::size_t{160 << 10} + 8})
+    for (bool in_place : {false, true})
+      if (auto e = int64_allgather(m, seq, bytes / sizeof(std::int64_t), in_place); !e.empty())
+        return e;
+  reads[static_cast<std::size_t>(m.rank)] = m.seg.reads_members_memory() ? 1 : 0;
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE(
+    "allgathers of 32 to 160 KiB per member read the others' blocks from their memory and "
+    "put every block in place, apart and in place") {
+  std::vector<char> reads(2, 0);
+  check_all(on_members(group_of(2).with_slot(gloo_shm::default_slot_bytes),
+                       [&](member& m) { return single_copy_sizes(m, reads); }));
+  // Only when the two members can run at once; otherwise the slots carry every block.
+  const char want = two_cpus() ? 1 : 0;
+  CHECK(reads[0] == want);
+  CHECK(reads[1] == want);
+}
+
+TEST_CASE(
+    "one member that may not read the others' memory sends every member's allgather through "
+    "the slots, with the same results") {
+  for (int odd : {0, 1}) {
+    CAPTURE(odd);
+    std::vector<char> reads(2, 1);
+    check_all(
+        on_members(group_of(2).with_slot(gloo_shm::default_slot_bytes).without_single_copy(odd),
+                   [&](member& m) { return single_copy_sizes(m, reads); }));
+    CHECK(reads[0] == 0);
+    CHECK(reads[1] == 0);
+  }
+}
+
 TEST_CASE(
     "operations back to back reuse both buffers correctly while members run at different "
     "speeds, at 2 members (a ring for small broadcasts) and at 4") {
@@ -132,7 +186,8 @@ TEST_CASE(
             break;
           default:
             e = float_sum(m, seq, count, k);
-            if (e.empty()) e = int64_allgather(m, seq, count, false);
+            // Every other time 40 KB per member: read from the others' memory at 2.
+            if (e.empty()) e = int64_allgather(m, seq, k % 8 == 3 ? 5000 : count, false);
             break;
         }
         if (!e.empty()) return strcat("step ", k, ": ", e);
