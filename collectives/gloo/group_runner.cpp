@@ -24,6 +24,15 @@ constexpr std::size_t small_op_bytes = 1 << 20;
 // operations in the last park_after looks for held ones.
 constexpr auto inline_grace = std::chrono::microseconds(500);
 constexpr auto park_after = std::chrono::milliseconds(20);
+// Once the waiters ran the last inline_streak held collectives themselves, the worker looks
+// every slow_poll instead: each look wakes a thread on a CPU that the callers use, and
+// preempts one of them for microseconds now and then, which the other members then wait
+// for (world 2 on 2 cores, 15 alternating runs of 4-16 KiB operations: 0.87-0.90x the
+// time with looks every 5 ms). The price: a held collective that nobody waits for after
+// such a streak may start up to slow_poll after its grace, once; the worker's running a
+// held one itself ends the streak.
+constexpr std::uint32_t inline_streak = 64;
+constexpr auto slow_poll = std::chrono::milliseconds(5);
 
 }  // namespace
 
@@ -219,7 +228,7 @@ void group_runner::run_worker() {
         // Nothing to start. While operations keep coming, poll for held ones instead
         // of asking each submit for a wake-up; after a quiet spell, park.
         if (clock::now() - last_submit_ < park_after) {
-          cv_.wait_for(lk, inline_grace);
+          cv_.wait_for(lk, inline_streak_ >= inline_streak ? slow_poll : inline_grace);
         } else {
           worker_parked_ = true;
           cv_.wait(lk);
@@ -229,6 +238,7 @@ void group_runner::run_worker() {
       t = std::move(queue_.front());
       queue_.pop_front();
       gloo_metrics::queue_depth().add(-1);
+      if (t.start_by != clock::time_point::min()) inline_streak_ = 0;  // its waiter did not come
       if (stopping_) {
         lk.unlock();
         t.done.complete(make_error(errc::shut_down, t.what(), ": the group was shut down first"));
@@ -260,6 +270,7 @@ void group_runner::run_inline(std::uint64_t seq) {
     t = std::move(queue_.front());
     queue_.pop_front();
     gloo_metrics::queue_depth().add(-1);
+    if (inline_streak_ < inline_streak) ++inline_streak_;
     busy_ = true;
   }
   execute(t);

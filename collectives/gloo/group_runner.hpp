@@ -149,7 +149,10 @@ class group_runner : public process_group, public std::enable_shared_from_this<g
   std::shared_ptr<const work::hooks> hooks_;
   // The metrics of the collectives that succeeded (only execute() records, under busy_).
   gloo_metrics::op_metrics metrics_;
-  bool worker_parked_ = false;       // the worker waits for a notify, not polling
+  bool worker_parked_ = false;  // the worker waits for a notify, not polling
+  // Held collectives their waiters ran in a row, up to inline_streak (group_runner.cpp):
+  // how often the worker looks for held ones.
+  std::uint32_t inline_streak_ = 0;
   clock::time_point last_submit_{};  // when the last operation was queued
   bool p2p_busy_ = false;
   // The transfer the p2p thread waits for (under mu_), so that abort() can end its wait.

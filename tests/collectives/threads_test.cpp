@@ -387,3 +387,42 @@ TEST_CASE(
   });
   for (auto& m : out) CHECK(m == "");
 }
+
+TEST_CASE(
+    "after a long run of collectives their callers ran themselves, one that nobody waits for "
+    "still starts by itself soon after its grace") {
+  // The worker looks for held collectives less often once the waiters run them (every few
+  // milliseconds instead of every grace): a collective that nobody waits for then starts
+  // a little later, but starts.
+  std::atomic<bool> peer_done{false};
+  std::atomic<long long> peer_waited_us{0};
+  auto out = on_ranks(2, [&](process_group& g) -> std::string {
+    for (int i = 0; i < 300; ++i) {
+      float y = 1.0f;
+      auto w = g.allreduce(tensor_view{&y, dtype::float32, 1, device::cpu()}, {reduce_op::sum, 5s});
+      if (auto r = w.wait(10s); !r) return r.error().to_string();
+    }
+    float x = 1.0f;
+    auto w = g.allreduce(tensor_view{&x, dtype::float32, 1, device::cpu()}, {reduce_op::sum, 5s});
+    if (g.rank() == 1) {
+      const auto start = std::chrono::steady_clock::now();
+      auto r = w.wait(5s);
+      peer_waited_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+      peer_done = true;
+      if (!r) return r.error().to_string();
+    } else {
+      const auto until = std::chrono::steady_clock::now() + 5s;
+      while (!peer_done && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(1ms);
+      if (!peer_done) return "rank 1 was held up waiting for rank 0, which never waited";
+      if (auto r = w.wait(5s); !r) return r.error().to_string();
+    }
+    return x == 2.0f ? std::string() : "allreduce gave " + std::to_string(x);
+  });
+  for (auto& m : out) CHECK(m == "");
+  // Its grace (0.5 ms) and one slow look (5 ms), with room for a loaded machine; the
+  // store's timeout (5 s) is what a worker that never looked would give.
+  CHECK(peer_waited_us.load() < 1'000'000);
+}
