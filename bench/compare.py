@@ -65,7 +65,9 @@ def main():
             continue
         o = statistics.median(other)
         label = ", ".join(f"{k}={v}" for k, v in key)
-        print(f"| {label} | {fig} | {fmt(t)} | {fmt(o)} | {t / o:.2f} |")
+        # A figure that is 0 on the anchor's side (bus bandwidth of a group of one) has no ratio.
+        ratio = f"{t / o:.2f}" if o else "n/a"
+        print(f"| {label} | {fig} | {fmt(t)} | {fmt(o)} | {ratio} |")
 
 
 if __name__ == "__main__":
