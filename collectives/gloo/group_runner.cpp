@@ -137,8 +137,9 @@ void group_runner::break_connections() {
 // inline_grace, so that a caller who waits for it runs it on its own thread (run_inline)
 // without waking the worker at all: on a busy host that wake-up (a futex and a context
 // switch) costs more than the operation. Nobody waiting, the worker starts it after the
-// grace; get_future(), is_completed() and a wait() that could not run it inline end the
-// grace at once (urge).
+// grace, which starts when the worker first sees it (it looks every inline_grace, or
+// slow_poll after a streak); get_future(), is_completed() and a wait() that could not run
+// it inline end the grace at once (urge).
 // `metric_bytes` is the size the metrics record when `bytes` is not given.
 work group_runner::submit(std::string_view op, duration timeout, body_fn body, int peer,
                           std::size_t bytes, std::size_t metric_bytes) {
@@ -172,11 +173,12 @@ work group_runner::submit(std::string_view op, duration timeout, body_fn body, i
     done.complete(make_error(errc::shut_down, done.description(), ": the group was shut down"));
     return w;
   }
-  const auto now = clock::now();
   const bool hold = peer < 0 && bytes <= small_op_bytes;
-  last_submit_ = now;
+  ++submits_;
+  // A held operation's grace starts when the worker first sees it (max until then): no
+  // clock read here, on the caller's path of every operation.
   queue_.push_back(task{seq, timeout, done, std::move(body), peer,
-                        hold ? now + inline_grace : clock::time_point::min(), op,
+                        hold ? clock::time_point::max() : clock::time_point::min(), op,
                         bytes != SIZE_MAX ? bytes : metric_bytes});
   gloo_metrics::queue_depth().add(1);
   // An operation the worker must start at once ends the grace of the held ones before it,
@@ -213,21 +215,32 @@ void group_runner::urge(std::uint64_t seq) {
 // mu_) says one is running; the other never starts another meanwhile, so the group's
 // per-operation state (the transport and its scratch) has one user at a time.
 void group_runner::run_worker() {
+  // Submits seen, and since when none came: the worker parks after park_after of them.
+  std::uint64_t seen_submits = 0;
+  auto quiet_since = clock::now();
   for (;;) {
     task t;
     {
       std::unique_lock lk(mu_);
       for (;;) {
         if (!busy_ && !queue_.empty()) {
-          const auto start_by = queue_.front().start_by;
-          if (stopping_ || failure_ || start_by <= clock::now()) break;
+          const auto now = clock::now();
+          auto& front = queue_.front();
+          if (front.start_by == clock::time_point::max()) front.start_by = now + inline_grace;
+          const auto start_by = front.start_by;  // `front` may be taken while this waits
+          if (stopping_ || failure_ || start_by <= now) break;
           cv_.wait_until(lk, start_by);  // its waiter may take it meanwhile
           continue;
         }
         if (stopping_ && !busy_) return;  // the queue is empty
         // Nothing to start. While operations keep coming, poll for held ones instead
         // of asking each submit for a wake-up; after a quiet spell, park.
-        if (clock::now() - last_submit_ < park_after) {
+        const auto now = clock::now();
+        if (submits_ != seen_submits) {
+          seen_submits = submits_;
+          quiet_since = now;
+        }
+        if (now - quiet_since < park_after) {
           cv_.wait_for(lk, inline_streak_ >= inline_streak ? slow_poll : inline_grace);
         } else {
           worker_parked_ = true;
@@ -280,10 +293,10 @@ void group_runner::run_inline(std::uint64_t seq) {
 void group_runner::execute(task& t) {
   auto budget = roll_call_budget(t.timeout);
   std::optional<handed_off> handoff;
-  run_ctx rc{{static_cast<std::uint32_t>(t.seq & 0xffffffu),
-              std::max(t.timeout - budget, duration(1)), t.seq},
-             t.peer >= 0 ? &handoff : nullptr};
   const auto started = clock::now();
+  run_ctx rc{{static_cast<std::uint32_t>(t.seq & 0xffffffu),
+              std::max(t.timeout - budget, duration(1)), t.seq, started},
+             t.peer >= 0 ? &handoff : nullptr};
   trace::span traced("collectives", t.op);
   if (traced.on()) {
     traced.args()

@@ -102,7 +102,8 @@ class group_runner : public process_group, public std::enable_shared_from_this<g
     work::completer done;
     body_fn body;
     int peer = -1;  // the other rank of a point-to-point transfer
-    // The worker leaves it to its waiter until then (min: start at once); see submit().
+    // The worker leaves it to its waiter until then (min: start at once; max: held, its
+    // grace not started yet); see submit().
     clock::time_point start_by = clock::time_point::min();
     std::string_view op;           // "allreduce", ...: a literal, for the metrics
     std::size_t bytes = SIZE_MAX;  // the tensor's bytes; SIZE_MAX: not given
@@ -153,7 +154,7 @@ class group_runner : public process_group, public std::enable_shared_from_this<g
   // Held collectives their waiters ran in a row, up to inline_streak (group_runner.cpp):
   // how often the worker looks for held ones.
   std::uint32_t inline_streak_ = 0;
-  clock::time_point last_submit_{};  // when the last operation was queued
+  std::uint64_t submits_ = 0;  // operations queued so far (the worker's parking)
   bool p2p_busy_ = false;
   // The transfer the p2p thread waits for (under mu_), so that abort() can end its wait.
   gloo::transport::UnboundBuffer* p2p_current_ = nullptr;
