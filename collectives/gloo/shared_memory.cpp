@@ -6,11 +6,9 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include <troupe/collectives/gloo/blocks.hpp>
@@ -59,20 +57,6 @@ constexpr std::size_t fold_whole_max_bytes = 64 << 10;
 constexpr std::size_t ring_max_bytes = 256 << 10;
 constexpr std::size_t ring_piece_bytes = 2 << 10;
 constexpr std::size_t ring_depth = 4;
-
-// Allgathers of single_copy_min_bytes to single_copy_max_bytes per member, when the members
-// can all run at once and read one another's memory, read the others' blocks where they
-// lie (process_vm_readv): one copy of each block instead of two through a slot, for a
-// publish more (every member must have read a member's input before it returns). World 2
-// on 2 cores, 9 alternating runs against the slots, unchanged inputs: 16 KiB per member
-// 1.42x the time, 32 KiB 0.93x, 64 KiB 0.79x, 128 KiB 0.70x, 160 KiB 0.78x, 192 KiB 0.93x,
-// 256 KiB 1.24x (the kernel's copy, with its pinning of the pages, loses to two copies
-// from the caches). At 4 members on 2 cores (taking turns on a CPU) the publish more cost
-// 1.1-2x the time at every size. With inputs rewritten before each operation, 1.08-1.26x
-// at 32-128 KiB: the slots let a member rewrite its input while the others still copy
-// its slot (bench/RESULTS.md).
-constexpr std::size_t single_copy_min_bytes = 32 << 10;
-constexpr std::size_t single_copy_max_bytes = 160 << 10;
 
 // How a waiter waits: when the members can all run at once it spins for spin_time
 // (a reply within microseconds is seen at once: world 2, 4-16 KiB, 0.56-0.87x the time of
@@ -472,10 +456,14 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
   const bool apart = src + bytes <= dst || dst + out.nbytes() <= src;
   if (!apart && block_of(rank_) != src) std::memmove(block_of(rank_), src, bytes);
   const std::byte* const own = apart ? src : block_of(rank_);
-  // Every member takes this branch or none: single_copy_ is known the same everywhere.
-  if (run_at_once_ && bytes >= single_copy_min_bytes && bytes <= single_copy_max_bytes &&
-      single_copy_ != 0)
-    return allgather_single_copy(own, bytes, dst, deadline) ? ok() : failed();
+  switch (allgather_single_copy(own, bytes, dst, deadline)) {
+    case single_copy_outcome::read:
+      return ok();
+    case single_copy_outcome::failed:
+      return failed();
+    case single_copy_outcome::slots:
+      break;
+  }
   for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
     const std::size_t len = std::min(slot_bytes_, bytes - off);
     const std::uint64_t c = chunks_++;
@@ -489,64 +477,6 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
     guard_[c & 1] = phase_ + 1;  // read: see guard_
   }
   return ok();
-}
-
-// Every member says where its input lies and publishes; once all have, each reads the
-// others' blocks from their memory into its output, publishes again, and returns once all
-// have read (its input must not change or go away before). When the members' flags show
-// that one of them cannot read the others', the blocks go through the slots after all,
-// and later allgathers go there directly.
-bool segment::allgather_single_copy(const std::byte* own, std::size_t bytes, std::byte* dst,
-                                    clock::time_point deadline) {
-  auto block_of = [&](int r) { return dst + bytes * static_cast<std::size_t>(r); };
-  at(rank_).source.store(reinterpret_cast<std::uintptr_t>(own), std::memory_order_relaxed);
-  publish();
-  if (own != block_of(rank_)) std::memcpy(block_of(rank_), own, bytes);
-  if (!wait_all(phase_, deadline, "did not contribute")) return false;
-  if (single_copy_ < 0) {
-    single_copy_ = 1;
-    for (int r = 0; r < size_; ++r)
-      if (at(r).single_copy.load(std::memory_order_relaxed) != 1) single_copy_ = 0;
-  }
-  if (single_copy_ == 1) {
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      const auto pid = static_cast<pid_t>(at(r).pid.load(std::memory_order_relaxed));
-      const auto from = static_cast<std::uintptr_t>(at(r).source.load(std::memory_order_relaxed));
-      for (std::size_t done = 0; done < bytes;) {
-        iovec local{block_of(r) + done, bytes - done};
-        iovec remote{reinterpret_cast<void*>(from + done), bytes - done};
-        const auto n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
-        if (n <= 0) {
-          const int e = n < 0 ? errno : EIO;
-          mark_failed();
-          if (e == ESRCH)
-            return fail(make_error(errc::connection_lost, "rank ", world(r), " (pid ", pid,
-                                   ") exited during ", what(), " (collective #", seq_, ")"));
-          return fail(make_error(errc::connection_lost, what(), " (collective #", seq_,
-                                 "): reading rank ", world(r), "'s block from its memory failed (",
-                                 std::strerror(e),
-                                 "); TROUPE_GLOO_SHM_SINGLE_COPY=0 copies "
-                                 "blocks through shared memory instead"));
-        }
-        done += static_cast<std::size_t>(n);
-      }
-    }
-    publish();
-    return wait_all(phase_, deadline, "did not read this member's block", false);
-  }
-  for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
-    const std::size_t len = std::min(slot_bytes_, bytes - off);
-    const std::uint64_t c = chunks_++;
-    if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return false;
-    std::memcpy(slot(rank_, c), own + off, len);
-    publish();
-    if (!wait_all(phase_, deadline, "did not contribute", false)) return false;
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_) std::memcpy(block_of(r) + off, slot(r, c), len);
-    guard_[c & 1] = phase_ + 1;  // read: see guard_
-  }
-  return true;
 }
 
 expected<void> segment::reduce_scatter(std::uint64_t seq, tensor_view in, tensor_view out,

@@ -170,9 +170,14 @@ class segment {
   // Whether this member can read every other member's memory (process_vm_readv): set in
   // open(), published in its member line.
   bool probe_single_copy() const;
-  // The single-copy allgather (see allgather()); false once it failed, as the waits.
-  [[nodiscard]] bool allgather_single_copy(const std::byte* own, std::size_t bytes, std::byte* dst,
-                                           clock::time_point deadline);
+  // The single-copy allgather (see allgather(); shared_memory_single_copy.cpp) of `own`,
+  // this member's block, into `dst`: read when it read every other member's block, failed
+  // as the waits fail, slots when the caller is to copy the blocks through the slots (the
+  // size, the CPUs or a member's permissions do not allow it).
+  enum class single_copy_outcome { read, failed, slots };
+  [[nodiscard]] single_copy_outcome allgather_single_copy(const std::byte* own, std::size_t bytes,
+                                                          std::byte* dst,
+                                                          clock::time_point deadline);
   bool alive(int r) const;
   void wake_all() noexcept;
   bool fail(troupe::error e);
