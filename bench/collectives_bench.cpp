@@ -5,13 +5,18 @@
 //
 //   collectives_bench [--world N] [--backend gloo]
 //                     [--ops allreduce,broadcast,allgather,reduce_scatter]
-//                     [--min BYTES] [--max BYTES] [--iters N] [--json] [--fresh]
+//                     [--min BYTES] [--max BYTES] [--iters N] [--json] [--fresh] [--cold]
 // --json prints one JSON object per measurement, for bench/compare.py against
 // bench/collectives_torch_gloo.py (PyTorch's gloo backend, same sizes and iterations).
 // --fresh makes every rank rewrite the input of each operation just before it (inside the
 // timed loop, as in bench/mpi_collectives_bench --fresh), as a training step hands over
 // freshly written gradients or parameters: an input left unchanged between operations
 // stays in the readers' caches, which flatters transports that read it in place.
+// --cold makes every rank write a buffer larger than the caches (48 MiB) before each
+// operation, and the ranks meet in a barrier; only the operation is timed (rank 0's clock,
+// from the barrier's end to the operation's end), so its input comes from memory, as in
+// a training step that computed much since writing it. Times then include the skew with
+// which the ranks leave the barrier.
 // The program starts N copies of itself as ranks on 127.0.0.1 around a TCP store on port 0;
 // rank 0 prints the table. CPU tensors only (float32). The JSON lines also carry cpu_us,
 // rank 0's process CPU time (all threads, user + system) per operation.
@@ -101,6 +106,7 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
                    "(bench/hosts_bench.sh)\n";
       return 2;
     }
+  std::vector<char> evict(a.cold ? std::size_t{48} << 20 : 0);  // --cold
   if (rank == 0 && !a.json)
     std::printf("# world %d, backend %s, float32\n#%12s %12s %10s %12s %10s %10s\n", n,
                 a.backend.c_str(), "size(B)", "count", "op", "time(us)", "algbw", "busbw");
@@ -179,14 +185,25 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
       const std::size_t input = op == "allgather" ? per_rank : count;
       const double cpu0 = process_cpu_us();
       auto start = clock::now();
+      double cold_us = 0;  // --cold: the operations alone
       for (int i = 0; i < iters; ++i) {
         if (a.fresh) std::fill_n(in.begin(), input, static_cast<float>(i & 7));
+        clock::time_point op_start;
+        if (a.cold) {
+          std::fill(evict.begin(), evict.end(), static_cast<char>(i));
+          if (auto r = pg.barrier({60s}).wait(70s); !r) return 1;
+          op_start = clock::now();
+        }
         if (auto r = run(); !r) {
           std::cerr << op << ": " << r.error() << "\n";
           return 1;
         }
+        if (a.cold)
+          cold_us += std::chrono::duration<double, std::micro>(clock::now() - op_start).count();
       }
-      double us = std::chrono::duration<double, std::micro>(clock::now() - start).count() / iters;
+      double us =
+          a.cold ? cold_us / iters
+                 : std::chrono::duration<double, std::micro>(clock::now() - start).count() / iters;
       const double cpu_us = (process_cpu_us() - cpu0) / iters;
       double algbw = static_cast<double>(bytes) / us / 1e3;  // GB/s
       if (rank == 0 && a.json)

@@ -30,6 +30,7 @@ struct rank_bench_args {
   int iters = 0;       // 0: chosen by size
   bool json = false;   // one JSON object per line (for bench/compare.py) instead of a table
   bool fresh = false;  // each rank rewrites its input before every operation (--fresh)
+  bool cold = false;   // each rank evicts the caches before every operation (--cold)
 };
 
 /// Parses into `a`; nullopt after printing why (--backend only when `with_backend`).
@@ -49,6 +50,10 @@ inline std::optional<rank_bench_args> parse_rank_bench_args(int argc, char** arg
     }
     if (k == "--fresh") {
       a.fresh = true;
+      continue;
+    }
+    if (k == "--cold") {
+      a.cold = true;
       continue;
     }
     if (i + 1 >= argc) {

@@ -17,10 +17,12 @@ inline constexpr setting gloo_shm_slot{
     "bytes of one shared-memory slot of a gloo group, 1 to 1 GiB (larger tensors go in "
     "pieces)"};
 inline constexpr setting gloo_shm_single_copy{
-    "TROUPE_GLOO_SHM_SINGLE_COPY", "on",
-    "`0` makes a same-host gloo group's allgathers copy every block through shared memory "
-    "instead of reading it once from the other members' memory (process_vm_readv); one "
-    "member saying `0` turns it off for the group"};
+    "TROUPE_GLOO_SHM_SINGLE_COPY", "0",
+    "`1` makes a same-host gloo group's allgathers of 64-160 KiB per member read each block "
+    "once from the other members' memory (process_vm_readv) instead of copying it through "
+    "shared memory: faster while the inputs sit in the caches (unchanged between "
+    "operations), slower when they were just written or evicted (docs/collectives.md); "
+    "every member must say `1`"};
 inline constexpr setting gloo_local_sndbuf{
     "TROUPE_GLOO_LOCAL_SNDBUF", "262144",
     "send buffer of same-host gloo TCP connections, in bytes (`0`: the kernel's autotuning)"};

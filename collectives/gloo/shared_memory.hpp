@@ -50,13 +50,13 @@ struct open_options {
   /// Bytes per slot; rank 0's choice holds for every member. Rounded up to 4 KiB.
   std::size_t slot_bytes = default_slot_bytes;
   /// Whether this member lets allgathers read blocks straight from the others' memory
-  /// (TROUPE_GLOO_SHM_SINGLE_COPY=0 says no). One member saying no turns it off for all.
-  bool single_copy = true;
+  /// (TROUPE_GLOO_SHM_SINGLE_COPY=1 says yes; see allgather()). Every member must say yes.
+  bool single_copy = false;
   duration timeout = std::chrono::seconds(30);
 };
 
 /// TROUPE_GLOO_SHM ("0" turns it off), TROUPE_GLOO_SHM_SLOT (bytes) and
-/// TROUPE_GLOO_SHM_SINGLE_COPY ("0" turns it off) applied to `o`.
+/// TROUPE_GLOO_SHM_SINGLE_COPY ("1" turns it on) applied to `o`.
 void apply_env(open_options& o);
 
 class segment {
@@ -90,11 +90,13 @@ class segment {
   /// Broadcast from member `root` in place. Returns on every member (the root included)
   /// once every member has the data, so that every member learns of a disagreement.
   expected<void> broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline);
-  /// Member r's `in` lands in block r of `out` on every member. From
-  /// single_copy_min_bytes per member, when every member could read the others' memory
-  /// (open() tries), each member reads the others' inputs where they lie
-  /// (process_vm_readv): one copy of each block instead of two through a slot; every
-  /// member then returns only once every other one has read its input.
+  /// Member r's `in` lands in block r of `out` on every member. With single copy asked
+  /// for by every member (open_options::single_copy), from 64 to 160 KiB per member, when
+  /// every member could read the others' memory (open() tries), each member reads the
+  /// others' inputs where they lie (process_vm_readv): one copy of each block instead of
+  /// two through a slot; every member then returns only once every other one has read its
+  /// input. Faster while the inputs sit in the caches, slower when they were just written
+  /// or evicted (shared_memory_single_copy.cpp), hence not the default.
   expected<void> allgather(std::uint64_t seq, tensor_view in, tensor_view out,
                            clock::time_point deadline);
   /// Block r of the members' `in` (each `out.numel` elements), folded in rank order, lands

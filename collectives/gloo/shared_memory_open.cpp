@@ -43,7 +43,17 @@ std::string errno_text(int e) { return std::strerror(e); }
 
 void apply_env(open_options& o) {
   if (auto v = settings::gloo_shm.value(); v && *v == "0") o.enabled = false;
-  if (auto v = settings::gloo_shm_single_copy.value(); v && *v == "0") o.single_copy = false;
+  if (auto v = settings::gloo_shm_single_copy.value()) {
+    if (*v == "1" || *v == "on")
+      o.single_copy = true;
+    else if (*v == "0" || *v == "off")
+      o.single_copy = false;
+    else {
+      o.single_copy = false;
+      TROUPE_LOG(log_level::warn, "collectives", settings::gloo_shm_single_copy.variable, "='", *v,
+                 "' is neither 1 nor 0; allgathers copy through shared memory (0)");
+    }
+  }
   if (auto v = settings::gloo_shm_slot.value()) {
     std::size_t n = 0;
     std::string_view s(*v);

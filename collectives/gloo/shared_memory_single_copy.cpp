@@ -21,14 +21,20 @@ namespace {
 // can all run at once and read one another's memory, read the others' blocks where they
 // lie (process_vm_readv): one copy of each block instead of two through a slot, for a
 // publish more (every member must have read a member's input before it returns). World 2
-// on 2 cores, 9 alternating runs against the slots, unchanged inputs: 16 KiB per member
-// 1.42x the time, 32 KiB 0.93x, 64 KiB 0.79x, 128 KiB 0.70x, 160 KiB 0.78x, 192 KiB 0.93x,
-// 256 KiB 1.24x (the kernel's copy, with its pinning of the pages, loses to two copies
-// from the caches). At 4 members on 2 cores (taking turns on a CPU) the publish more cost
-// 1.1-2x the time at every size. With inputs rewritten before each operation, 1.08-1.26x
-// at 32-128 KiB: the slots let a member rewrite its input while the others still copy
-// its slot (bench/RESULTS.md).
-constexpr std::size_t single_copy_min_bytes = 32 << 10;
+// on 2 cores, 9 alternating runs against the slots (bench/RESULTS.md):
+// - unchanged inputs, in both CPUs' caches: 16 KiB per member 1.42x the time, 32 KiB
+//   0.93x, 64 KiB 0.79x, 128 KiB 0.70x, 160 KiB 0.78x, 192 KiB 0.93x, 256 KiB 1.24x (the
+//   kernel pins the pages, which costs more than its copy; two user copies through the
+//   caches win again above);
+// - inputs rewritten just before: 32 KiB 1.26x, 64 KiB 1.08x, 128 KiB 1.14x (the lines
+//   are dirty in the writer's cache; not the publish more, whose wait costs nothing here);
+// - inputs evicted from the caches before: 32 KiB 1.41-1.48x, 64 KiB 1.01-1.16x,
+//   128 KiB 0.81-1.27x.
+// Hence from 64 KiB, where it wins most with cached inputs and loses least otherwise, and
+// only when every member asks (open_options::single_copy, TROUPE_GLOO_SHM_SINGLE_COPY=1):
+// a training step's inputs are mostly just written or long evicted. At 4 members on 2
+// cores (taking turns on a CPU) the publish more cost 1.1-2x the time at every size.
+constexpr std::size_t single_copy_min_bytes = 64 << 10;
 constexpr std::size_t single_copy_max_bytes = 160 << 10;
 
 }  // namespace
@@ -74,7 +80,7 @@ segment::single_copy_outcome segment::allgather_single_copy(const std::byte* own
         else
           fail(make_error(errc::connection_lost, what(), " (collective #", seq_, "): reading rank ",
                           world(r), "'s block from its memory failed (", std::strerror(e),
-                          "); TROUPE_GLOO_SHM_SINGLE_COPY=0 copies blocks through shared "
+                          "); unset TROUPE_GLOO_SHM_SINGLE_COPY to copy blocks through shared "
                           "memory instead"));
         return single_copy_outcome::failed;
       }

@@ -165,13 +165,13 @@ TEST_CASE(
     "naming both sizes") {
   auto out = on_members(group_of(2, {10, 11}).with_slot(gloo_shm::default_slot_bytes),
                         [](member& m) -> std::string {
-                          // 40 and 48 KiB per member: both read from the others' memory.
+                          // 80 and 96 KiB per member: both read from the others' memory.
                           std::uint64_t seq = 3;
-                          return int64_allgather(m, seq, m.rank == 0 ? 5120 : 6144, false);
+                          return int64_allgather(m, seq, m.rank == 0 ? 10240 : 12288, false);
                         });
   check_each_contains(
-      out, {"threw invalid_argument", "collective #3", "allgather of 40960 bytes per rank",
-            "allgather of 49152 bytes per rank"});
+      out, {"threw invalid_argument", "collective #3", "allgather of 81920 bytes per rank",
+            "allgather of 98304 bytes per rank"});
 }
 
 TEST_CASE(
@@ -433,7 +433,7 @@ TEST_CASE("rank 0's slot size holds for every member, rounded up to whole pages"
 
 TEST_CASE(
     "TROUPE_GLOO_SHM=0 turns shared memory off, TROUPE_GLOO_SHM_SLOT sets the slot size and "
-    "TROUPE_GLOO_SHM_SINGLE_COPY=0 turns reading the others' memory off") {
+    "TROUPE_GLOO_SHM_SINGLE_COPY=1 asks to read the others' memory, which is off by default") {
   auto saved = [](const char* name) -> std::optional<std::string> {
     const char* v = std::getenv(name);
     return v ? std::optional<std::string>(v) : std::nullopt;
@@ -448,20 +448,22 @@ TEST_CASE(
   };
   ::setenv("TROUPE_GLOO_SHM", "0", 1);
   ::setenv("TROUPE_GLOO_SHM_SLOT", "65536", 1);
-  ::setenv("TROUPE_GLOO_SHM_SINGLE_COPY", "0", 1);
+  ::setenv("TROUPE_GLOO_SHM_SINGLE_COPY", "1", 1);
   open_options a;
+  CHECK_FALSE(a.single_copy);  // the default
   gloo_shm::apply_env(a);
   CHECK_FALSE(a.enabled);
   CHECK(a.slot_bytes == 65536);
-  CHECK_FALSE(a.single_copy);
+  CHECK(a.single_copy);
   ::setenv("TROUPE_GLOO_SHM", "1", 1);
   ::setenv("TROUPE_GLOO_SHM_SLOT", "64k", 1);
-  ::setenv("TROUPE_GLOO_SHM_SINGLE_COPY", "1", 1);
+  ::setenv("TROUPE_GLOO_SHM_SINGLE_COPY", "yes please", 1);
   open_options b;
+  b.single_copy = true;
   gloo_shm::apply_env(b);
   CHECK(b.enabled);
   CHECK(b.slot_bytes == gloo_shm::default_slot_bytes);
-  CHECK(b.single_copy);
+  CHECK_FALSE(b.single_copy);  // not 1: off, with a warning
   restore("TROUPE_GLOO_SHM", shm);
   restore("TROUPE_GLOO_SHM_SLOT", slot);
   restore("TROUPE_GLOO_SHM_SINGLE_COPY", single);

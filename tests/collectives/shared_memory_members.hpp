@@ -46,7 +46,7 @@ struct setup {
   std::size_t slot_bytes = small_slot;
   std::vector<int> world_ranks;     // empty: the group ranks
   std::vector<int> disabled;        // members that turn shared memory off
-  std::vector<int> no_single_copy;  // members that turn reading the others' memory off
+  std::vector<int> no_single_copy;  // members that do not ask to read the others' memory
   duration timeout = 10s;
 
   setup with_slot(std::size_t bytes) const {

@@ -112,13 +112,13 @@ bool two_cpus() {
   return ::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) >= 2;
 }
 
-// Allgathers around the sizes read from the others' memory (32 to 160 KiB per member),
+// Allgathers around the sizes read from the others' memory (64 to 160 KiB per member),
 // apart from and in place, with slots of the default size; whether the members read one
 // another's memory afterwards goes to `reads`.
 std::string single_copy_sizes(member& m, std::vector<char>& reads) {
   std::uint64_t seq = 1;
   for (std::size_t bytes :
-       {std::size_t{32 << 10} - 8, std::size_t{32 << 10}, std::size_t{100 << 10} + 8,
+       {std::size_t{64 << 10} - 8, std::size_t{64 << 10}, std::size_t{100 << 10} + 8,
         std::size_t{160 << 10}, std::size_t{160 << 10} + 8})
     for (bool in_place : {false, true})
       if (auto e = int64_allgather(m, seq, bytes / sizeof(std::int64_t), in_place); !e.empty())
@@ -130,7 +130,7 @@ std::string single_copy_sizes(member& m, std::vector<char>& reads) {
 }  // namespace
 
 TEST_CASE(
-    "allgathers of 32 to 160 KiB per member read the others' blocks from their memory and "
+    "allgathers of 64 to 160 KiB per member read the others' blocks from their memory and "
     "put every block in place, apart and in place") {
   std::vector<char> reads(2, 0);
   check_all(on_members(group_of(2).with_slot(gloo_shm::default_slot_bytes),
@@ -186,8 +186,8 @@ TEST_CASE(
             break;
           default:
             e = float_sum(m, seq, count, k);
-            // Every other time 40 KB per member: read from the others' memory at 2.
-            if (e.empty()) e = int64_allgather(m, seq, k % 8 == 3 ? 5000 : count, false);
+            // Every other time 80 KB per member: read from the others' memory at 2.
+            if (e.empty()) e = int64_allgather(m, seq, k % 8 == 3 ? 10000 : count, false);
             break;
         }
         if (!e.empty()) return strcat("step ", k, ": ", e);
