@@ -44,18 +44,19 @@ std::int64_t gathered_value(int rank, std::size_t i) {
   return static_cast<std::int64_t>(rank) * 1000003 + static_cast<std::int64_t>(i) * 7 - 5;
 }
 
-// Runs the allgather as `rank` of two; "" when every block arrived intact, else what did not.
-std::string run_allgather(segment& seg, int rank, clock::time_point deadline) {
+// Runs the allgather as `rank` of two: its error, or one naming a block that did not arrive
+// intact.
+expected<void> run_allgather(segment& seg, int rank, clock::time_point deadline) {
   std::vector<std::int64_t> own(allgather_count), all(2 * allgather_count, -1);
   for (std::size_t i = 0; i < allgather_count; ++i) own[i] = gathered_value(rank, i);
   auto r =
       seg.allgather(1, tensor_view::of(std::span(own)), tensor_view::of(std::span(all)), deadline);
-  if (!r) return r.error().message();
+  if (!r) return r;
   for (int b = 0; b < 2; ++b)
     for (std::size_t i = 0; i < allgather_count; ++i)
       if (all[static_cast<std::size_t>(b) * allgather_count + i] != gathered_value(b, i))
-        return strcat("block ", b, " element ", i, " is wrong");
-  return "";
+        return make_error(errc::internal, "block ", b, " element ", i, " is wrong");
+  return ok();
 }
 
 open_options member_options(int rank) {
@@ -100,8 +101,7 @@ std::size_t threads_of_this_process() {
     std::this_thread::sleep_for(300ms);
     ::raise(SIGKILL);
   }
-  if (how == child_end::allgathers && !run_allgather(**seg, 1, clock::now() + 30s).empty())
-    ::_exit(5);
+  if (how == child_end::allgathers && !run_allgather(**seg, 1, clock::now() + 30s)) ::_exit(5);
   ::_exit(0);
 }
 
@@ -140,18 +140,18 @@ outcome run_parent(child_end how, parent_op op = parent_op::allreduce) {
   REQUIRE(seg);
   REQUIRE(*seg != nullptr);
   const auto start = clock::now();
+  expected<void> r;
   if (op == parent_op::allgather) {
-    out.error = run_allgather(**seg, 0, start + 30s);
-    out.code = out.error.empty() ? errc::internal : errc::connection_lost;
+    r = run_allgather(**seg, 0, start + 30s);
     out.read_memory = (*seg)->reads_members_memory();
   } else {
     std::vector<float> v(3000, 1.0f);
-    auto r = (*seg)->allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum,
-                               *cpu_reduce(dtype::float32, reduce_op::sum), 1, start + 30s);
-    if (!r) {
-      out.error = r.error().message();
-      out.code = r.error().code();
-    }
+    r = (*seg)->allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum,
+                          *cpu_reduce(dtype::float32, reduce_op::sum), 1, start + 30s);
+  }
+  if (!r) {
+    out.error = r.error().message();
+    out.code = r.error().code();
   }
   out.took = std::chrono::duration_cast<duration>(clock::now() - start);
   return out;
