@@ -1,8 +1,12 @@
 // unique_function<R(A...)>: a move-only std::function, so callbacks may own promises,
-// buffers and sockets.
+// buffers and sockets. A callable of up to inline_bytes that moves without throwing is kept
+// inside the object, without an allocation: a continuation or an operation's body made on
+// every call would otherwise cost a malloc and a free each.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <new>
 #include <type_traits>
 #include <utility>
 
@@ -15,6 +19,10 @@ class unique_function;
 template <class R, class... Args>
 class unique_function<R(Args...)> {
  public:
+  /// Callables up to this size (and alignment of std::max_align_t) that move without
+  /// throwing live inside the object; larger ones on the heap.
+  static constexpr std::size_t inline_bytes = 64;
+
   ///@{
   /// An empty function (operator bool is false; calling it is undefined).
   unique_function() = default;
@@ -23,33 +31,81 @@ class unique_function<R(Args...)> {
   /// Owns the callable `f` (moved or copied in).
   template <class F>
   requires(!std::is_same_v<std::decay_t<F>, unique_function> &&
-           std::is_invocable_r_v<R, std::decay_t<F>&, Args...>) unique_function(F&& f)
-      : impl_(std::make_unique<model<std::decay_t<F>>>(std::forward<F>(f))) {}
+           std::is_invocable_r_v<R, std::decay_t<F>&, Args...>) unique_function(F&& f) {
+    using D = std::decay_t<F>;
+    if constexpr (fits_inline<D>) {
+      ::new (static_cast<void*>(buf_)) D(std::forward<F>(f));
+      ops_ = &inline_ops<D>;
+    } else {
+      ::new (static_cast<void*>(buf_)) D*(new D(std::forward<F>(f)));
+      ops_ = &heap_ops<D>;
+    }
+  }
 
   ///@{
   /// Moves the callable; the source is left empty.
-  unique_function(unique_function&&) noexcept = default;
-  unique_function& operator=(unique_function&&) noexcept = default;
+  unique_function(unique_function&& other) noexcept { take(other); }
+  unique_function& operator=(unique_function&& other) noexcept {
+    if (this != &other) {
+      reset();
+      take(other);
+    }
+    return *this;
+  }
   ///@}
+  unique_function(const unique_function&) = delete;
+  unique_function& operator=(const unique_function&) = delete;
+  ~unique_function() { reset(); }
 
   /// Whether it holds a callable.
-  explicit operator bool() const noexcept { return impl_ != nullptr; }
+  explicit operator bool() const noexcept { return ops_ != nullptr; }
   /// Calls the callable; only when it holds one.
-  R operator()(Args... args) { return impl_->call(std::forward<Args>(args)...); }
+  R operator()(Args... args) { return ops_->call(buf_, std::forward<Args>(args)...); }
 
  private:
-  struct concept_t {
-    virtual ~concept_t() = default;
-    virtual R call(Args... args) = 0;
+  struct ops_t {
+    R (*call)(void* self, Args&&... args);
+    void (*move)(void* to, void* from) noexcept;  // leaves `from` destroyed
+    void (*destroy)(void* self) noexcept;
   };
-  template <class F>
-  struct model final : concept_t {
-    explicit model(F&& fn) : f(std::move(fn)) {}
-    explicit model(const F& fn) : f(fn) {}
-    R call(Args... args) override { return f(std::forward<Args>(args)...); }
-    F f;
-  };
-  std::unique_ptr<concept_t> impl_;
+  template <class D>
+  static constexpr bool fits_inline =
+      sizeof(D) <= inline_bytes &&
+      alignof(D) <= alignof(std::max_align_t) && std::is_nothrow_move_constructible_v<D>;
+  template <class D>
+  static D& held(void* p) noexcept {
+    return *std::launder(static_cast<D*>(p));
+  }
+  template <class D>
+  static constexpr ops_t inline_ops{
+      [](void* self, Args&&... args) -> R { return held<D>(self)(std::forward<Args>(args)...); },
+      [](void* to, void* from) noexcept {
+        ::new (to) D(std::move(held<D>(from)));
+        held<D>(from).~D();
+      },
+      [](void* self) noexcept { held<D>(self).~D(); }};
+  template <class D>
+  static constexpr ops_t heap_ops{
+      [](void* self, Args&&... args) -> R {
+        return (*held<D*>(self))(std::forward<Args>(args)...);
+      },
+      [](void* to, void* from) noexcept { ::new (to) D*(held<D*>(from)); },
+      [](void* self) noexcept { delete held<D*>(self); }};
+
+  void take(unique_function& other) noexcept {
+    if (!other.ops_) return;
+    other.ops_->move(buf_, other.buf_);
+    ops_ = other.ops_;
+    other.ops_ = nullptr;
+  }
+  void reset() noexcept {
+    if (!ops_) return;
+    ops_->destroy(buf_);
+    ops_ = nullptr;
+  }
+
+  alignas(std::max_align_t) unsigned char buf_[inline_bytes];
+  const ops_t* ops_ = nullptr;
 };
 
 }  // namespace troupe
