@@ -1,5 +1,6 @@
 #include <troupe/collectives/work.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -9,6 +10,10 @@ namespace troupe::collectives {
 
 namespace detail {
 struct work_state {
+  // User-provided, so that make_shared does not zero the whole object before building it
+  // (a `rep stos` that was a tenth of a small operation's bookkeeping).
+  work_state() {}
+
   // Either given whole, or made on first use from op, key and where (describe()).
   std::string description;
   std::string_view op;
@@ -17,10 +22,20 @@ struct work_state {
   // Called with key; set before the work is handed out, never changed (null: none).
   std::shared_ptr<const work::hooks> hooks;
   std::uint64_t key = 0;
+  // pending, then completing (one completer won and writes `result`), then done (`result`
+  // is final and may be read without the lock). A waiter that finds the work done, as one
+  // that ran it itself does, takes no lock at all.
+  std::atomic<std::uint32_t> state{pending};
+  // Threads asleep on cv and futures in `waiters`, counted under mu: the completer takes the
+  // lock only when there are some (see work::completer::complete).
+  std::atomic<std::uint32_t> listeners{0};
+  expected<void> result;
   std::mutex mu;
   std::condition_variable cv;
-  std::optional<expected<void>> result;
   std::vector<promise<void>> waiters;
+
+  static constexpr std::uint32_t pending = 0, completing = 1, done = 2;
+  bool is_done() const noexcept { return state.load(std::memory_order_acquire) == done; }
 };
 
 namespace {
@@ -35,16 +50,12 @@ const std::string& describe(work_state& s) {
   return s.description;
 }
 
-bool done(work_state& s) {
-  std::lock_guard lk(s.mu);
-  return s.result.has_value();
-}
 // Calls hooks->help or hooks->urge (`which`) with the work's key, if it has that hook and
 // is not done yet.
 void call(work_state& s, std::function<void(std::uint64_t)> work::hooks::*which) {
   if (!s.hooks) return;
   const auto& f = (*s.hooks).*which;
-  if (f && !done(s)) f(s.key);
+  if (f && !s.is_done()) f(s.key);
 }
 
 }  // namespace
@@ -100,24 +111,28 @@ work work::completed(expected<void> result, std::string description) {
 
 bool work::completer::complete(expected<void> result) const {
   if (!state_) return false;
+  auto& s = *state_;
+  std::uint32_t expect = detail::work_state::pending;
+  if (!s.state.compare_exchange_strong(expect, detail::work_state::completing,
+                                       std::memory_order_acquire))
+    return false;
+  s.result = std::move(result);
+  // Sequentially consistent, as the listeners' count and its check under mu: either a
+  // listener that counted itself sees the work done, or this sees the count and wakes it.
+  s.state.store(detail::work_state::done);
+  if (s.listeners.load() == 0) return true;
   std::vector<promise<void>> waiters;
   {
-    std::lock_guard lk(state_->mu);
-    if (state_->result) return false;
-    state_->result = result;
-    waiters.swap(state_->waiters);
+    std::lock_guard lk(s.mu);
+    waiters.swap(s.waiters);
   }
-  state_->cv.notify_all();
+  s.cv.notify_all();
   // Continuations run outside the lock, on this thread.
-  for (auto& p : waiters) p.set(result);
+  for (auto& p : waiters) p.set(expected<void>(s.result));
   return true;
 }
 
-bool work::completer::is_completed() const {
-  if (!state_) return true;
-  std::lock_guard lk(state_->mu);
-  return state_->result.has_value();
-}
+bool work::completer::is_completed() const { return !state_ || state_->is_done(); }
 
 static troupe::error empty_work_error() {
   return troupe::error(errc::invalid_argument, "this work handle is empty (default-built)");
@@ -127,50 +142,48 @@ expected<void> work::wait(duration timeout) const {
   if (!state_) return empty_work_error();
   auto& s = *state_;
   detail::call(s, &hooks::help);  // runs it here if it is next in line
+  // Done already (run by help: the usual case for small operations): no lock, no deadline
+  // to compute, and no clock to read.
+  if (s.is_done()) return s.result;
+  if (s.hooks && s.hooks->urge) s.hooks->urge(s.key);  // not run by help: no holding back
   std::unique_lock lk(s.mu);
-  // Done already (run by help: the usual case for small operations): no deadline to
-  // compute, and no clock to read.
-  if (s.result) return *s.result;
-  if (s.hooks && s.hooks->urge) {
-    // Not run by help (another operation was ahead of it): no holding back.
-    lk.unlock();
-    s.hooks->urge(s.key);
-    lk.lock();
-  }
-  if (!s.cv.wait_until(lk, deadline::after(timeout).time_point(),
-                       [&] { return s.result.has_value(); }))
+  s.listeners.fetch_add(1);
+  const bool done = s.cv.wait_until(lk, deadline::after(timeout).time_point(),
+                                    [&] { return s.state.load() == detail::work_state::done; });
+  s.listeners.fetch_sub(1);
+  if (!done)
     return make_error(errc::timeout, detail::describe(s), " did not complete within ",
                       format_duration(timeout), " (it is still running)");
-  return *s.result;
+  return s.result;
 }
 
 bool work::is_completed() const {
-  if (!state_) return true;
-  if (detail::done(*state_)) return true;
+  if (!state_ || state_->is_done()) return true;
   detail::call(*state_, &hooks::urge);
   return false;
 }
 
 std::optional<troupe::error> work::error() const {
   if (!state_) return empty_work_error();
-  std::lock_guard lk(state_->mu);
-  if (state_->result && !*state_->result) return state_->result->error();
+  if (state_->is_done() && !state_->result) return state_->result.error();
   return std::nullopt;
 }
 
 future<void> work::get_future() const {
   if (!state_) return make_error_future<void>(empty_work_error());
-  detail::call(*state_, &hooks::urge);
+  auto& s = *state_;
+  detail::call(s, &hooks::urge);
   promise<void> p;
   auto f = p.get_future();
-  std::unique_lock lk(state_->mu);
-  if (state_->result) {
-    auto r = *state_->result;
-    lk.unlock();
-    p.set(std::move(r));
-  } else {
-    state_->waiters.push_back(std::move(p));
+  if (!s.is_done()) {
+    std::unique_lock lk(s.mu);
+    s.listeners.fetch_add(1);  // counted for good: the completer takes the lock to set it
+    if (s.state.load() != detail::work_state::done) {
+      s.waiters.push_back(std::move(p));
+      return f;
+    }
   }
+  p.set(expected<void>(s.result));
   return f;
 }
 

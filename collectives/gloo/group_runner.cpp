@@ -56,7 +56,7 @@ std::optional<troupe::error> group_runner::failure() const {
 }
 
 void group_runner::abort(troupe::error why) {
-  std::deque<task> queued;
+  ring_queue<task> queued;
   std::deque<p2p_wait> posted;
   {
     std::lock_guard lk(mu_);
@@ -177,7 +177,7 @@ work group_runner::submit(std::string_view op, duration timeout, body_fn body, i
   ++submits_;
   // A held operation's grace starts when the worker first sees it (max until then): no
   // clock read here, on the caller's path of every operation.
-  queue_.push_back(task{seq, timeout, done, std::move(body), peer,
+  queue_.push_back(task{seq, timeout, std::move(done), std::move(body), peer,
                         hold ? clock::time_point::max() : clock::time_point::min(), op,
                         bytes != SIZE_MAX ? bytes : metric_bytes});
   gloo_metrics::queue_depth().add(1);

@@ -27,10 +27,12 @@
 #include <thread>
 
 #include <troupe/collectives/gloo/group_metrics.hpp>
+#include <troupe/collectives/gloo/ring_queue.hpp>
 #include <troupe/collectives/gloo/tcp_transport.hpp>
 #include <troupe/collectives/gloo/transport.hpp>
 #include <troupe/collectives/process_group.hpp>
 #include <troupe/collectives/work.hpp>
+#include <troupe/core/unique_function.hpp>
 #include <troupe/store/store.hpp>
 
 namespace troupe::collectives::gloo_runner {
@@ -72,7 +74,7 @@ class group_runner : public process_group, public std::enable_shared_from_this<g
   };
   /// An operation's body: runs on the thread running the group's operation (the worker or
   /// an inline waiter), one at a time; an error fails the group.
-  using body_fn = std::function<expected<void>(const run_ctx&)>;
+  using body_fn = unique_function<expected<void>(const run_ctx&)>;
 
   /// Starts the threads, with `tcp` the group's connected mesh and `transport` the one
   /// chosen to run its collectives (`tcp` itself or one that holds it). Once, after connect.
@@ -136,7 +138,7 @@ class group_runner : public process_group, public std::enable_shared_from_this<g
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable p2p_cv_;
-  std::deque<task> queue_;
+  ring_queue<task> queue_;
   std::deque<p2p_wait> p2p_queue_;
   std::condition_variable idle_cv_;
   std::uint64_t seq_ = 0;
