@@ -52,7 +52,8 @@ float half_to_float(std::uint16_t h) noexcept {
       bits = sign | static_cast<std::uint32_t>(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
     }
   } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | man << 13;
+    // A NaN comes out quiet, as the F16C instructions make it (cpu_reduce.cpp uses both).
+    bits = sign | 0x7f800000u | man << 13 | (man != 0 ? 0x400000u : 0u);
   } else {
     bits = sign | (exp + 127 - 15) << 23 | man << 13;
   }
@@ -64,7 +65,9 @@ std::uint16_t float_to_half(float f) noexcept {
   std::uint32_t sign = (x >> 16) & 0x8000u;
   std::uint32_t exp = (x >> 23) & 0xffu;
   std::uint32_t man = x & 0x7fffffu;
-  if (exp == 0xff) return static_cast<std::uint16_t>(sign | 0x7c00u | (man ? 0x200u : 0));
+  // A NaN keeps the top of its payload and comes out quiet, as with the F16C instructions.
+  if (exp == 0xff)
+    return static_cast<std::uint16_t>(sign | 0x7c00u | (man ? 0x200u | man >> 13 : 0));
   int e = static_cast<int>(exp) - 127 + 15;
   if (e >= 0x1f) return static_cast<std::uint16_t>(sign | 0x7c00u);
   if (e <= 0) {
