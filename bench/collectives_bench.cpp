@@ -6,6 +6,7 @@
 //   collectives_bench [--world N] [--backend gloo]
 //                     [--ops allreduce,broadcast,allgather,reduce_scatter]
 //                     [--min BYTES] [--max BYTES] [--iters N] [--json] [--fresh] [--cold]
+//                     [--dtype float32|bfloat16|float16|float64|int32|...]
 // --json prints one JSON object per measurement, for bench/compare.py against
 // bench/collectives_torch_gloo.py (PyTorch's gloo backend, same sizes and iterations).
 // --fresh makes every rank rewrite the input of each operation just before it (inside the
@@ -18,8 +19,9 @@
 // a training step that computed much since writing it. Times then include the skew with
 // which the ranks leave the barrier.
 // The program starts N copies of itself as ranks on 127.0.0.1 around a TCP store on port 0;
-// rank 0 prints the table. CPU tensors only (float32). The JSON lines also carry cpu_us,
-// rank 0's process CPU time (all threads, user + system) per operation.
+// rank 0 prints the table. CPU tensors only, float32 unless --dtype names another element
+// type (sizes stay in bytes). The JSON lines also carry cpu_us, rank 0's process CPU time
+// (all threads, user + system) per operation, and the dtype when it is not float32.
 //
 // Under a launcher (RANK set: troupe-run, torchrun, or bare RANK/WORLD_SIZE/MASTER_ADDR/
 // MASTER_PORT), the program is that rank of the launcher's world instead (troupe::init, its
@@ -38,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,6 +101,22 @@ int run_rank(const args& a) {
   return run_ops(a, **g, a.rank, a.world);
 }
 
+// The element type --dtype names, or nullopt after saying why it cannot be used.
+std::optional<dtype> bench_dtype(const args& a) {
+  for (std::uint8_t raw = 0; is_valid_dtype(raw); ++raw)
+    if (const auto t = static_cast<dtype>(raw); to_string(t) == a.dtype && t != dtype::boolean) {
+      if (t != dtype::float32 &&
+          std::find(a.ops.begin(), a.ops.end(), "allreduce_hier") != a.ops.end()) {
+        std::cerr << "allreduce_hier checks float32 sums: run it without --dtype\n";
+        return std::nullopt;
+      }
+      return t;
+    }
+  std::cerr << "--dtype " << a.dtype << ": not an element type the collectives reduce; use "
+            << "float32, float64, float16, bfloat16, int8, uint8, int16, int32 or int64\n";
+  return std::nullopt;
+}
+
 // Every operation and size on `pg`, this process being `rank` of `n`.
 int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* h) {
   for (const auto& op : a.ops)
@@ -107,20 +126,29 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
       return 2;
     }
   std::vector<char> evict(a.cold ? std::size_t{48} << 20 : 0);  // --cold
+  const dtype type = *bench_dtype(a);                           // checked in main
+  const std::size_t es = element_size(type);
+  // Elements [first, first + n) of the type, in a buffer of floats.
+  auto view = [&](std::vector<float>& v, std::size_t first, std::size_t elems) {
+    return tensor_view{reinterpret_cast<std::byte*>(v.data()) + first * es, type, elems,
+                       device::cpu()};
+  };
   if (rank == 0 && !a.json)
-    std::printf("# world %d, backend %s, float32\n#%12s %12s %10s %12s %10s %10s\n", n,
-                a.backend.c_str(), "size(B)", "count", "op", "time(us)", "algbw", "busbw");
+    std::printf("# world %d, backend %s, %s\n#%12s %12s %10s %12s %10s %10s\n", n,
+                a.backend.c_str(), a.dtype.c_str(), "size(B)", "count", "op", "time(us)", "algbw",
+                "busbw");
   for (const auto& op : a.ops) {
     for (std::size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 4) {
-      std::size_t count = bytes / sizeof(float);
-      std::vector<float> in(count, 1.0f),
-          out(op == "allgather" || op == "reduce_scatter" ? count : 0);
+      std::size_t count = bytes / es;
+      const std::size_t floats = (bytes + sizeof(float) - 1) / sizeof(float);
+      std::vector<float> in(floats, 1.0f),
+          out(op == "allgather" || op == "reduce_scatter" ? floats : 0);
       const std::size_t part = h ? count / static_cast<std::size_t>(h->local_size) : 0;
       std::vector<float> own(op == "allreduce_hier" ? part : 0);
       std::size_t per_rank = count / static_cast<std::size_t>(n);
       auto run = [&]() -> expected<void> {
         if (op == "allreduce")
-          return pg.allreduce(tensor_view::of(std::span(in)), {reduce_op::sum, 60s}).wait(70s);
+          return pg.allreduce(view(in, 0, count), {reduce_op::sum, 60s}).wait(70s);
         if (op == "allreduce_hier") {
           auto mine = std::span(in).subspan(part * static_cast<std::size_t>(h->local_rank), part);
           if (auto r = h->local->allreduce(tensor_view::of(std::span(in)), {reduce_op::sum, 60s})
@@ -138,20 +166,16 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
                           {60s})
               .wait(70s);
         }
-        if (op == "broadcast")
-          return pg.broadcast(tensor_view::of(std::span(in)), {0, 60s}).wait(70s);
+        if (op == "broadcast") return pg.broadcast(view(in, 0, count), {0, 60s}).wait(70s);
         if (op == "reduce_scatter")  // `bytes` is the input; each rank keeps 1/n of it
           return pg
-              .reduce_scatter(
-                  tensor_view::of(std::span(in).first(per_rank * static_cast<std::size_t>(n))),
-                  tensor_view::of(std::span(out).first(per_rank)), {reduce_op::sum, 60s})
+              .reduce_scatter(view(in, 0, per_rank * static_cast<std::size_t>(n)),
+                              view(out, 0, per_rank), {reduce_op::sum, 60s})
               .wait(70s);
         // allgather: `bytes` is the gathered size, as in nccl-tests
         return pg
-            .allgather(
-                tensor_view::of(std::span(in).first(per_rank)),
-                tensor_view::of(std::span(out).first(per_rank * static_cast<std::size_t>(n))),
-                {60s})
+            .allgather(view(in, 0, per_rank), view(out, 0, per_rank * static_cast<std::size_t>(n)),
+                       {60s})
             .wait(70s);
       };
       // Operations of a few microseconds run 500 times: 50 of them last less than one
@@ -187,7 +211,9 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
       auto start = clock::now();
       double cold_us = 0;  // --cold: the operations alone
       for (int i = 0; i < iters; ++i) {
-        if (a.fresh) std::fill_n(in.begin(), input, static_cast<float>(i & 7));
+        if (a.fresh)
+          std::fill_n(in.begin(), (input * es + sizeof(float) - 1) / sizeof(float),
+                      static_cast<float>(i & 7));
         clock::time_point op_start;
         if (a.cold) {
           std::fill(evict.begin(), evict.end(), static_cast<char>(i));
@@ -209,8 +235,9 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
       if (rank == 0 && a.json)
         std::printf(
             "{\"impl\": \"troupe-%s\", \"bench\": \"%s\", \"world\": %d, \"bytes\": %zu, "
-            "\"time_us\": %.2f, \"busbw_GBps\": %.4f, \"cpu_us\": %.1f}\n",
-            a.backend.c_str(), op.c_str(), n, bytes, us,
+            "%s\"time_us\": %.2f, \"busbw_GBps\": %.4f, \"cpu_us\": %.1f}\n",
+            a.backend.c_str(), op.c_str(), n, bytes,
+            type == dtype::float32 ? "" : ("\"dtype\": \"" + a.dtype + "\", ").c_str(), us,
             algbw * bus_factor(op == "allreduce_hier" ? "allreduce" : op, n), cpu_us);
       else if (rank == 0)
         std::printf(" %12zu %12zu %10s %12.1f %10.3f %10.3f\n", bytes, count, op.c_str(), us, algbw,
@@ -266,6 +293,7 @@ int main(int argc, char** argv) {
   auto parsed = troupe::bench::parse_rank_bench_args(argc, argv, defaults, true);
   if (!parsed) return 2;
   const args& a = *parsed;
+  if (!bench_dtype(a)) return 2;
   if (a.rank >= 0) return run_rank(a);
   if (std::getenv("RANK")) return run_launched(a);
   return troupe::bench::run_self_as_ranks(argc, argv, a.world);

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The anchor for bench/collectives_bench: PyTorch's gloo process group on the same sizes,
-iteration counts and float32 tensors, one process per rank on 127.0.0.1.
+iteration counts and element type (float32 unless --dtype names bfloat16, float16, ...), one
+process per rank on 127.0.0.1.
 
 Prints one JSON object per measurement (rank 0), as collectives_bench --json does, with
 cpu_us: rank 0's process CPU time (all threads, user + system) per operation.
@@ -51,12 +52,13 @@ def rank_main(rank, a, port):
     for op in a.ops.split(","):
         nbytes = a.min
         while nbytes <= a.max:
-            count = nbytes // 4
-            x = torch.ones(count, dtype=torch.float32)
+            dt = getattr(torch, a.dtype)
+            count = nbytes // torch.tensor([], dtype=dt).element_size()
+            x = torch.ones(count, dtype=dt)
             per_rank = count // n
             if op == "allgather":
                 src = x[:per_rank]
-                outs = [torch.empty(per_rank, dtype=torch.float32) for _ in range(n)]
+                outs = [torch.empty(per_rank, dtype=dt) for _ in range(n)]
 
             def run():
                 if op == "allreduce":
@@ -80,10 +82,12 @@ def rank_main(rank, a, port):
             cpu_us = (ru.ru_utime + ru.ru_stime - cpu0) / iters * 1e6
             if rank == 0:
                 algbw = nbytes / us / 1e3
-                print(json.dumps({"impl": "torch-gloo", "bench": op, "world": n, "bytes": nbytes,
-                                  "time_us": us, "busbw_GBps": algbw * bus_factor(op, n),
-                                  "cpu_us": cpu_us}),
-                      flush=True)
+                row = {"impl": "torch-gloo", "bench": op, "world": n, "bytes": nbytes}
+                if a.dtype != "float32":
+                    row["dtype"] = a.dtype
+                row.update({"time_us": us, "busbw_GBps": algbw * bus_factor(op, n),
+                            "cpu_us": cpu_us})
+                print(json.dumps(row), flush=True)
             nbytes *= 4
     dist.destroy_process_group()
 
@@ -95,6 +99,8 @@ def main():
     ap.add_argument("--min", type=int, default=4 << 10)
     ap.add_argument("--max", type=int, default=64 << 20)
     ap.add_argument("--iters", type=int, default=0)
+    ap.add_argument("--dtype", default="float32",
+                    choices=["float32", "float64", "float16", "bfloat16", "int32", "int64"])
     a = ap.parse_args()
     if "RANK" in os.environ:
         a.world = int(os.environ["WORLD_SIZE"])

@@ -31,6 +31,7 @@ struct rank_bench_args {
   bool json = false;   // one JSON object per line (for bench/compare.py) instead of a table
   bool fresh = false;  // each rank rewrites its input before every operation (--fresh)
   bool cold = false;   // each rank evicts the caches before every operation (--cold)
+  std::string dtype = "float32";  // the element type (--dtype; collectives_bench only)
 };
 
 /// Parses into `a`; nullopt after printing why (--backend only when `with_backend`).
@@ -78,6 +79,8 @@ inline std::optional<rank_bench_args> parse_rank_bench_args(int argc, char** arg
         a.max_bytes = std::stoul(v);
       else if (k == "--iters")
         a.iters = std::stoi(v);
+      else if (k == "--dtype")
+        a.dtype = v;
       else {
         std::cerr << "unknown option " << k << "\n";
         return std::nullopt;
