@@ -17,8 +17,9 @@ using cpu_reduce_fn = void (*)(void* out, const void* a, const void* b, std::siz
 bool cpu_supports(dtype type, reduce_op op) noexcept;
 
 /// Which loops the reductions run: the fastest this CPU has (AVX2 and F16C where it has
-/// them), or the baseline x86-64 ones. Both give the same bits for every input; tests
-/// compare them.
+/// them), or the baseline x86-64 ones. Both give the same bits for every input, except
+/// which NaN a sum or product of two NaNs passes on (the compiler's choice of operand
+/// order); tests compare them.
 enum class cpu_isa { best, baseline };
 
 /// The combine function of `op` on `type` (avg combines as sum), or errc::unsupported.

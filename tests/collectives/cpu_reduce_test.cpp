@@ -50,6 +50,15 @@ float combine(reduce_op op, float a, float b) {
   }
 }
 
+bool is_nan(dtype t, std::uint16_t v) { return std::isnan(widen(t, v)); }
+// Equal bits; or, where both inputs are NaNs, any NaN: which of the two an addition or a
+// product passes on is the compiler's choice of operand order (x86 returns the first).
+bool same_result(dtype t, std::uint16_t got, std::uint16_t want, std::uint16_t a,
+                 std::uint16_t b) {
+  if (got == want) return true;
+  return is_nan(t, a) && is_nan(t, b) && is_nan(t, got) && is_nan(t, want);
+}
+
 std::vector<std::uint16_t> reduce_with(dtype t, reduce_op op, cpu_isa isa,
                                        const std::vector<std::uint16_t>& a,
                                        const std::vector<std::uint16_t>& b) {
@@ -61,6 +70,7 @@ std::vector<std::uint16_t> reduce_with(dtype t, reduce_op op, cpu_isa isa,
 }  // namespace
 
 TEST_CASE("half-precision reductions give the bits of the scalar definition for every input") {
+  // Every pair of NaNs aside, where the payload passed on is the compiler's choice.
   const auto a = every_half();
   const auto b = every_half_shuffled();
   for (dtype t : {dtype::float16, dtype::bfloat16}) {
@@ -74,8 +84,8 @@ TEST_CASE("half-precision reductions give the bits of the scalar definition for 
       const auto baseline = reduce_with(t, op, cpu_isa::baseline, a, b);
       std::size_t best_wrong = 0, baseline_wrong = 0;
       for (std::size_t i = 0; i < a.size(); ++i) {
-        best_wrong += best[i] != expected[i];
-        baseline_wrong += baseline[i] != expected[i];
+        best_wrong += !same_result(t, best[i], expected[i], a[i], b[i]);
+        baseline_wrong += !same_result(t, baseline[i], expected[i], a[i], b[i]);
       }
       CHECK(best_wrong == 0);
       CHECK(baseline_wrong == 0);
