@@ -225,7 +225,7 @@ bool segment::wait(Missing&& missing, clock::time_point deadline, const char* st
     }
     return true;
   };
-  std::vector<int> waiting;
+  auto& waiting = waiting_;
   auto done = [&] {
     waiting.clear();
     missing(waiting);

@@ -221,6 +221,9 @@ class segment {
   std::uint64_t bytes_ = 0;
   std::uint32_t detail_ = 0;
   bool agreed_ = false;
+  // The members a wait still waits for (wait()), kept so that a wait that does not end at
+  // its first look does not allocate.
+  std::vector<int> waiting_;
   troupe::error failure_;  // why the running operation failed (fail() sets it)
   std::atomic<bool> aborted_{false};
 };
