@@ -53,8 +53,7 @@ float combine(reduce_op op, float a, float b) {
 bool is_nan(dtype t, std::uint16_t v) { return std::isnan(widen(t, v)); }
 // Equal bits; or, where both inputs are NaNs, any NaN: which of the two an addition or a
 // product passes on is the compiler's choice of operand order (x86 returns the first).
-bool same_result(dtype t, std::uint16_t got, std::uint16_t want, std::uint16_t a,
-                 std::uint16_t b) {
+bool same_result(dtype t, std::uint16_t got, std::uint16_t want, std::uint16_t a, std::uint16_t b) {
   if (got == want) return true;
   return is_nan(t, a) && is_nan(t, b) && is_nan(t, got) && is_nan(t, want);
 }
