@@ -128,10 +128,9 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
   std::vector<char> evict(a.cold ? std::size_t{48} << 20 : 0);  // --cold
   const dtype type = *bench_dtype(a);                           // checked in main
   const std::size_t es = element_size(type);
-  // Elements [first, first + n) of the type, in a buffer of floats.
-  auto view = [&](std::vector<float>& v, std::size_t first, std::size_t elems) {
-    return tensor_view{reinterpret_cast<std::byte*>(v.data()) + first * es, type, elems,
-                       device::cpu()};
+  // The first `elems` elements of the type, in a buffer of floats.
+  auto view = [&](std::vector<float>& v, std::size_t elems) {
+    return tensor_view{v.data(), type, elems, device::cpu()};
   };
   if (rank == 0 && !a.json)
     std::printf("# world %d, backend %s, %s\n#%12s %12s %10s %12s %10s %10s\n", n,
@@ -148,7 +147,7 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
       std::size_t per_rank = count / static_cast<std::size_t>(n);
       auto run = [&]() -> expected<void> {
         if (op == "allreduce")
-          return pg.allreduce(view(in, 0, count), {reduce_op::sum, 60s}).wait(70s);
+          return pg.allreduce(view(in, count), {reduce_op::sum, 60s}).wait(70s);
         if (op == "allreduce_hier") {
           auto mine = std::span(in).subspan(part * static_cast<std::size_t>(h->local_rank), part);
           if (auto r = h->local->allreduce(tensor_view::of(std::span(in)), {reduce_op::sum, 60s})
@@ -166,16 +165,15 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
                           {60s})
               .wait(70s);
         }
-        if (op == "broadcast") return pg.broadcast(view(in, 0, count), {0, 60s}).wait(70s);
+        if (op == "broadcast") return pg.broadcast(view(in, count), {0, 60s}).wait(70s);
         if (op == "reduce_scatter")  // `bytes` is the input; each rank keeps 1/n of it
           return pg
-              .reduce_scatter(view(in, 0, per_rank * static_cast<std::size_t>(n)),
-                              view(out, 0, per_rank), {reduce_op::sum, 60s})
+              .reduce_scatter(view(in, per_rank * static_cast<std::size_t>(n)), view(out, per_rank),
+                              {reduce_op::sum, 60s})
               .wait(70s);
         // allgather: `bytes` is the gathered size, as in nccl-tests
         return pg
-            .allgather(view(in, 0, per_rank), view(out, 0, per_rank * static_cast<std::size_t>(n)),
-                       {60s})
+            .allgather(view(in, per_rank), view(out, per_rank * static_cast<std::size_t>(n)), {60s})
             .wait(70s);
       };
       // Operations of a few microseconds run 500 times: 50 of them last less than one

@@ -145,7 +145,7 @@ expected<void> work::wait(duration timeout) const {
   // Done already (run by help: the usual case for small operations): no lock, no deadline
   // to compute, and no clock to read.
   if (s.is_done()) return s.result;
-  if (s.hooks && s.hooks->urge) s.hooks->urge(s.key);  // not run by help: no holding back
+  detail::call(s, &hooks::urge);  // not run by help: no holding back
   std::unique_lock lk(s.mu);
   s.listeners.fetch_add(1);
   const bool done = s.cv.wait_until(lk, deadline::after(timeout).time_point(),

@@ -180,7 +180,7 @@ bool avx2(cpu_isa isa) noexcept {
 }
 
 template <dtype D, class Op>
-cpu_reduce_fn make(Op, cpu_isa isa) {
+cpu_reduce_fn make(cpu_isa isa) {
   // Integer arithmetic wraps like the GPU does (see the ops below: computed unsigned).
 #if defined(TROUPE_AVX2)
   if (avx2(isa)) return &apply_avx2<D, Op>;
@@ -229,13 +229,13 @@ cpu_reduce_fn for_op(reduce_op op, cpu_isa isa) {
   switch (op) {
     case reduce_op::sum:
     case reduce_op::avg:
-      return make<D>(add_op{}, isa);
+      return make<D, add_op>(isa);
     case reduce_op::product:
-      return make<D>(mul_op{}, isa);
+      return make<D, mul_op>(isa);
     case reduce_op::min:
-      return make<D>(min_op{}, isa);
+      return make<D, min_op>(isa);
     case reduce_op::max:
-      return make<D>(max_op{}, isa);
+      return make<D, max_op>(isa);
   }
   return {};
 }

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstddef>
-#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -37,32 +36,20 @@ class ring_queue {
     std::swap(size_, other.size_);
   }
 
-  /// Oldest to newest.
+  /// Oldest to newest (for range-for).
   class iterator {
    public:
-    using iterator_category = std::forward_iterator_tag;
-    using value_type = T;
-    using difference_type = std::ptrdiff_t;
-    using pointer = T*;
-    using reference = T&;
-    iterator() = default;
     iterator(ring_queue* q, std::size_t i) : q_(q), i_(i) {}
     T& operator*() const noexcept { return q_->slots_[(q_->head_ + i_) & (q_->slots_.size() - 1)]; }
-    T* operator->() const noexcept { return &**this; }
     iterator& operator++() noexcept {
       ++i_;
       return *this;
     }
-    iterator operator++(int) noexcept {
-      auto was = *this;
-      ++i_;
-      return was;
-    }
     bool operator==(const iterator& o) const noexcept { return i_ == o.i_; }
 
    private:
-    ring_queue* q_ = nullptr;
-    std::size_t i_ = 0;
+    ring_queue* q_;
+    std::size_t i_;
   };
   iterator begin() noexcept { return {this, 0}; }
   iterator end() noexcept { return {this, size_}; }
