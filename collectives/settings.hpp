@@ -17,12 +17,13 @@ inline constexpr setting gloo_shm_slot{
     "bytes of one shared-memory slot of a gloo group, 1 to 1 GiB (larger tensors go in "
     "pieces)"};
 inline constexpr setting gloo_shm_single_copy{
-    "TROUPE_GLOO_SHM_SINGLE_COPY", "0",
-    "`1` makes a same-host gloo group's allgathers of 64-160 KiB per member read each block "
+    "TROUPE_GLOO_SHM_SINGLE_COPY", "auto",
+    "whether a same-host gloo group's allgathers of 32-192 KiB per member read each block "
     "once from the other members' memory (process_vm_readv) instead of copying it through "
-    "shared memory: faster while the inputs sit in the caches (unchanged between "
-    "operations), slower when they were just written or evicted (docs/collectives.md); "
-    "every member must say `1`"};
+    "shared memory, which is faster while the inputs sit in the caches (unchanged between "
+    "operations) and slower when they were just written or evicted: `auto` times both ways "
+    "on the group's own allgathers and takes the faster, `1` always reads, `0` never "
+    "(docs/collectives.md); one member's `0` holds for all, `1` needs every member"};
 inline constexpr setting gloo_local_sndbuf{
     "TROUPE_GLOO_LOCAL_SNDBUF", "262144",
     "send buffer of same-host gloo TCP connections, in bytes (`0`: the kernel's autotuning)"};

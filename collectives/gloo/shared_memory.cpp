@@ -458,6 +458,7 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
   const std::byte* const own = apart ? src : block_of(rank_);
   switch (allgather_single_copy(own, bytes, dst, deadline)) {
     case single_copy_outcome::read:
+      note_sample();
       return ok();
     case single_copy_outcome::failed:
       return failed();
@@ -476,6 +477,7 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
       if (r != rank_) std::memcpy(block_of(r) + off, slot(r, c), len);
     guard_[c & 1] = phase_ + 1;  // read: see guard_
   }
+  note_sample();
   return ok();
 }
 

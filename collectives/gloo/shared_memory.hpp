@@ -37,6 +37,11 @@ namespace troupe::collectives::gloo_shm {
 /// cache when the other members read it.
 inline constexpr std::size_t default_slot_bytes = 1 << 20;
 
+/// Whether a member lets allgathers read blocks straight from the others' memory (see
+/// segment::allgather()): never; when the group measured it to be faster (the default);
+/// or always, at the sizes where it may.
+enum class single_copy_mode : std::uint8_t { off, measured, always };
+
 struct open_options {
   int rank = 0;
   int size = 1;
@@ -50,13 +55,22 @@ struct open_options {
   /// Bytes per slot; rank 0's choice holds for every member. Rounded up to 4 KiB.
   std::size_t slot_bytes = default_slot_bytes;
   /// Whether this member lets allgathers read blocks straight from the others' memory
-  /// (TROUPE_GLOO_SHM_SINGLE_COPY=1 says yes; see allgather()). Every member must say yes.
-  bool single_copy = false;
+  /// (TROUPE_GLOO_SHM_SINGLE_COPY: 0 off, auto measured, 1 always; see allgather()). One
+  /// member saying off turns it off for all; it is always on only when all say always.
+  single_copy_mode single_copy = single_copy_mode::measured;
   duration timeout = std::chrono::seconds(30);
 };
 
+/// The rule by which allgathers measured (single_copy_mode::measured) choose their way,
+/// from the members' best times summed, [0] through the slots and [1] reading the others'
+/// memory, of the allgathers alone (`op`) and from their start to the next one's
+/// (`period`): whether the next cycle reads, given whether this one did (`reading`).
+/// Reading takes over when it took under 95% of the slots' time by both measures; it stays
+/// while it takes no longer than the slots by either.
+bool reads_next(bool reading, const std::uint64_t (&op)[2], const std::uint64_t (&period)[2]);
+
 /// TROUPE_GLOO_SHM ("0" turns it off), TROUPE_GLOO_SHM_SLOT (bytes) and
-/// TROUPE_GLOO_SHM_SINGLE_COPY ("1" turns it on) applied to `o`.
+/// TROUPE_GLOO_SHM_SINGLE_COPY ("0" off, "auto" measured, "1" always) applied to `o`.
 void apply_env(open_options& o);
 
 class segment {
@@ -90,13 +104,14 @@ class segment {
   /// Broadcast from member `root` in place. Returns on every member (the root included)
   /// once every member has the data, so that every member learns of a disagreement.
   expected<void> broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline);
-  /// Member r's `in` lands in block r of `out` on every member. With single copy asked
-  /// for by every member (open_options::single_copy), from 64 to 160 KiB per member, when
-  /// every member could read the others' memory (open() tries), each member reads the
-  /// others' inputs where they lie (process_vm_readv): one copy of each block instead of
-  /// two through a slot; every member then returns only once every other one has read its
-  /// input. Faster while the inputs sit in the caches, slower when they were just written
-  /// or evicted (shared_memory_single_copy.cpp), hence not the default.
+  /// Member r's `in` lands in block r of `out` on every member. From 32 to 192 KiB per
+  /// member, when the members can all run at once and every member could read the
+  /// others' memory (open() tries), an allgather may instead read the others' inputs where
+  /// they lie (process_vm_readv): one copy of each block instead of two through a slot;
+  /// every member then returns only once every other one has read its input. That is
+  /// faster while the inputs sit in the caches and slower when they were just written or
+  /// evicted (shared_memory_single_copy.cpp), so by default (single_copy_mode::measured)
+  /// the members time both ways on their own operations and take the faster one.
   expected<void> allgather(std::uint64_t seq, tensor_view in, tensor_view out,
                            clock::time_point deadline);
   /// Block r of the members' `in` (each `out.numel` elements), folded in rank order, lands
@@ -116,14 +131,32 @@ class segment {
   void abort() noexcept;
 
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
-  /// Whether allgathers read the others' blocks from their memory (see allgather()): known
-  /// once this member ran an allgather of those sizes, false before.
-  bool reads_members_memory() const noexcept { return single_copy_ == 1; }
+  /// Whether allgathers may read the others' blocks from their memory (see allgather()):
+  /// known once this member ran an allgather of those sizes, false before.
+  bool reads_members_memory() const noexcept { return single_copy_ >= 1; }
+  /// How many allgathers read the others' blocks from their memory so far.
+  std::uint64_t single_copy_reads() const noexcept { return single_copy_reads_; }
 
  private:
   struct header;
   struct member;
   struct op_desc;
+  // The measured choice between the slots and reading the others' memory, per size class
+  // (shared_memory_single_copy.cpp). The same on every member: every member runs the same
+  // allgathers, and the choice changes only on figures they all exchanged.
+  struct single_copy_tuner {
+    bool read = false;           // the path taken, except while exploring
+    std::uint32_t cycle = 0;     // allgathers between exchanges (0: none yet)
+    std::uint32_t position = 0;  // this allgather's place in the cycle
+    // The best times of each way (the slots, then reading) this cycle, in ns: of the
+    // allgather alone, and from its start to the next one's of the class.
+    struct times {
+      std::uint32_t op = ~std::uint32_t{0};
+      std::uint32_t period = ~std::uint32_t{0};
+    } best[2];
+    int sampling = -1;  // the way of the last sample, until the next allgather starts
+    clock::time_point sample_start;
+  };
   segment() = default;
 
   // Defined in shm_layout.hpp (inline: the waits call them on every poll).
@@ -180,6 +213,13 @@ class segment {
   [[nodiscard]] single_copy_outcome allgather_single_copy(const std::byte* own, std::size_t bytes,
                                                           std::byte* dst,
                                                           clock::time_point deadline);
+  // Reads every other member's block from its memory into `dst` and waits until every
+  // member read this one's; false once it failed, as the waits.
+  [[nodiscard]] bool read_members(std::size_t bytes, std::byte* dst, clock::time_point deadline);
+  // At a tuner's exchange: decides its next cycle from every member's figures.
+  void retune(single_copy_tuner& t);
+  // At the end of an allgather that is a tuner's sample (timing_): records its time.
+  void note_sample() noexcept;
   bool alive(int r) const;
   void wake_all() noexcept;
   bool fail(troupe::error e);
@@ -199,10 +239,14 @@ class segment {
   // the same on every member, from the segment's header): waits spin before yielding,
   // small broadcasts stream through a ring, allreduces up to 4 MiB in larger chunks.
   bool run_at_once_ = false;
-  // Whether every member can read the others' memory (their single_copy flags): -1 until
+  // Whether allgathers may read the others' memory (their single_copy flags): -1 until
   // this member first needs to know, after it has seen every member publish (the flags
-  // are written before a member's first publish).
+  // are written before a member's first publish); 0 never, 1 always, 2 when measured to
+  // be faster (the tuners below).
   int single_copy_ = -1;
+  std::uint64_t single_copy_reads_ = 0;
+  single_copy_tuner tuners_[3];
+  single_copy_tuner* timing_ = nullptr;  // the running allgather's, when it is a sample
 
   std::uint64_t phase_ = 0;   // what this member published last
   std::uint64_t chunks_ = 0;  // chunks run so far: chunk c uses buffer c % 2 of each slot

@@ -45,13 +45,15 @@ void apply_env(open_options& o) {
   if (auto v = settings::gloo_shm.value(); v && *v == "0") o.enabled = false;
   if (auto v = settings::gloo_shm_single_copy.value()) {
     if (*v == "1" || *v == "on")
-      o.single_copy = true;
+      o.single_copy = single_copy_mode::always;
     else if (*v == "0" || *v == "off")
-      o.single_copy = false;
+      o.single_copy = single_copy_mode::off;
+    else if (*v == "auto")
+      o.single_copy = single_copy_mode::measured;
     else {
-      o.single_copy = false;
+      o.single_copy = single_copy_mode::measured;
       TROUPE_LOG(log_level::warn, "collectives", settings::gloo_shm_single_copy.variable, "='", *v,
-                 "' is neither 1 nor 0; allgathers copy through shared memory (0)");
+                 "' is none of 0, auto and 1; allgathers measure which way is faster (auto)");
     }
   }
   if (auto v = settings::gloo_shm_slot.value()) {
@@ -222,8 +224,11 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
   for (int r = 0; r < o.size; ++r)
     seg->check_liveness_ = seg->check_liveness_ && seg->at(r).pid_ns.load() == my_ns;
   // Before this member's first publish, which makes the flag visible to the others.
-  const bool single_copy = o.single_copy && seg->check_liveness_ && seg->probe_single_copy();
-  seg->at(o.rank).single_copy.store(single_copy ? 1 : 2);
+  const bool single_copy =
+      o.single_copy != single_copy_mode::off && seg->check_liveness_ && seg->probe_single_copy();
+  seg->at(o.rank).single_copy.store(!single_copy                                ? 2
+                                    : o.single_copy == single_copy_mode::always ? 1
+                                                                                : 3);
   TROUPE_LOG(log_level::debug, "collectives", o.group, " shares memory between its ", o.size,
              " members (", seg->slot_bytes_, " bytes per slot; ", single_copy ? "can" : "cannot",
              " read the others' memory)");

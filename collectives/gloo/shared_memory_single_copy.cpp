@@ -6,11 +6,13 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include <troupe/collectives/gloo/shared_memory.hpp>
 #include <troupe/collectives/gloo/shm_layout.hpp>
+#include <troupe/core/log.hpp>
 #include <troupe/core/strcat.hpp>
 
 namespace troupe::collectives::gloo_shm {
@@ -18,10 +20,10 @@ namespace troupe::collectives::gloo_shm {
 namespace {
 
 // Allgathers of single_copy_min_bytes to single_copy_max_bytes per member, when the members
-// can all run at once and read one another's memory, read the others' blocks where they
-// lie (process_vm_readv): one copy of each block instead of two through a slot, for a
-// publish more (every member must have read a member's input before it returns). World 2
-// on 2 cores, 9 alternating runs against the slots (bench/RESULTS.md):
+// can all run at once and read one another's memory, may read the others' blocks where
+// they lie (process_vm_readv): one copy of each block instead of two through a slot, for
+// a publish more (every member must have read a member's input before it returns). World
+// 2 on 2 cores, 9 alternating runs against the slots (bench/RESULTS.md):
 // - unchanged inputs, in both CPUs' caches: 16 KiB per member 1.42x the time, 32 KiB
 //   0.93x, 64 KiB 0.79x, 128 KiB 0.70x, 160 KiB 0.78x, 192 KiB 0.93x, 256 KiB 1.24x (the
 //   kernel pins the pages, which costs more than its copy; two user copies through the
@@ -30,39 +32,165 @@ namespace {
 //   are dirty in the writer's cache; not the publish more, whose wait costs nothing here);
 // - inputs evicted from the caches before: 32 KiB 1.41-1.48x, 64 KiB 1.01-1.16x,
 //   128 KiB 0.81-1.27x.
-// Hence from 64 KiB, where it wins most with cached inputs and loses least otherwise, and
-// only when every member asks (open_options::single_copy, TROUPE_GLOO_SHM_SINGLE_COPY=1):
-// a training step's inputs are mostly just written or long evicted. At 4 members on 2
-// cores (taking turns on a CPU) the publish more cost 1.1-2x the time at every size.
-constexpr std::size_t single_copy_min_bytes = 64 << 10;
-constexpr std::size_t single_copy_max_bytes = 160 << 10;
+// A later day, same machine, 9 runs of 300 allgathers with inputs rewritten before each:
+// 32 KiB per member 0.99x, 128 KiB 0.89x. Neither way wins for every caller and every
+// machine state: a training step hands over inputs just written (gradients) or long
+// evicted, a job that gathers frozen weights again and again has them in the caches.
+// So by default the members measure (single_copy_mode::measured), with one choice per
+// size class, the slots at first:
+// - Each cycle of allgathers of the class runs its last explore_ops the other way. The
+//   exploring allgathers come in a run because one read alone finds the others' inputs
+//   out of its caches.
+// - A member times the last `samples` allgathers of each way (of the run), each alone
+//   and from its start to the next allgather's of the class. Alone, reading looks better
+//   than it is: it leaves copies of the others' inputs in the reader's caches, which
+//   their owners must take back when they write their next input, outside the allgather.
+//   From start to start, the caller's work in between adds its noise: with 48 MiB
+//   written before each allgather (collectives_bench --cold) the two ways' periods
+//   differed by chance by up to 6%.
+// - At the next cycle's first allgather (the exchange) every member publishes its best
+//   times with its input's address; all sum every member's figures alike and decide by
+//   reads_next(): reading takes over when faster by both measures.
+// - Cycles double from first_cycle to max_cycle, so that the first choice is made at the
+//   class's 9th allgather (a benchmark of 50 sees it), and exploring the slower way costs
+//   4 in 1024 allgathers later on (8 of the first 50).
+// At 4 members on 2 cores (taking turns on a CPU) the publish more cost 1.1-2x the time
+// at every size: never there.
+constexpr std::size_t single_copy_min_bytes = 32 << 10;
+constexpr std::size_t single_copy_max_bytes = 192 << 10;
+constexpr std::uint32_t first_cycle = 8, max_cycle = 1024, explore_ops = 4, samples = 2;
+constexpr std::uint32_t no_time = ~std::uint32_t{0};
+
+// Nanoseconds from `a` to `b`, below no_time (about 4.3 s) at most.
+std::uint32_t ns_between(clock::time_point a, clock::time_point b) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
+  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(ns, 0, no_time - 1));
+}
+
+// The tuner of a size class: below 64 KiB per member, below 128 KiB, and above.
+std::size_t size_class(std::size_t bytes) {
+  return bytes < (64 << 10) ? 0 : bytes < (128 << 10) ? 1 : 2;
+}
 
 }  // namespace
 
-// Every member says where its input lies and publishes; once all have, each reads the
-// others' blocks from their memory into its output, publishes again, and returns once all
-// have read (its input must not change or go away before). When the members' flags show
-// that one of them cannot read the others', the caller copies through the slots after all
-// (the publish here is then one more, which nothing waits for), and later allgathers go
-// there directly. Every member takes the same path: the window and run_at_once_ are the
-// same everywhere, and so is single_copy_ once known.
+// Every member that reads says where its input lies and publishes; once all have, each
+// reads the others' blocks from their memory into its output, publishes again, and returns
+// once all have read (its input must not change or go away before). At a tuner's exchange
+// (and at the first allgather of these sizes, which learns from the members' flags whether
+// all can read) every member publishes first and decides after; when the decision is the
+// slots, the caller copies through them (the publish here is then one more, which nothing
+// waits for). Every member takes the same path: the window and run_at_once_ are the same
+// everywhere, and so are single_copy_ once known and every tuner (see above).
 segment::single_copy_outcome segment::allgather_single_copy(const std::byte* own, std::size_t bytes,
                                                             std::byte* dst,
                                                             clock::time_point deadline) {
+  timing_ = nullptr;
   if (!run_at_once_ || bytes < single_copy_min_bytes || bytes > single_copy_max_bytes ||
       single_copy_ == 0)
     return single_copy_outcome::slots;
-  auto block_of = [&](int r) { return dst + bytes * static_cast<std::size_t>(r); };
-  at(rank_).source.store(reinterpret_cast<std::uintptr_t>(own), std::memory_order_relaxed);
+  auto& t = tuners_[size_class(bytes)];
+  // The last sample's time to this allgather's start (its allgather's own time is taken
+  // when it ends: note_sample()).
+  clock::time_point now{};
+  if (t.sampling >= 0) {
+    now = clock::now();
+    t.best[t.sampling].period =
+        std::min(t.best[t.sampling].period, ns_between(t.sample_start, now));
+    t.sampling = -1;
+  }
+  auto* const mine = dst + bytes * static_cast<std::size_t>(rank_);
+  auto& line = at(rank_);
+  line.source.store(reinterpret_cast<std::uintptr_t>(own), std::memory_order_relaxed);
+  const bool exchange = single_copy_ < 0 || (single_copy_ == 2 && t.position == 0);
+  if (!exchange) {
+    bool read = true;
+    if (single_copy_ == 2) {
+      const std::uint32_t p = t.position;
+      const bool explore = p >= t.cycle - explore_ops;
+      read = explore != t.read;
+      if (explore ? p >= t.cycle - samples : p >= t.cycle - explore_ops - samples) {
+        t.sampling = read ? 1 : 0;
+        t.sample_start = now == clock::time_point{} ? clock::now() : now;
+        timing_ = &t;
+      }
+      t.position = p + 1 == t.cycle ? 0 : p + 1;
+    }
+    if (!read) return single_copy_outcome::slots;
+    publish();
+    if (own != mine) std::memcpy(mine, own, bytes);
+    if (!wait_all(phase_, deadline, "did not contribute")) return single_copy_outcome::failed;
+    return read_members(bytes, dst, deadline) ? single_copy_outcome::read
+                                              : single_copy_outcome::failed;
+  }
+  for (int way : {0, 1}) {
+    line.timed[way].op.store(t.best[way].op, std::memory_order_relaxed);
+    line.timed[way].period.store(t.best[way].period, std::memory_order_relaxed);
+  }
   publish();
-  if (own != block_of(rank_)) std::memcpy(block_of(rank_), own, bytes);
+  if (own != mine) std::memcpy(mine, own, bytes);
   if (!wait_all(phase_, deadline, "did not contribute")) return single_copy_outcome::failed;
   if (single_copy_ < 0) {
     single_copy_ = 1;
-    for (int r = 0; r < size_; ++r)
-      if (at(r).single_copy.load(std::memory_order_relaxed) != 1) single_copy_ = 0;
+    for (int r = 0; r < size_; ++r) {
+      const auto flag = at(r).single_copy.load(std::memory_order_relaxed);
+      if (flag == 2) {
+        single_copy_ = 0;
+        break;
+      }
+      if (flag == 3) single_copy_ = 2;
+    }
   }
   if (single_copy_ == 0) return single_copy_outcome::slots;
+  if (single_copy_ == 2) {
+    retune(t);
+    if (!t.read) return single_copy_outcome::slots;
+  }
+  return read_members(bytes, dst, deadline) ? single_copy_outcome::read
+                                            : single_copy_outcome::failed;
+}
+
+bool reads_next(bool reading, const std::uint64_t (&op)[2], const std::uint64_t (&period)[2]) {
+  if (!reading) return op[1] * 20 < op[0] * 19 && period[1] * 20 < period[0] * 19;
+  return op[1] <= op[0] && period[1] <= period[0];
+}
+
+// Sums every member's figures for the cycle that ended (see above). Without all of them
+// (the first exchange, before any cycle) the choice stays as it is: every member samples
+// the same allgathers, so all have them or none.
+void segment::retune(single_copy_tuner& t) {
+  std::uint64_t op[2] = {0, 0}, period[2] = {0, 0};
+  bool complete = true;
+  for (int r = 0; r < size_; ++r)
+    for (int way : {0, 1}) {
+      const auto o = at(r).timed[way].op.load(std::memory_order_relaxed);
+      const auto p = at(r).timed[way].period.load(std::memory_order_relaxed);
+      complete = complete && o != no_time && p != no_time;
+      op[way] += o;
+      period[way] += p;
+    }
+  if (t.cycle > 0 && complete && reads_next(t.read, op, period) != t.read) {
+    t.read = !t.read;
+    TROUPE_LOG(log_level::debug, "collectives", "rank ", world(rank_), ": ", what(),
+               t.read ? " now reads the others' memory" : " now copies through shared memory",
+               " (the members' best times summed, reading against the slots: ", op[1] / 1000,
+               " against ", op[0] / 1000, " us alone, ", period[1] / 1000, " against ",
+               period[0] / 1000, " us from start to start)");
+  }
+  t.cycle = t.cycle == 0 ? first_cycle : std::min(t.cycle * 2, max_cycle);
+  t.position = 1;
+  t.best[0] = t.best[1] = {};
+}
+
+void segment::note_sample() noexcept {
+  if (!timing_) return;
+  auto& best = timing_->best[timing_->sampling].op;
+  best = std::min(best, ns_between(timing_->sample_start, clock::now()));
+  timing_ = nullptr;
+}
+
+bool segment::read_members(std::size_t bytes, std::byte* dst, clock::time_point deadline) {
+  auto block_of = [&](int r) { return dst + bytes * static_cast<std::size_t>(r); };
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const auto pid = static_cast<pid_t>(at(r).pid.load(std::memory_order_relaxed));
@@ -75,22 +203,20 @@ segment::single_copy_outcome segment::allgather_single_copy(const std::byte* own
         const int e = n < 0 ? errno : EIO;
         mark_failed();
         if (e == ESRCH)
-          fail(make_error(errc::connection_lost, "rank ", world(r), " (pid ", pid,
-                          ") exited during ", what(), " (collective #", seq_, ")"));
-        else
-          fail(make_error(errc::connection_lost, what(), " (collective #", seq_, "): reading rank ",
-                          world(r), "'s block from its memory failed (", std::strerror(e),
-                          "); unset TROUPE_GLOO_SHM_SINGLE_COPY to copy blocks through shared "
-                          "memory instead"));
-        return single_copy_outcome::failed;
+          return fail(make_error(errc::connection_lost, "rank ", world(r), " (pid ", pid,
+                                 ") exited during ", what(), " (collective #", seq_, ")"));
+        return fail(make_error(errc::connection_lost, what(), " (collective #", seq_,
+                               "): reading rank ", world(r), "'s block from its memory failed (",
+                               std::strerror(e),
+                               "); set TROUPE_GLOO_SHM_SINGLE_COPY=0 to copy blocks through "
+                               "shared memory instead"));
       }
       done += static_cast<std::size_t>(n);
     }
   }
+  ++single_copy_reads_;
   publish();
-  return wait_all(phase_, deadline, "did not read this member's block", false)
-             ? single_copy_outcome::read
-             : single_copy_outcome::failed;
+  return wait_all(phase_, deadline, "did not read this member's block", false);
 }
 
 }  // namespace troupe::collectives::gloo_shm

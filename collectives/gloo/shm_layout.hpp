@@ -15,7 +15,7 @@ namespace troupe::collectives::gloo_shm {
 namespace shm_layout {
 
 inline constexpr std::uint64_t magic = 0x74726f7570652d73;  // "troupe-s"
-inline constexpr std::uint32_t version = 4;
+inline constexpr std::uint32_t version = 5;
 inline constexpr std::size_t page = 4096;
 // Operations of the segment a member can be ahead of another, and more: a member finishes
 // no operation before every other one began it, so one ahead at most. Indexed by the
@@ -68,9 +68,17 @@ struct alignas(64) segment::member {
   std::atomic<std::uint64_t> start;
   std::atomic<std::uint64_t> pid_ns;
   // Where this member mapped the segment (read by the others' probe in open()), and what
-  // its probe found: 1 when it can read every other member's memory, 2 when not.
+  // its probe found and it asks for: 1 when it can read every other member's memory and
+  // asks to always, 3 when it can and asks to measure, 2 when it cannot or asks not to.
   std::atomic<std::uint64_t> map_address;
   std::atomic<std::uint32_t> single_copy;
+  // The single-copy tuner's best times at its last exchange (the slots', then reading the
+  // others' memory), in ns: written before the exchanging allgather's first publish
+  // (shared_memory_single_copy.cpp).
+  struct times {
+    std::atomic<std::uint32_t> op;
+    std::atomic<std::uint32_t> period;
+  } timed[2];
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);

@@ -433,7 +433,8 @@ TEST_CASE("rank 0's slot size holds for every member, rounded up to whole pages"
 
 TEST_CASE(
     "TROUPE_GLOO_SHM=0 turns shared memory off, TROUPE_GLOO_SHM_SLOT sets the slot size and "
-    "TROUPE_GLOO_SHM_SINGLE_COPY=1 asks to read the others' memory, which is off by default") {
+    "TROUPE_GLOO_SHM_SINGLE_COPY says whether allgathers read the others' memory: 0 never, 1 "
+    "always, auto (the default) when measured to be faster") {
   auto saved = [](const char* name) -> std::optional<std::string> {
     const char* v = std::getenv(name);
     return v ? std::optional<std::string>(v) : std::nullopt;
@@ -450,20 +451,26 @@ TEST_CASE(
   ::setenv("TROUPE_GLOO_SHM_SLOT", "65536", 1);
   ::setenv("TROUPE_GLOO_SHM_SINGLE_COPY", "1", 1);
   open_options a;
-  CHECK_FALSE(a.single_copy);  // the default
+  CHECK(a.single_copy == single_copy_mode::measured);  // the default
   gloo_shm::apply_env(a);
   CHECK_FALSE(a.enabled);
   CHECK(a.slot_bytes == 65536);
-  CHECK(a.single_copy);
+  CHECK(a.single_copy == single_copy_mode::always);
+  ::setenv("TROUPE_GLOO_SHM_SINGLE_COPY", "0", 1);
+  gloo_shm::apply_env(a);
+  CHECK(a.single_copy == single_copy_mode::off);
+  ::setenv("TROUPE_GLOO_SHM_SINGLE_COPY", "auto", 1);
+  gloo_shm::apply_env(a);
+  CHECK(a.single_copy == single_copy_mode::measured);
   ::setenv("TROUPE_GLOO_SHM", "1", 1);
   ::setenv("TROUPE_GLOO_SHM_SLOT", "64k", 1);
   ::setenv("TROUPE_GLOO_SHM_SINGLE_COPY", "yes please", 1);
   open_options b;
-  b.single_copy = true;
+  b.single_copy = single_copy_mode::off;
   gloo_shm::apply_env(b);
   CHECK(b.enabled);
   CHECK(b.slot_bytes == gloo_shm::default_slot_bytes);
-  CHECK_FALSE(b.single_copy);  // not 1: off, with a warning
+  CHECK(b.single_copy == single_copy_mode::measured);  // neither: auto, with a warning
   restore("TROUPE_GLOO_SHM", shm);
   restore("TROUPE_GLOO_SHM_SLOT", slot);
   restore("TROUPE_GLOO_SHM_SINGLE_COPY", single);

@@ -36,6 +36,7 @@ namespace troupe::collectives::testing::shm {
 using namespace std::chrono_literals;
 using troupe::collectives::gloo_shm::open_options;
 using troupe::collectives::gloo_shm::segment;
+using troupe::collectives::gloo_shm::single_copy_mode;
 using troupe::collectives::testing::buffer;
 using troupe::collectives::testing::check_all;
 
@@ -47,6 +48,9 @@ struct setup {
   std::vector<int> world_ranks;     // empty: the group ranks
   std::vector<int> disabled;        // members that turn shared memory off
   std::vector<int> no_single_copy;  // members that do not ask to read the others' memory
+  // What the others ask for: to read the others' memory at every size where it may, so
+  // that the tests know which way an allgather goes, unless a test measures.
+  single_copy_mode single_copy = single_copy_mode::always;
   duration timeout = 10s;
 
   setup with_slot(std::size_t bytes) const {
@@ -62,6 +66,11 @@ struct setup {
   setup without_single_copy(int rank) const {
     auto s = *this;
     s.no_single_copy.push_back(rank);
+    return s;
+  }
+  setup with_single_copy(single_copy_mode mode) const {
+    auto s = *this;
+    s.single_copy = mode;
     return s;
   }
 };
@@ -115,7 +124,9 @@ std::vector<std::string> on_members(const setup& s, F body) {
       o.group = "group 'shm-test'";
       o.enabled = std::find(s.disabled.begin(), s.disabled.end(), r) == s.disabled.end();
       o.single_copy =
-          std::find(s.no_single_copy.begin(), s.no_single_copy.end(), r) == s.no_single_copy.end();
+          std::find(s.no_single_copy.begin(), s.no_single_copy.end(), r) == s.no_single_copy.end()
+              ? s.single_copy
+              : single_copy_mode::off;
       o.slot_bytes = s.slot_bytes;
       o.timeout = s.timeout;
       auto seg = segment::open(store, o);

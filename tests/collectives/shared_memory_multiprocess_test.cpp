@@ -30,6 +30,7 @@ using namespace troupe;
 using namespace troupe::collectives;
 using troupe::collectives::gloo_shm::open_options;
 using troupe::collectives::gloo_shm::segment;
+using troupe::collectives::gloo_shm::single_copy_mode;
 
 namespace {
 
@@ -66,7 +67,8 @@ open_options member_options(int rank) {
   o.world_ranks = {5, 7};
   o.group = "group 'shm-multiprocess-test'";
   o.slot_bytes = 4096;
-  o.single_copy = true;  // the allgather tests read each other's memory where they can
+  o.single_copy =
+      single_copy_mode::always;  // the allgathers read each other's memory where they can
   o.timeout = 10s;
   return o;
 }

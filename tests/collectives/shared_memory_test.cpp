@@ -112,14 +112,14 @@ bool two_cpus() {
   return ::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) >= 2;
 }
 
-// Allgathers around the sizes read from the others' memory (64 to 160 KiB per member),
+// Allgathers around the sizes read from the others' memory (32 to 192 KiB per member),
 // apart from and in place, with slots of the default size; whether the members read one
 // another's memory afterwards goes to `reads`.
 std::string single_copy_sizes(member& m, std::vector<char>& reads) {
   std::uint64_t seq = 1;
   for (std::size_t bytes :
-       {std::size_t{64 << 10} - 8, std::size_t{64 << 10}, std::size_t{100 << 10} + 8,
-        std::size_t{160 << 10}, std::size_t{160 << 10} + 8})
+       {std::size_t{32 << 10} - 8, std::size_t{32 << 10}, std::size_t{100 << 10} + 8,
+        std::size_t{192 << 10}, std::size_t{192 << 10} + 8})
     for (bool in_place : {false, true})
       if (auto e = int64_allgather(m, seq, bytes / sizeof(std::int64_t), in_place); !e.empty())
         return e;
@@ -130,7 +130,7 @@ std::string single_copy_sizes(member& m, std::vector<char>& reads) {
 }  // namespace
 
 TEST_CASE(
-    "allgathers of 64 to 160 KiB per member read the others' blocks from their memory and "
+    "allgathers of 32 to 192 KiB per member read the others' blocks from their memory and "
     "put every block in place, apart and in place") {
   std::vector<char> reads(2, 0);
   check_all(on_members(group_of(2).with_slot(gloo_shm::default_slot_bytes),
@@ -139,6 +139,55 @@ TEST_CASE(
   const char want = two_cpus() ? 1 : 0;
   CHECK(reads[0] == want);
   CHECK(reads[1] == want);
+}
+
+TEST_CASE(
+    "measured allgathers start reading the others' memory only when that is 5% faster both "
+    "alone and from start to start, and keep it while it is no slower by either") {
+  using gloo_shm::reads_next;
+  // {slots, reading}, summed over the members, in ns.
+  const std::uint64_t op_faster[2] = {10000, 7000}, op_close[2] = {10000, 9800},
+                      op_slower[2] = {10000, 10100};
+  const std::uint64_t period_faster[2] = {20000, 18000}, period_close[2] = {20000, 19500},
+                      period_slower[2] = {20000, 22000};
+  CHECK(reads_next(false, op_faster, period_faster));
+  CHECK_FALSE(reads_next(false, op_faster, period_close));   // the loop gains too little
+  CHECK_FALSE(reads_next(false, op_faster, period_slower));  // the owners pay after
+  CHECK_FALSE(reads_next(false, op_close, period_faster));
+  CHECK_FALSE(reads_next(false, op_slower, period_faster));
+  CHECK(reads_next(true, op_close, period_close));  // no flapping within 5%
+  CHECK(reads_next(true, op_faster, period_faster));
+  CHECK_FALSE(reads_next(true, op_slower, period_faster));
+  CHECK_FALSE(reads_next(true, op_faster, period_slower));
+}
+
+TEST_CASE(
+    "by default the members time both ways of allgathering on their own allgathers, take the "
+    "same way every time and get every block in place") {
+  // Two size classes interleaved, each with its own choice: every cycle of 64 allgathers
+  // of a class runs its last 8 the other way, so 100 of each class read the others'
+  // memory at least 8 times when the members can run at once, the same number of times
+  // on both (a member going another way than the other would hang or mix data).
+  std::vector<std::uint64_t> reads(2, 0);
+  check_all(on_members(
+      group_of(2)
+          .with_slot(gloo_shm::default_slot_bytes)
+          .with_single_copy(single_copy_mode::measured),
+      [&](member& m) -> std::string {
+        std::uint64_t seq = 1;
+        for (int i = 0; i < 200; ++i) {
+          const std::size_t bytes = i % 2 ? std::size_t{128 << 10} : std::size_t{40 << 10};
+          if (auto e = int64_allgather(m, seq, bytes / sizeof(std::int64_t), i % 4 < 2); !e.empty())
+            return strcat("allgather ", i, ": ", e);
+        }
+        reads[static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
+        return "";
+      }));
+  CHECK(reads[0] == reads[1]);
+  if (two_cpus())
+    CHECK(reads[0] >= 16);
+  else
+    CHECK(reads[0] == 0);
 }
 
 TEST_CASE(
