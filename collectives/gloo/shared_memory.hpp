@@ -146,6 +146,7 @@ class segment {
   // allgathers, and the choice changes only on figures they all exchanged.
   struct single_copy_tuner {
     bool read = false;           // the path taken, except while exploring
+    bool switched = false;       // whether the last exchange switched (no exploring then)
     std::uint32_t cycle = 0;     // allgathers between exchanges (0: none yet)
     std::uint32_t position = 0;  // this allgather's place in the cycle
     // The best times of each way (the slots, then reading) this cycle, in ns: of the

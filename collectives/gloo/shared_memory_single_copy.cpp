@@ -53,7 +53,11 @@ namespace {
 //   reads_next(): reading takes over when faster by both measures.
 // - Cycles double from first_cycle to max_cycle, so that the first choice is made at the
 //   class's 9th allgather (a benchmark of 50 sees it), and exploring the slower way costs
-//   4 in 1024 allgathers later on (8 of the first 50).
+//   4 in 1024 allgathers later on. A cycle right after a switch does not explore: its
+//   exchange compares the new way's figures with the old way's from the cycle before, so
+//   that a switch is confirmed (or undone) without running the slower way again (at
+//   256 KiB and world 2 the explorations and the slots' first cycle had taken the mean of
+//   50 allgathers 1.09x above always reading).
 // At 4 members on 2 cores (taking turns on a CPU) the publish more cost 1.1-2x the time
 // at every size: never there.
 constexpr std::size_t single_copy_min_bytes = 32 << 10;
@@ -107,7 +111,7 @@ segment::single_copy_outcome segment::allgather_single_copy(const std::byte* own
     bool read = true;
     if (single_copy_ == 2) {
       const std::uint32_t p = t.position;
-      const bool explore = p >= t.cycle - explore_ops;
+      const bool explore = !t.switched && p >= t.cycle - explore_ops;
       read = explore != t.read;
       if (explore ? p >= t.cycle - samples : p >= t.cycle - explore_ops - samples) {
         t.sampling = read ? 1 : 0;
@@ -169,7 +173,8 @@ void segment::retune(single_copy_tuner& t) {
       op[way] += o;
       period[way] += p;
     }
-  if (t.cycle > 0 && complete && reads_next(t.read, op, period) != t.read) {
+  t.switched = t.cycle > 0 && complete && reads_next(t.read, op, period) != t.read;
+  if (t.switched) {
     t.read = !t.read;
     TROUPE_LOG(log_level::debug, "collectives", "rank ", world(rank_), ": ", what(),
                t.read ? " now reads the others' memory" : " now copies through shared memory",
@@ -179,7 +184,10 @@ void segment::retune(single_copy_tuner& t) {
   }
   t.cycle = t.cycle == 0 ? first_cycle : std::min(t.cycle * 2, max_cycle);
   t.position = 1;
-  t.best[0] = t.best[1] = {};
+  // After a switch the next cycle does not explore: the way left keeps its figures, just
+  // taken, for the next exchange to compare with the new way's.
+  t.best[t.read ? 1 : 0] = {};
+  if (!t.switched) t.best[t.read ? 0 : 1] = {};
 }
 
 void segment::note_sample() noexcept {

@@ -164,10 +164,11 @@ TEST_CASE(
 TEST_CASE(
     "by default the members time both ways of allgathering on their own allgathers, take the "
     "same way every time and get every block in place") {
-  // Two size classes interleaved, each with its own choice: every cycle of 64 allgathers
-  // of a class runs its last 8 the other way, so 100 of each class read the others'
-  // memory at least 8 times when the members can run at once, the same number of times
-  // on both (a member going another way than the other would hang or mix data).
+  // Two size classes interleaved, each with its own choice: the cycles of a class (8, 16,
+  // 32, ... allgathers) end with 4 the other way unless the cycle follows a switch, so
+  // 100 of each class read the others' memory at least 12 times when the members can run
+  // at once, the same number of times on both (a member going another way than the other
+  // would hang or mix data).
   std::vector<std::uint64_t> reads(2, 0);
   check_all(on_members(
       group_of(2)
