@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <random>
@@ -38,6 +39,18 @@ int usable_cpus() {
 }
 
 std::string errno_text(int e) { return std::strerror(e); }
+
+// Yama's ptrace scope, 0 where the kernel has no Yama. From 1 up the kernel refuses reads
+// between processes that are not parent and child, as the members of a group are not,
+// and logs each refusal.
+int yama_ptrace_scope() {
+  std::FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  if (!f) return 0;
+  int scope = 0;
+  if (std::fscanf(f, "%d", &scope) != 1) scope = 0;
+  std::fclose(f);
+  return scope;
+}
 
 }  // namespace
 
@@ -223,9 +236,13 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
   seg->check_liveness_ = my_ns != 0;
   for (int r = 0; r < o.size; ++r)
     seg->check_liveness_ = seg->check_liveness_ && seg->at(r).pid_ns.load() == my_ns;
-  // Before this member's first publish, which makes the flag visible to the others.
+  // Before this member's first publish, which makes the flag visible to the others. Under
+  // a Yama ptrace scope of 1 and up, only a member told to always read tries (and the
+  // kernel logs its refusal), so that a default group leaves no line in the kernel's log.
   const bool single_copy =
-      o.single_copy != single_copy_mode::off && seg->check_liveness_ && seg->probe_single_copy();
+      o.single_copy != single_copy_mode::off && seg->check_liveness_ &&
+      (o.single_copy == single_copy_mode::always || yama_ptrace_scope() == 0) &&
+      seg->probe_single_copy();
   seg->at(o.rank).single_copy.store(!single_copy                                ? 2
                                     : o.single_copy == single_copy_mode::always ? 1
                                                                                 : 3);
