@@ -106,49 +106,43 @@ segment::single_copy_outcome segment::allgather_single_copy(const std::byte* own
   auto* const mine = dst + bytes * static_cast<std::size_t>(rank_);
   auto& line = at(rank_);
   line.source.store(reinterpret_cast<std::uintptr_t>(own), std::memory_order_relaxed);
+  // Known here except at an exchange, where it is decided after the publish.
   const bool exchange = single_copy_ < 0 || (single_copy_ == 2 && t.position == 0);
-  if (!exchange) {
-    bool read = true;
-    if (single_copy_ == 2) {
-      const std::uint32_t p = t.position;
-      const bool explore = !t.switched && p >= t.cycle - explore_ops;
-      read = explore != t.read;
-      if (explore ? p >= t.cycle - samples : p >= t.cycle - explore_ops - samples) {
-        t.sampling = read ? 1 : 0;
-        t.sample_start = now == clock::time_point{} ? clock::now() : now;
-        timing_ = &t;
-      }
-      t.position = p + 1 == t.cycle ? 0 : p + 1;
+  bool read = true;
+  if (exchange) {
+    for (int way : {0, 1}) {
+      line.timed[way].op.store(t.best[way].op, std::memory_order_relaxed);
+      line.timed[way].period.store(t.best[way].period, std::memory_order_relaxed);
     }
-    if (!read) return single_copy_outcome::slots;
-    publish();
-    if (own != mine) std::memcpy(mine, own, bytes);
-    if (!wait_all(phase_, deadline, "did not contribute")) return single_copy_outcome::failed;
-    return read_members(bytes, dst, deadline) ? single_copy_outcome::read
-                                              : single_copy_outcome::failed;
+  } else if (single_copy_ == 2) {
+    const std::uint32_t p = t.position;
+    const bool explore = !t.switched && p >= t.cycle - explore_ops;
+    read = explore != t.read;
+    if (explore ? p >= t.cycle - samples : p >= t.cycle - explore_ops - samples) {
+      t.sampling = read ? 1 : 0;
+      t.sample_start = now == clock::time_point{} ? clock::now() : now;
+      timing_ = &t;
+    }
+    t.position = p + 1 == t.cycle ? 0 : p + 1;
   }
-  for (int way : {0, 1}) {
-    line.timed[way].op.store(t.best[way].op, std::memory_order_relaxed);
-    line.timed[way].period.store(t.best[way].period, std::memory_order_relaxed);
-  }
+  if (!read) return single_copy_outcome::slots;
   publish();
   if (own != mine) std::memcpy(mine, own, bytes);
   if (!wait_all(phase_, deadline, "did not contribute")) return single_copy_outcome::failed;
-  if (single_copy_ < 0) {
-    single_copy_ = 1;
-    for (int r = 0; r < size_; ++r) {
-      const auto flag = at(r).single_copy.load(std::memory_order_relaxed);
-      if (flag == 2) {
-        single_copy_ = 0;
-        break;
+  if (exchange) {
+    if (single_copy_ < 0) {
+      single_copy_ = 1;
+      for (int r = 0; r < size_; ++r) {
+        const auto flag = at(r).single_copy.load(std::memory_order_relaxed);
+        if (flag == 2) {
+          single_copy_ = 0;
+          break;
+        }
+        if (flag == 3) single_copy_ = 2;
       }
-      if (flag == 3) single_copy_ = 2;
     }
-  }
-  if (single_copy_ == 0) return single_copy_outcome::slots;
-  if (single_copy_ == 2) {
-    retune(t);
-    if (!t.read) return single_copy_outcome::slots;
+    if (single_copy_ == 2) retune(t);
+    if (single_copy_ == 0 || (single_copy_ == 2 && !t.read)) return single_copy_outcome::slots;
   }
   return read_members(bytes, dst, deadline) ? single_copy_outcome::read
                                             : single_copy_outcome::failed;
