@@ -44,12 +44,17 @@ bool from_string(std::string_view name, errc& out) noexcept {
   return false;
 }
 
+const std::string& error::none() noexcept {
+  static const std::string empty;
+  return empty;
+}
+
 std::string error::to_string() const {
-  std::string out(troupe::to_string(code_));
-  if (!operation_.empty()) out += " in " + operation_;
-  if (!worker_.empty()) out += " on worker '" + worker_ + "'";
+  std::string out(troupe::to_string(code()));
+  if (!operation().empty()) out += " in " + operation();
+  if (!worker().empty()) out += " on worker '" + worker() + "'";
   out += ": ";
-  out += message_;
+  out += message();
   return out;
 }
 

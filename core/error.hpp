@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <stdexcept>
 #include <string>
@@ -56,40 +57,44 @@ std::string_view to_string(errc code) noexcept;
 bool from_string(std::string_view name, errc& out) noexcept;
 
 /// An error value: cheap to move, printable, carried through `expected` and `future`.
+/// One pointer wide: a success path that carries an empty one (every `expected<void>`
+/// does) builds, moves and destroys a null pointer, not three strings.
 class error {
  public:
   /// An internal error with no message; only a placeholder to assign over.
   error() = default;
   /// An error of kind `code`; `message` says what went wrong and what to do.
-  error(errc code, std::string message) : code_(code), message_(std::move(message)) {}
+  error(errc code, std::string message)
+      : rep_(std::make_unique<rep>(rep{code, std::move(message), {}, {}})) {}
+  ///@{
+  /// Copies are deep; moves leave the source a placeholder (internal, no message).
+  error(const error& o) : rep_(o.rep_ ? std::make_unique<rep>(*o.rep_) : nullptr) {}
+  error& operator=(const error& o) {
+    if (this != &o) rep_ = o.rep_ ? std::make_unique<rep>(*o.rep_) : nullptr;
+    return *this;
+  }
+  error(error&&) noexcept = default;
+  error& operator=(error&&) noexcept = default;
+  ~error() = default;
+  ///@}
 
   /// The kind of error.
-  errc code() const noexcept { return code_; }
+  errc code() const noexcept { return rep_ ? rep_->code : errc::internal; }
   /// What went wrong and what to do, without the worker and operation.
-  const std::string& message() const noexcept { return message_; }
+  const std::string& message() const noexcept { return rep_ ? rep_->message : none(); }
   /// The worker the error concerns (may be empty).
-  const std::string& worker() const noexcept { return worker_; }
+  const std::string& worker() const noexcept { return rep_ ? rep_->worker : none(); }
   /// The operation that failed, e.g. "store.get" (may be empty).
-  const std::string& operation() const noexcept { return operation_; }
+  const std::string& operation() const noexcept { return rep_ ? rep_->operation : none(); }
 
   ///@{
   /// Adds context; the first worker/operation set is kept (innermost is most precise).
-  error&& with_worker(std::string name) && {
-    if (worker_.empty()) worker_ = std::move(name);
-    return std::move(*this);
-  }
+  error&& with_worker(std::string name) && { return std::move(add(&rep::worker, std::move(name))); }
   error&& with_operation(std::string op) && {
-    if (operation_.empty()) operation_ = std::move(op);
-    return std::move(*this);
+    return std::move(add(&rep::operation, std::move(op)));
   }
-  error& with_worker(std::string name) & {
-    if (worker_.empty()) worker_ = std::move(name);
-    return *this;
-  }
-  error& with_operation(std::string op) & {
-    if (operation_.empty()) operation_ = std::move(op);
-    return *this;
-  }
+  error& with_worker(std::string name) & { return add(&rep::worker, std::move(name)); }
+  error& with_operation(std::string op) & { return add(&rep::operation, std::move(op)); }
   ///@}
 
   /// "timeout in store.get on worker 'w1': <message>".
@@ -97,14 +102,23 @@ class error {
 
   /// Same code and message (the context is not compared).
   friend bool operator==(const error& a, const error& b) noexcept {
-    return a.code_ == b.code_ && a.message_ == b.message_;
+    return a.code() == b.code() && a.message() == b.message();
   }
 
  private:
-  errc code_ = errc::internal;
-  std::string message_;
-  std::string worker_;
-  std::string operation_;
+  struct rep {
+    errc code = errc::internal;
+    std::string message;
+    std::string worker;
+    std::string operation;
+  };
+  static const std::string& none() noexcept;
+  error& add(std::string rep::*field, std::string value) {
+    if (!rep_) rep_ = std::make_unique<rep>();
+    if ((*rep_.*field).empty()) *rep_.*field = std::move(value);
+    return *this;
+  }
+  std::unique_ptr<rep> rep_;
 };
 
 std::ostream& operator<<(std::ostream& os, const error& e);
