@@ -14,10 +14,14 @@ struct work_state {
   // (a `rep stos` that was a tenth of a small operation's bookkeeping).
   work_state() {}
 
-  // Either given whole, or made on first use from op, key and where (describe()).
+  // The references (state_ref): the work and the completer at first.
+  std::atomic<std::uint32_t> refs{2};
+  // Either given whole, or made on first use from op, key and where_text (describe()),
+  // which `where` or `hooks` keeps.
   std::string description;
   std::string_view op;
   std::shared_ptr<const std::string> where;
+  const std::string* where_text = nullptr;
   std::once_flag described;
   // Called with key; set before the work is handed out, never changed (null: none).
   std::shared_ptr<const work::hooks> hooks;
@@ -41,11 +45,11 @@ struct work_state {
 namespace {
 
 const std::string& describe(work_state& s) {
-  if (s.where)
+  if (s.where_text)
     std::call_once(s.described, [&] {
-      s.description.reserve(s.op.size() + 24 + s.where->size());
+      s.description.reserve(s.op.size() + 24 + s.where_text->size());
       s.description.append(s.op).append(" #").append(std::to_string(s.key)).append(" on ");
-      s.description.append(*s.where);
+      s.description.append(*s.where_text);
     });
   return s.description;
 }
@@ -59,6 +63,28 @@ void call(work_state& s, std::function<void(std::uint64_t)> work::hooks::*which)
 }
 
 }  // namespace
+
+state_ref::state_ref(const state_ref& o) noexcept : p_(o.p_) {
+  if (p_) p_->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+state_ref& state_ref::operator=(const state_ref& o) noexcept {
+  state_ref copy(o);
+  std::swap(p_, copy.p_);
+  return *this;
+}
+
+state_ref& state_ref::operator=(state_ref&& o) noexcept {
+  state_ref taken(std::move(o));
+  std::swap(p_, taken.p_);
+  return *this;
+}
+
+// The last reference deletes the state; acquire-release, so that its deletion comes after
+// every other holder's use of it.
+state_ref::~state_ref() {
+  if (p_ && p_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p_;
+}
 
 }  // namespace detail
 
@@ -75,21 +101,22 @@ std::pair<work, work::completer> work::make(std::string description, std::functi
   if (!help && !urge) return make(std::move(description), nullptr, 0);
   auto own = std::make_shared<const hooks>(hooks{
       help ? [h = std::move(help)](std::uint64_t) { h(); } : std::function<void(std::uint64_t)>(),
-      urge ? [u = std::move(urge)](std::uint64_t) { u(); } : std::function<void(std::uint64_t)>()});
+      urge ? [u = std::move(urge)](std::uint64_t) { u(); } : std::function<void(std::uint64_t)>(),
+      {}});
   return make(std::move(description), std::move(own), 0);
 }
 
 std::pair<work, work::completer> work::make(std::string description,
                                             std::shared_ptr<const hooks> shared,
                                             std::uint64_t key) {
-  auto s = std::make_shared<detail::work_state>();
+  auto* s = new detail::work_state();  // with its two references
   s->description = std::move(description);
   s->hooks = std::move(shared);
   s->key = key;
   work w;
-  w.state_ = s;
+  w.state_ = detail::state_ref(s);
   completer c;
-  c.state_ = std::move(s);
+  c.state_ = detail::state_ref(s);
   return {std::move(w), std::move(c)};
 }
 
@@ -100,6 +127,16 @@ std::pair<work, work::completer> work::make(std::string_view op,
   auto made = make(std::string(), std::move(shared), key);
   made.first.state_->op = op;
   made.first.state_->where = std::move(where);
+  made.first.state_->where_text = made.first.state_->where.get();
+  return made;
+}
+
+std::pair<work, work::completer> work::make_lazy(std::string_view op,
+                                                 std::shared_ptr<const hooks> shared,
+                                                 std::uint64_t key) {
+  auto made = make(std::string(), std::move(shared), key);
+  made.first.state_->op = op;
+  made.first.state_->where_text = &made.first.state_->hooks->where;
   return made;
 }
 

@@ -2,6 +2,7 @@
 // backend, with success or with the error that ended it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,7 +16,27 @@ namespace troupe::collectives {
 
 namespace detail {
 struct work_state;
-}
+// A counted reference to a work's state, shared by the work handles and the completer. The
+// count is the state's own: a work is made with both references at once, no atomic
+// addition for them, and a small collective's bookkeeping is mostly such additions.
+class state_ref {
+ public:
+  state_ref() = default;
+  explicit state_ref(work_state* adopted) noexcept : p_(adopted) {}
+  state_ref(const state_ref& o) noexcept;
+  state_ref& operator=(const state_ref& o) noexcept;
+  state_ref(state_ref&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+  state_ref& operator=(state_ref&& o) noexcept;
+  ~state_ref();
+  work_state& operator*() const noexcept { return *p_; }
+  work_state* operator->() const noexcept { return p_; }
+  explicit operator bool() const noexcept { return p_ != nullptr; }
+  friend bool operator==(const state_ref& r, std::nullptr_t) noexcept { return r.p_ == nullptr; }
+
+ private:
+  work_state* p_ = nullptr;
+};
+}  // namespace detail
 
 class work {
  public:
@@ -33,7 +54,7 @@ class work {
 
    private:
     friend class work;
-    std::shared_ptr<detail::work_state> state_;
+    detail::state_ref state_;
   };
   /// A pending work described as e.g. "allreduce #4 on group 'world'".
   static std::pair<work, completer> make(std::string description);
@@ -49,10 +70,12 @@ class work {
                                          std::function<void()> urge);
   /// What a backend's works may share instead of a `help` and an `urge` each: the work made
   /// with `key` calls help(key) and urge(key), with the contracts above. A backend makes
-  /// one for all its works, so that a work costs no allocation for them.
+  /// one for all its works, so that a work costs no allocation for them. `where` (e.g.
+  /// "group 'world'") completes the descriptions of the works made by make_lazy().
   struct hooks {
     std::function<void(std::uint64_t)> help;
     std::function<void(std::uint64_t)> urge;
+    std::string where;
   };
   static std::pair<work, completer> make(std::string description,
                                          std::shared_ptr<const hooks> shared, std::uint64_t key);
@@ -62,6 +85,10 @@ class work {
   static std::pair<work, completer> make(std::string_view op,
                                          std::shared_ptr<const std::string> where,
                                          std::shared_ptr<const hooks> shared, std::uint64_t key);
+  /// The same, with `shared->where` as `where`: one shared object per work, not two.
+  static std::pair<work, completer> make_lazy(std::string_view op,
+                                              std::shared_ptr<const hooks> shared,
+                                              std::uint64_t key);
 
   work() = default;
 
@@ -79,10 +106,10 @@ class work {
   future<void> get_future() const;
   /// What this work is, for logs.
   const std::string& description() const;
-  bool valid() const noexcept { return state_ != nullptr; }
+  bool valid() const noexcept { return static_cast<bool>(state_); }
 
  private:
-  std::shared_ptr<detail::work_state> state_;
+  detail::state_ref state_;
 };
 
 }  // namespace troupe::collectives

@@ -189,6 +189,13 @@ void histogram::observe(double v) noexcept {
   sum_.fetch_add(v, std::memory_order_relaxed);
 }
 
+void histogram::add(std::span<const std::uint64_t> counts, double sum) noexcept {
+  const std::size_t n = std::min(counts.size(), size_ + 1);
+  for (std::size_t i = 0; i < n; ++i)
+    if (counts[i] != 0) counts_[i].fetch_add(counts[i], std::memory_order_relaxed);
+  sum_.fetch_add(sum, std::memory_order_relaxed);
+}
+
 std::span<const double> latency_buckets() noexcept { return latency_bounds; }
 
 std::string_view size_class(std::size_t bytes) noexcept {

@@ -68,6 +68,9 @@ class histogram {
 
   /// Counts `v` into the first bucket whose bound is >= v (relaxed).
   void observe(double v) noexcept;
+  /// Adds observations counted elsewhere: `counts` per bucket (bounds().size() + 1 of
+  /// them, the last for +Inf; fewer are taken as zeros) and the sum of their values.
+  void add(std::span<const std::uint64_t> counts, double sum) noexcept;
   /// Records a duration, in seconds.
   template <class Rep, class Period>
   void observe(std::chrono::duration<Rep, Period> d) noexcept {

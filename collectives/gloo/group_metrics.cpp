@@ -12,7 +12,8 @@ metrics::gauge& queue_depth() {
 }
 
 // The metrics of each (operation, size class) pair are looked up once per group and kept.
-void op_metrics::record(std::string_view op, std::size_t bytes, std::chrono::nanoseconds took) {
+void op_metrics::record(std::string_view op, std::size_t bytes, std::chrono::nanoseconds took,
+                        clock::time_point now) {
   const std::string_view size = bytes == SIZE_MAX ? "unknown" : metrics::size_class(bytes);
   if (!last_ || op.data() != last_op_ || size.data() != last_size_) {
     auto [it, fresh] = entries_.try_emplace({op, size});
@@ -33,9 +34,41 @@ void op_metrics::record(std::string_view op, std::size_t bytes, std::chrono::nan
     last_size_ = size.data();
     last_ = &m;
   }
-  last_->seconds->observe(took);
-  last_->calls->add();
-  if (bytes != SIZE_MAX) last_->bytes->add(bytes);
+  entry& m = *last_;
+  const double seconds = std::chrono::duration<double>(took).count();
+  const auto bounds = m.seconds->bounds();
+  std::size_t i = 0;
+  while (i < bounds.size() && seconds > bounds[i]) ++i;
+  ++m.counts[i];
+  m.sum += seconds;
+  if (bytes != SIZE_MAX) m.unsent_bytes += bytes;
+  if (m.unsent++ == 0) ++pending_;
+  if (m.unsent >= flush_calls || now - m.sent_at >= flush_period) {
+    m.send();
+    m.sent_at = now;
+    --pending_;
+  }
+}
+
+void op_metrics::entry::send() {
+  seconds->add(std::span<const std::uint64_t>(counts.data(), seconds->bounds().size() + 1), sum);
+  calls->add(unsent);
+  if (unsent_bytes != 0) bytes->add(unsent_bytes);
+  counts.fill(0);
+  sum = 0;
+  unsent_bytes = 0;
+  unsent = 0;
+}
+
+void op_metrics::flush() {
+  if (pending_ == 0) return;
+  const auto now = clock::now();
+  for (auto& [key, m] : entries_)
+    if (m.unsent != 0) {
+      m.send();
+      m.sent_at = now;
+    }
+  pending_ = 0;
 }
 
 }  // namespace troupe::collectives::gloo_metrics

@@ -73,8 +73,8 @@ void group_runner::abort(troupe::error why) {
       else
         p2p_current_->abortWaitRecv();
     }
+    gauge_queue();
   }
-  gloo_metrics::queue_depth().add(-static_cast<std::int64_t>(queued.size()));
   TROUPE_LOG(log_level::info, "collectives", describe(*this), " aborted: ", why.message());
   // The running operation, on the worker or on a waiter, fails as its transport closes.
   {
@@ -151,6 +151,7 @@ work group_runner::submit(std::string_view op, duration timeout, body_fn body, i
   // operation were about a sixth of a 4 KiB allreduce at world 2 (5.0 -> 4.2 us).
   if (!description_) description_ = std::make_shared<const std::string>(describe(*this));
   // A collective's waiter may run it itself (run_inline); transfers stay with the worker.
+  // Its work describes itself by the hooks' `where`.
   if (!hooks_)
     hooks_ =
         std::make_shared<const work::hooks>(work::hooks{[weak = weak_from_this()](std::uint64_t s) {
@@ -159,9 +160,10 @@ work group_runner::submit(std::string_view op, duration timeout, body_fn body, i
                                                         },
                                                         [weak = weak_from_this()](std::uint64_t s) {
                                                           if (auto g = weak.lock()) g->urge(s);
-                                                        }});
+                                                        },
+                                                        *description_});
   auto [w, done] = peer >= 0 ? work::make(strcat(op, " #p", seq, " on ", *description_))
-                             : work::make(op, description_, hooks_, seq);
+                             : work::make_lazy(op, hooks_, seq);
   if (aborted_) {  // before shut_down: the abort says why the group ended
     auto why = *failure_;
     lk.unlock();
@@ -180,17 +182,27 @@ work group_runner::submit(std::string_view op, duration timeout, body_fn body, i
   queue_.push_back(task{seq, timeout, std::move(done), std::move(body), peer,
                         hold ? clock::time_point::max() : clock::time_point::min(), op,
                         bytes != SIZE_MAX ? bytes : metric_bytes});
-  gloo_metrics::queue_depth().add(1);
   // An operation the worker must start at once ends the grace of the held ones before it,
   // which run first: they would hold it back.
-  if (!hold)
+  if (!hold) {
     for (auto& t : queue_)
       if (t.peer < 0) t.start_by = clock::time_point::min();
+    gauge_queue();
+  }
   // A polling worker finds a held operation by itself; a parked one must be woken.
   const bool wake = !hold || worker_parked_;
   lk.unlock();
   if (wake) cv_.notify_one();
   return w;
+}
+
+// Brings this group's part of the process's queue-depth gauge to the queue's length
+// (under mu_). Called where the worker looks and where it must start an operation, not on
+// a waiter's path: an operation its waiter runs at once was never waiting to start.
+void group_runner::gauge_queue() {
+  const auto n = static_cast<std::int64_t>(queue_.size());
+  if (n != gauged_) gloo_metrics::queue_depth().add(n - gauged_);
+  gauged_ = n;
 }
 
 // Ends the grace of collective `seq` and of every one queued before it.
@@ -232,9 +244,14 @@ void group_runner::run_worker() {
           cv_.wait_until(lk, start_by);  // its waiter may take it meanwhile
           continue;
         }
+        // Nothing to start. Between operations (none runs, and none starts while this
+        // holds mu_) the metrics are this thread's: their last figures go out before it
+        // waits, and the gauge counts what its waiters have not taken.
+        gauge_queue();
+        if (!busy_) metrics_.flush();
         if (stopping_ && !busy_) return;  // the queue is empty
-        // Nothing to start. While operations keep coming, poll for held ones instead
-        // of asking each submit for a wake-up; after a quiet spell, park.
+        // While operations keep coming, poll for held ones instead of asking each submit
+        // for a wake-up; after a quiet spell, park.
         const auto now = clock::now();
         if (submits_ != seen_submits) {
           seen_submits = submits_;
@@ -250,7 +267,7 @@ void group_runner::run_worker() {
       }
       t = std::move(queue_.front());
       queue_.pop_front();
-      gloo_metrics::queue_depth().add(-1);
+      gauge_queue();
       if (t.start_by != clock::time_point::min()) inline_streak_ = 0;  // its waiter did not come
       if (stopping_) {
         lk.unlock();
@@ -282,7 +299,6 @@ void group_runner::run_inline(std::uint64_t seq) {
       return;
     t = std::move(queue_.front());
     queue_.pop_front();
-    gloo_metrics::queue_depth().add(-1);
     if (inline_streak_ < inline_streak) ++inline_streak_;
     busy_ = true;
   }
@@ -320,7 +336,10 @@ void group_runner::execute(task& t) {
                                   t.done});
     p2p_cv_.notify_one();
   } else {
-    if (t.peer < 0) metrics_.record(t.op, t.bytes, clock::now() - started);
+    if (t.peer < 0) {
+      const auto now = clock::now();
+      metrics_.record(t.op, t.bytes, now - started, now);
+    }
     t.done.complete(ok());
   }
   bool more = false, stopping = false;

@@ -128,6 +128,7 @@ class group_runner : public process_group, public std::enable_shared_from_this<g
   void execute(task& t);
   void fail_group(task& t, const troupe::error& cause, duration budget);
   void run_p2p();
+  void gauge_queue();
 
   std::shared_ptr<store> store_;
   // The group's full mesh, and the transport chosen at connect (tcp_ itself, or one that
@@ -152,6 +153,8 @@ class group_runner : public process_group, public std::enable_shared_from_this<g
   std::shared_ptr<const work::hooks> hooks_;
   // The metrics of the collectives that succeeded (only execute() records, under busy_).
   gloo_metrics::op_metrics metrics_;
+  // What this group adds to the process's queue-depth gauge (gauge_queue(), under mu_).
+  std::int64_t gauged_ = 0;
   bool worker_parked_ = false;  // the worker waits for a notify, not polling
   // Held collectives their waiters ran in a row, up to inline_streak (group_runner.cpp):
   // how often the worker looks for held ones.

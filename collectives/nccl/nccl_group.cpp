@@ -687,6 +687,7 @@ class nccl_group final : public process_group {
                       ws->cv.notify_all();
                     }
                   },
+                  {},
                   {}});
   std::mutex& mu_ = wake_->mu;
   std::condition_variable& cv_ = wake_->cv;

@@ -55,8 +55,10 @@ TEST_CASE(
     "works made with shared hooks are helped on wait and urged by futures and polls, each with "
     "its own key, and not once they completed") {
   std::vector<std::uint64_t> helped, urged;
-  auto hooks = std::make_shared<const work::hooks>(work::hooks{
-      [&](std::uint64_t k) { helped.push_back(k); }, [&](std::uint64_t k) { urged.push_back(k); }});
+  auto hooks =
+      std::make_shared<const work::hooks>(work::hooks{[&](std::uint64_t k) { helped.push_back(k); },
+                                                      [&](std::uint64_t k) { urged.push_back(k); },
+                                                      {}});
   auto [a, done_a] = work::make("allreduce #7", hooks, 7);
   auto [b, done_b] = work::make("broadcast #8", hooks, 8);
   CHECK(done_b.description() == "broadcast #8");
@@ -85,4 +87,25 @@ TEST_CASE("a work made from an operation, its number and its group describes its
   CHECK(late.error().message().find("allreduce #12 on group 'g'") != std::string::npos);
   done.complete(ok());
   CHECK(w.wait(1s));
+}
+
+TEST_CASE(
+    "a work made lazily from shared hooks is helped with its key, describes itself by their "
+    "place, and outlives every handle but the last") {
+  std::vector<std::uint64_t> helped;
+  auto hooks = std::make_shared<const work::hooks>(
+      work::hooks{[&](std::uint64_t k) { helped.push_back(k); }, {}, "group 'h' (gloo)"});
+  auto [w, done] = work::make_lazy("broadcast", hooks, 5);
+  hooks.reset();  // the work keeps them
+  CHECK(w.description() == "broadcast #5 on group 'h' (gloo)");
+  work copy = w;
+  w = work{};
+  CHECK_FALSE(w.valid());
+  CHECK(copy.wait(1ms).error().code() == errc::timeout);
+  CHECK(helped == std::vector<std::uint64_t>{5});
+  done.complete(make_error(errc::aborted, "stopped"));
+  done = work::completer{};  // the completer goes first: the result stays with the work
+  REQUIRE(copy.error());
+  CHECK(copy.error()->message() == "stopped");
+  CHECK(copy.description() == "broadcast #5 on group 'h' (gloo)");
 }
