@@ -46,6 +46,9 @@ void group_runner::start(std::shared_ptr<gloo_transport::tcp> tcp,
                          std::shared_ptr<gloo_transport::transport> transport) {
   tcp_ = std::move(tcp);
   transport_ = std::move(transport);
+  // The gauge exists (at 0) from the first group on, not from the first operation that
+  // waited in a queue: every export shows it.
+  gloo_metrics::queue_depth();
   worker_ = std::thread([this] { run_worker(); });
   p2p_thread_ = std::thread([this] { run_p2p(); });
 }

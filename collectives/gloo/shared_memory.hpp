@@ -180,6 +180,8 @@ class segment {
   [[nodiscard]] bool begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
                            std::uint32_t detail);
   void publish() noexcept;
+  // Wakes the members asleep in wait() after this member's publishes (see shared_memory.cpp).
+  void settle() noexcept;
   // Waits until every other member's phase (wait_one: member r's) reaches `target`; on
   // timeout the error says the late members `step` ("did not contribute") in time. On
   // the first such wait of an operation (`agree`), checks that those members run the same
@@ -250,6 +252,7 @@ class segment {
   single_copy_tuner* timing_ = nullptr;  // the running allgather's, when it is a sample
 
   std::uint64_t phase_ = 0;   // what this member published last
+  bool wake_due_ = false;     // published since the last settle()
   std::uint64_t chunks_ = 0;  // chunks run so far: chunk c uses buffer c % 2 of each slot
   // Buffer b of this member's slot may be rewritten once every member's phase reached
   // guard_[b]: the others have then finished reading it. A member finishes reading an
