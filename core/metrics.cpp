@@ -182,10 +182,14 @@ histogram::histogram(std::span<const double> bounds) {
   std::copy_n(bounds.begin(), size_, bounds_.begin());
 }
 
-void histogram::observe(double v) noexcept {
+std::size_t histogram::bucket_of(double v) const noexcept {
   std::size_t i = 0;
   while (i < size_ && v > bounds_[i]) ++i;
-  counts_[i].fetch_add(1, std::memory_order_relaxed);
+  return i;
+}
+
+void histogram::observe(double v) noexcept {
+  counts_[bucket_of(v)].fetch_add(1, std::memory_order_relaxed);
   sum_.fetch_add(v, std::memory_order_relaxed);
 }
 

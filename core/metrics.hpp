@@ -66,8 +66,10 @@ class histogram {
   /// A histogram with these upper bounds (the first max_buckets are kept).
   explicit histogram(std::span<const double> bounds);
 
-  /// Counts `v` into the first bucket whose bound is >= v (relaxed).
+  /// Counts `v` into bucket_of(v) (relaxed).
   void observe(double v) noexcept;
+  /// The first bucket whose bound is >= v; bounds().size() (+Inf) when none is.
+  std::size_t bucket_of(double v) const noexcept;
   /// Adds observations counted elsewhere: `counts` per bucket (bounds().size() + 1 of
   /// them, the last for +Inf; fewer are taken as zeros) and the sum of their values.
   void add(std::span<const std::uint64_t> counts, double sum) noexcept;

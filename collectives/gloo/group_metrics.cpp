@@ -36,10 +36,7 @@ void op_metrics::record(std::string_view op, std::size_t bytes, std::chrono::nan
   }
   entry& m = *last_;
   const double seconds = std::chrono::duration<double>(took).count();
-  const auto bounds = m.seconds->bounds();
-  std::size_t i = 0;
-  while (i < bounds.size() && seconds > bounds[i]) ++i;
-  ++m.counts[i];
+  ++m.counts[m.seconds->bucket_of(seconds)];
   m.sum += seconds;
   if (bytes != SIZE_MAX) m.unsent_bytes += bytes;
   if (m.unsent++ == 0) ++pending_;

@@ -36,8 +36,6 @@ class op_metrics {
               clock::time_point now);
   /// Hands every figure not yet in the registry over to it.
   void flush();
-  /// Whether some figures are not in the registry yet.
-  bool pending() const noexcept { return pending_ != 0; }
 
  private:
   struct entry {
