@@ -16,12 +16,9 @@ struct work_state {
 
   // The references (state_ref): the work and the completer at first.
   std::atomic<std::uint32_t> refs{2};
-  // Either given whole, or made on first use from op, key and where_text (describe()),
-  // which `where` or `hooks` keeps.
+  // Either given whole, or made on first use from op, key and hooks->where (describe()).
   std::string description;
   std::string_view op;
-  std::shared_ptr<const std::string> where;
-  const std::string* where_text = nullptr;
   std::once_flag described;
   // Called with key; set before the work is handed out, never changed (null: none).
   std::shared_ptr<const work::hooks> hooks;
@@ -45,11 +42,12 @@ struct work_state {
 namespace {
 
 const std::string& describe(work_state& s) {
-  if (s.where_text)
+  if (!s.op.empty())
     std::call_once(s.described, [&] {
-      s.description.reserve(s.op.size() + 24 + s.where_text->size());
+      const std::string& where = s.hooks->where;
+      s.description.reserve(s.op.size() + 24 + where.size());
       s.description.append(s.op).append(" #").append(std::to_string(s.key)).append(" on ");
-      s.description.append(*s.where_text);
+      s.description.append(where);
     });
   return s.description;
 }
@@ -120,23 +118,11 @@ std::pair<work, work::completer> work::make(std::string description,
   return {std::move(w), std::move(c)};
 }
 
-std::pair<work, work::completer> work::make(std::string_view op,
-                                            std::shared_ptr<const std::string> where,
-                                            std::shared_ptr<const hooks> shared,
-                                            std::uint64_t key) {
-  auto made = make(std::string(), std::move(shared), key);
-  made.first.state_->op = op;
-  made.first.state_->where = std::move(where);
-  made.first.state_->where_text = made.first.state_->where.get();
-  return made;
-}
-
 std::pair<work, work::completer> work::make_lazy(std::string_view op,
                                                  std::shared_ptr<const hooks> shared,
                                                  std::uint64_t key) {
   auto made = make(std::string(), std::move(shared), key);
   made.first.state_->op = op;
-  made.first.state_->where_text = &made.first.state_->hooks->where;
   return made;
 }
 

@@ -79,13 +79,9 @@ class work {
   };
   static std::pair<work, completer> make(std::string description,
                                          std::shared_ptr<const hooks> shared, std::uint64_t key);
-  /// The same, with the description "<op> #<key> on <where>" made on first use (an error,
-  /// a log, description()) instead of for every operation. `op` must outlive the work (a
-  /// literal).
-  static std::pair<work, completer> make(std::string_view op,
-                                         std::shared_ptr<const std::string> where,
-                                         std::shared_ptr<const hooks> shared, std::uint64_t key);
-  /// The same, with `shared->where` as `where`: one shared object per work, not two.
+  /// The same (`shared` must not be null), with the description "<op> #<key> on
+  /// <shared->where>" made on first use (an error, a log, description()) instead of for
+  /// every operation. `op` must outlive the work (a literal).
   static std::pair<work, completer> make_lazy(std::string_view op,
                                               std::shared_ptr<const hooks> shared,
                                               std::uint64_t key);

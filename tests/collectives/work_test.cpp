@@ -78,8 +78,9 @@ TEST_CASE(
 }
 
 TEST_CASE("a work made from an operation, its number and its group describes itself when asked") {
-  auto where = std::make_shared<const std::string>("group 'g' (gloo, rank 0 of 2)");
-  auto [w, done] = work::make("allreduce", where, nullptr, 12);
+  auto where =
+      std::make_shared<const work::hooks>(work::hooks{{}, {}, "group 'g' (gloo, rank 0 of 2)"});
+  auto [w, done] = work::make_lazy("allreduce", where, 12);
   CHECK(w.description() == "allreduce #12 on group 'g' (gloo, rank 0 of 2)");
   CHECK(done.description() == w.description());
   auto late = w.wait(1ms);
