@@ -18,12 +18,13 @@ inline constexpr setting gloo_shm_slot{
     "pieces)"};
 inline constexpr setting gloo_shm_single_copy{
     "TROUPE_GLOO_SHM_SINGLE_COPY", "auto",
-    "whether a same-host gloo group's allgathers of 32-192 KiB per member read each block "
-    "once from the other members' memory (process_vm_readv) instead of copying it through "
-    "shared memory, which is faster while the inputs sit in the caches (unchanged between "
-    "operations) and slower when they were just written or evicted: `auto` times both ways "
-    "on the group's own allgathers and takes the faster, `1` always reads, `0` never "
-    "(docs/collectives.md); one member's `0` holds for all, `1` needs every member"};
+    "whether a same-host gloo group's allgathers of 32-192 KiB per member copy each block "
+    "once, from where it lies (through a pipe the owner splices its pages into, or with "
+    "process_vm_readv where the pipes cannot be made), instead of twice through shared "
+    "memory, which is faster while the inputs sit in the caches (unchanged between "
+    "operations) and can be slower when they were just written or evicted: `auto` times "
+    "both ways on the group's own allgathers and takes the faster, `1` always copies once, "
+    "`0` never (docs/collectives.md); one member's `0` holds for all, `1` needs every member"};
 inline constexpr setting gloo_local_sndbuf{
     "TROUPE_GLOO_LOCAL_SNDBUF", "262144",
     "send buffer of same-host gloo TCP connections, in bytes (`0`: the kernel's autotuning)"};

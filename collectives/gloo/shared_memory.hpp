@@ -58,6 +58,10 @@ struct open_options {
   /// (TROUPE_GLOO_SHM_SINGLE_COPY: 0 off, auto measured, 1 always; see allgather()). One
   /// member saying off turns it off for all; it is always on only when all say always.
   single_copy_mode single_copy = single_copy_mode::measured;
+  /// Whether single-copy allgathers may hand blocks over through pipes (vmsplice), which
+  /// need no permission to read the others' memory and pin pages faster, before
+  /// process_vm_readv; rank 0's choice holds for every member. Off only to test the other.
+  bool pipes = true;
   duration timeout = std::chrono::seconds(30);
 };
 
@@ -105,9 +109,11 @@ class segment {
   /// once every member has the data, so that every member learns of a disagreement.
   expected<void> broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline);
   /// Member r's `in` lands in block r of `out` on every member. From 32 to 192 KiB per
-  /// member, when the members can all run at once and every member could read the
-  /// others' memory (open() tries), an allgather may instead read the others' inputs where
-  /// they lie (process_vm_readv): one copy of each block instead of two through a slot;
+  /// member, when the members can all run at once, an allgather may instead copy the
+  /// others' inputs once, from where they lie: each member splices its input's pages into
+  /// a pipe to every other (vmsplice), which reads them into its output; without the
+  /// pipes, when every member could read the others' memory (open() tries), each reads
+  /// them (process_vm_readv). One copy of each block instead of two through a slot;
   /// every member then returns only once every other one has read its input. That is
   /// faster while the inputs sit in the caches and slower when they were just written or
   /// evicted (shared_memory_single_copy.cpp), so by default (single_copy_mode::measured)
@@ -134,6 +140,9 @@ class segment {
   /// Whether allgathers may read the others' blocks from their memory (see allgather()):
   /// known once this member ran an allgather of those sizes, false before.
   bool reads_members_memory() const noexcept { return single_copy_ >= 1; }
+  /// Whether those allgathers hand the blocks over through pipes (vmsplice) rather than
+  /// process_vm_readv: known once open() returned.
+  bool hands_over_through_pipes() const noexcept { return use_pipes_; }
   /// How many allgathers read the others' blocks from their memory so far.
   std::uint64_t single_copy_reads() const noexcept { return single_copy_reads_; }
 
@@ -208,6 +217,23 @@ class segment {
   // Whether this member can read every other member's memory (process_vm_readv): set in
   // open(), published in its member line.
   bool probe_single_copy() const;
+  // The pipes of single-copy allgathers, one per ordered pair of members, FIFOs named
+  // after the segment (shared_memory_pipes.cpp). Rank 0 makes them with the segment
+  // (make_pipes: "" or why not); every member opens the ones it writes to and reads from
+  // before it answers the offer (open_pipes), and unlinks their names with the segment's
+  // (unlink_pipes); once all answered, the members use them when every one opened its
+  // pipes and each can hold the largest block (agree_on_pipes, the same on every member).
+  std::string make_pipes(const std::string& name);
+  void open_pipes(const std::string& name);
+  void unlink_pipes(const std::string& name) const;
+  void agree_on_pipes();
+  void close_pipes() noexcept;
+  // The capacity each pipe is given: the largest single-copy block on pages of its own.
+  static std::size_t pipe_bytes_wanted();
+  // Splices `own` into the pipe to every other member; reads every other member's block
+  // from its pipe into `dst`. False once they failed (the segment is then failed).
+  [[nodiscard]] bool splice_own(const std::byte* own, std::size_t bytes);
+  [[nodiscard]] bool read_pipes(std::size_t bytes, std::byte* dst);
   // The single-copy allgather (see allgather(); shared_memory_single_copy.cpp) of `own`,
   // this member's block, into `dst`: read when it read every other member's block, failed
   // as the waits fail, slots when the caller is to copy the blocks through the slots (the
@@ -218,7 +244,8 @@ class segment {
                                                           clock::time_point deadline);
   // Reads every other member's block from its memory into `dst` and waits until every
   // member read this one's; false once it failed, as the waits.
-  [[nodiscard]] bool read_members(std::size_t bytes, std::byte* dst, clock::time_point deadline);
+  [[nodiscard]] bool read_members(const std::byte* own, std::size_t bytes, std::byte* dst,
+                                  clock::time_point deadline);
   // At a tuner's exchange: decides its next cycle from every member's figures.
   void retune(single_copy_tuner& t);
   // At the end of an allgather that is a tuner's sample (timing_): records its time.
@@ -247,6 +274,10 @@ class segment {
   // are written before a member's first publish); 0 never, 1 always, 2 when measured to
   // be faster (the tuners below).
   int single_copy_ = -1;
+  // The pipes' file descriptors by member (-1 for this one, and when not in use), and
+  // whether single-copy allgathers go through them (agree_on_pipes()).
+  std::vector<int> pipe_to_, pipe_from_;
+  bool use_pipes_ = false;
   std::uint64_t single_copy_reads_ = 0;
   single_copy_tuner tuners_[3];
   single_copy_tuner* timing_ = nullptr;  // the running allgather's, when it is a sample

@@ -171,11 +171,23 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
                           : seg->create(name, token,
                                         shm_layout::round_up(std::max<std::size_t>(o.slot_bytes, 1),
                                                              shm_layout::page));
+    // The pipes of single-copy allgathers, which need the members to run at once.
+    if (why.empty() && o.pipes && o.single_copy != single_copy_mode::off &&
+        seg->head().run_at_once != 0) {
+      if (auto no_pipes = seg->make_pipes(name); no_pipes.empty())
+        seg->head().pipes = 1;
+      else
+        TROUPE_LOG(log_level::debug, "collectives", o.group,
+                   " hands its allgather blocks over without pipes: ", no_pipes);
+    }
     std::string offer = why.empty() ? strcat(name, " ", token_hex(token)) : "none " + why;
     if (!why.empty()) my_answer = "0 " + why;
     auto set = s.set("offer", std::as_bytes(std::span(offer.data(), offer.size())), dl.remaining());
     if (!set) {
-      if (seg->map_) ::shm_unlink(name.c_str());
+      if (seg->map_) {
+        ::shm_unlink(name.c_str());
+        if (seg->head().pipes) seg->unlink_pipes(name);
+      }
       return std::move(set).error();
     }
   } else {
@@ -203,6 +215,7 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
     me.start.store(ps ? ps->start : 0);
     me.pid_ns.store(pid_namespace());
     me.map_address.store(reinterpret_cast<std::uintptr_t>(seg->map_));
+    if (seg->head().pipes) seg->open_pipes(name);
   }
   auto answer_key = strcat("joined/", o.rank);
   auto set = s.set(answer_key, std::as_bytes(std::span(my_answer.data(), my_answer.size())),
@@ -214,7 +227,10 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
   // Every member that knows the name removes it once everyone answered (or failed to):
   // the members keep their mappings, and no name outlives the group's creation, even when
   // rank 0 was killed while it waited (ENOENT from the others is expected and harmless).
-  if (!name.empty()) ::shm_unlink(name.c_str());
+  if (!name.empty()) {
+    ::shm_unlink(name.c_str());
+    if (seg->map_ && seg->head().pipes) seg->unlink_pipes(name);
+  }
   if (!waited) return std::move(waited).error();
 
   std::string refusal;
@@ -232,23 +248,30 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
   }
 
   seg->run_at_once_ = seg->head().run_at_once != 0;
+  seg->agree_on_pipes();
   const auto my_ns = seg->at(o.rank).pid_ns.load();
   seg->check_liveness_ = my_ns != 0;
   for (int r = 0; r < o.size; ++r)
     seg->check_liveness_ = seg->check_liveness_ && seg->at(r).pid_ns.load() == my_ns;
-  // Before this member's first publish, which makes the flag visible to the others. Under
-  // a Yama ptrace scope of 1 and up, only a member told to always read tries (and the
-  // kernel logs its refusal), so that a default group leaves no line in the kernel's log.
+  // Before this member's first publish, which makes the flag visible to the others. With
+  // the pipes every member can; without, under a Yama ptrace scope of 1 and up, only a
+  // member told to always read tries to read the others' memory (and the kernel logs its
+  // refusal), so that a default group leaves no line in the kernel's log.
   const bool single_copy =
-      o.single_copy != single_copy_mode::off && seg->check_liveness_ &&
-      (o.single_copy == single_copy_mode::always || yama_ptrace_scope() == 0) &&
-      seg->probe_single_copy();
+      o.single_copy != single_copy_mode::off &&
+      (seg->use_pipes_ ||
+       (seg->check_liveness_ &&
+        (o.single_copy == single_copy_mode::always || yama_ptrace_scope() == 0) &&
+        seg->probe_single_copy()));
   seg->at(o.rank).single_copy.store(!single_copy                                ? 2
                                     : o.single_copy == single_copy_mode::always ? 1
                                                                                 : 3);
   TROUPE_LOG(log_level::debug, "collectives", o.group, " shares memory between its ", o.size,
-             " members (", seg->slot_bytes_, " bytes per slot; ", single_copy ? "can" : "cannot",
-             " read the others' memory)");
+             " members (", seg->slot_bytes_, " bytes per slot; allgathers ",
+             !single_copy      ? "copy through the slots only"
+             : seg->use_pipes_ ? "may hand blocks over through pipes"
+                               : "may read the others' memory",
+             ")");
   return seg;
 }
 
@@ -275,6 +298,7 @@ bool segment::probe_single_copy() const {
 }
 
 segment::~segment() {
+  close_pipes();
   if (map_) ::munmap(map_, map_bytes_);
 }
 

@@ -1,8 +1,9 @@
 // The single-copy allgather of a gloo group's shared-memory segment (shared_memory.hpp,
-// segment::allgather): each member reads the others' blocks from their own memory with
-// process_vm_readv instead of through the slots. Whether the members may read one
-// another is found in open() (shared_memory_open.cpp); the slots and their invariants are
-// in shared_memory.cpp, which runs the allgather when this declines.
+// segment::allgather): each member takes the others' blocks from their own memory, through
+// the pipes they spliced them into (shared_memory_pipes.cpp) or, without pipes, with
+// process_vm_readv, instead of through the slots. Whether the members may read one another
+// is found in open() (shared_memory_open.cpp); the slots and their invariants are in
+// shared_memory.cpp, which runs the allgather when this declines.
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -21,9 +22,10 @@ namespace {
 
 // Allgathers of single_copy_min_bytes to single_copy_max_bytes per member, when the members
 // can all run at once and read one another's memory, may read the others' blocks where
-// they lie (process_vm_readv): one copy of each block instead of two through a slot, for
-// a publish more (every member must have read a member's input before it returns). World
-// 2 on 2 cores, 9 alternating runs against the slots (bench/RESULTS.md):
+// they lie: one copy of each block instead of two through a slot, for a publish more
+// (every member must have read a member's input before it returns). World 2 on 2 cores, 9
+// alternating runs of process_vm_readv against the slots (bench/RESULTS.md; the pipes
+// took 0.76-0.84x the time of process_vm_readv at 32 KiB, 0.77-0.97x at 128 KiB):
 // - unchanged inputs, in both CPUs' caches: 16 KiB per member 1.42x the time, 32 KiB
 //   0.93x, 64 KiB 0.79x, 128 KiB 0.70x, 160 KiB 0.78x, 192 KiB 0.93x, 256 KiB 1.24x (the
 //   kernel pins the pages, which costs more than its copy; two user copies through the
@@ -78,14 +80,16 @@ std::size_t size_class(std::size_t bytes) {
 
 }  // namespace
 
-// Every member that reads says where its input lies and publishes; once all have, each
-// reads the others' blocks from their memory into its output, publishes again, and returns
-// once all have read (its input must not change or go away before). At a tuner's exchange
-// (and at the first allgather of these sizes, which learns from the members' flags whether
-// all can read) every member publishes first and decides after; when the decision is the
-// slots, the caller copies through them (the publish here is then one more, which nothing
-// waits for). Every member takes the same path: the window and run_at_once_ are the same
-// everywhere, and so are single_copy_ once known and every tuner (see above).
+// Every member that reads splices its input into its pipes (or says where it lies) and
+// publishes; once all have, each reads the others' blocks into its output, publishes
+// again, copies its own block meanwhile, and returns once all have read (its input must
+// not change or go away before). At a tuner's exchange (and at the first allgather of
+// these sizes, which learns from the members' flags whether all can read) every member
+// publishes first and decides after, and with pipes splices and publishes once more when
+// the decision is to read; when it is the slots, the caller copies through them (the
+// publish here is then one more, which nothing waits for). Every member takes the same
+// path: the window, run_at_once_ and use_pipes_ are the same everywhere, and so are
+// single_copy_ once known and every tuner (see above).
 segment::single_copy_outcome segment::allgather_single_copy(const std::byte* own, std::size_t bytes,
                                                             std::byte* dst,
                                                             clock::time_point deadline) {
@@ -103,7 +107,6 @@ segment::single_copy_outcome segment::allgather_single_copy(const std::byte* own
         std::min(t.best[t.sampling].period, ns_between(t.sample_start, now));
     t.sampling = -1;
   }
-  auto* const mine = dst + bytes * static_cast<std::size_t>(rank_);
   auto& line = at(rank_);
   line.source.store(reinterpret_cast<std::uintptr_t>(own), std::memory_order_relaxed);
   // Known here except at an exchange, where it is decided after the publish.
@@ -126,8 +129,10 @@ segment::single_copy_outcome segment::allgather_single_copy(const std::byte* own
     t.position = p + 1 == t.cycle ? 0 : p + 1;
   }
   if (!read) return single_copy_outcome::slots;
+  // At an exchange the way is known only after the publish: the pipes get the block after
+  // the decision, and one publish more says it is there.
+  if (use_pipes_ && !exchange && !splice_own(own, bytes)) return single_copy_outcome::failed;
   publish();
-  if (own != mine) std::memcpy(mine, own, bytes);
   if (!wait_all(phase_, deadline, "did not contribute")) return single_copy_outcome::failed;
   if (exchange) {
     if (single_copy_ < 0) {
@@ -141,11 +146,18 @@ segment::single_copy_outcome segment::allgather_single_copy(const std::byte* own
         if (flag == 3) single_copy_ = 2;
       }
     }
+    if (single_copy_ == 0) close_pipes();
     if (single_copy_ == 2) retune(t);
     if (single_copy_ == 0 || (single_copy_ == 2 && !t.read)) return single_copy_outcome::slots;
+    if (use_pipes_) {
+      if (!splice_own(own, bytes)) return single_copy_outcome::failed;
+      publish();
+      if (!wait_all(phase_, deadline, "did not contribute", false))
+        return single_copy_outcome::failed;
+    }
   }
-  return read_members(bytes, dst, deadline) ? single_copy_outcome::read
-                                            : single_copy_outcome::failed;
+  return read_members(own, bytes, dst, deadline) ? single_copy_outcome::read
+                                                 : single_copy_outcome::failed;
 }
 
 bool reads_next(bool reading, const std::uint64_t (&op)[2], const std::uint64_t (&period)[2]) {
@@ -191,9 +203,15 @@ void segment::note_sample() noexcept {
   timing_ = nullptr;
 }
 
-bool segment::read_members(std::size_t bytes, std::byte* dst, clock::time_point deadline) {
+std::size_t segment::pipe_bytes_wanted() {
+  return (single_copy_max_bytes / shm_layout::page + 1) * shm_layout::page;
+}
+
+bool segment::read_members(const std::byte* own, std::size_t bytes, std::byte* dst,
+                           clock::time_point deadline) {
   auto block_of = [&](int r) { return dst + bytes * static_cast<std::size_t>(r); };
-  for (int r = 0; r < size_; ++r) {
+  if (use_pipes_ && !read_pipes(bytes, dst)) return false;
+  for (int r = 0; r < size_ && !use_pipes_; ++r) {
     if (r == rank_) continue;
     const auto pid = static_cast<pid_t>(at(r).pid.load(std::memory_order_relaxed));
     const auto from = static_cast<std::uintptr_t>(at(r).source.load(std::memory_order_relaxed));
@@ -218,6 +236,7 @@ bool segment::read_members(std::size_t bytes, std::byte* dst, clock::time_point 
   }
   ++single_copy_reads_;
   publish();
+  if (auto* mine = block_of(rank_); own != mine) std::memcpy(mine, own, bytes);
   return wait_all(phase_, deadline, "did not read this member's block", false);
 }
 

@@ -15,7 +15,7 @@ namespace troupe::collectives::gloo_shm {
 namespace shm_layout {
 
 inline constexpr std::uint64_t magic = 0x74726f7570652d73;  // "troupe-s"
-inline constexpr std::uint32_t version = 5;
+inline constexpr std::uint32_t version = 6;
 inline constexpr std::size_t page = 4096;
 // Operations of the segment a member can be ahead of another, and more: a member finishes
 // no operation before every other one began it, so one ahead at most. Indexed by the
@@ -43,6 +43,9 @@ struct segment::header {
   // Whether the members are not more than the CPUs rank 0 may run on (so that they can
   // all run at once): rank 0's view, so that every member splits an operation the same way.
   std::uint32_t run_at_once;
+  // Whether rank 0 made the pipes of single-copy allgathers (shared_memory_pipes.cpp), one
+  // per ordered pair of members, named after the segment.
+  std::uint32_t pipes;
   std::atomic<std::int32_t> failed_by;          // 0, or the failed member's rank + 1
   alignas(64) std::atomic<std::uint32_t> wake;  // futex word, bumped by every publish
   std::atomic<std::uint32_t> sleepers;
@@ -72,6 +75,9 @@ struct alignas(64) segment::member {
   // asks to always, 3 when it can and asks to measure, 2 when it cannot or asks not to.
   std::atomic<std::uint64_t> map_address;
   std::atomic<std::uint32_t> single_copy;
+  // The least capacity in bytes of the pipes this member writes to, 0 when it has none
+  // (shared_memory_pipes.cpp): written before the member answers the offer.
+  std::atomic<std::uint32_t> pipe_bytes;
   // The single-copy tuner's best times at its last exchange (the slots', then reading the
   // others' memory), in ns: written before the exchanging allgather's first publish
   // (shared_memory_single_copy.cpp).

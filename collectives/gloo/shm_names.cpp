@@ -76,8 +76,22 @@ std::string segment_name(std::uint64_t token) {
                 token_hex(token));
 }
 
+std::string pipe_path(const std::string& name, int from, int to) {
+  return strcat("/dev/shm", name, ".", from, ".", to);
+}
+
 std::optional<segment_maker> parse_segment_name(std::string_view file) {
   if (file.substr(0, prefix.size()) != prefix) return std::nullopt;
+  // A segment's pipe: the segment's name, then ".<from>.<to>".
+  if (auto dot = file.find('.'); dot != std::string_view::npos) {
+    auto pair = file.substr(dot + 1);
+    auto second = pair.find('.');
+    int from = 0, to = 0;
+    if (second == std::string_view::npos || !parse_name_part(pair.substr(0, second), from, 10) ||
+        !parse_name_part(pair.substr(second + 1), to, 10) || from < 0 || to < 0)
+      return std::nullopt;
+    file = file.substr(0, dot);
+  }
   file.remove_prefix(prefix.size());
   std::string_view part[4];
   for (int i = 0; i < 4; ++i) {

@@ -39,11 +39,16 @@ std::string token_hex(std::uint64_t token);
 /// The shm_open name ("/troupe-...") of a new segment of this process with `token`.
 std::string segment_name(std::uint64_t token);
 
-/// The maker of the segment named `file` (as listed in /dev/shm, without the slash), or
-/// nullopt for a name of another form.
+/// The FIFO through which member `from` of the segment named `name` (segment_name())
+/// hands its allgather blocks to member `to` (shared_memory_pipes.cpp):
+/// "/dev/shm<name>.<from>.<to>". It lives no longer than the segment's name.
+std::string pipe_path(const std::string& name, int from, int to);
+
+/// The maker of the segment named `file` (as listed in /dev/shm, without the slash), or of
+/// the segment whose pipe it is; nullopt for a name of another form.
 std::optional<segment_maker> parse_segment_name(std::string_view file);
 
-/// Unlinks the names in `dir` (/dev/shm) of segments whose maker ran in this pid
+/// Unlinks the names in `dir` (/dev/shm) of segments and pipes whose maker ran in this pid
 /// namespace and is gone: no such process, a zombie, or its pid reused by a later process.
 /// Names of live makers, of other pid namespaces (their pids mean nothing here) and of
 /// other forms are left alone. Unlinking a name never disturbs members that mapped it.

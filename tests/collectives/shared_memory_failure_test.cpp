@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -178,46 +179,48 @@ TEST_CASE(
     "an allgather read from the others' memory ends as the slots' do when a member never "
     "comes, fails, or its group aborts") {
   enum class end { never_comes, marks_failed, aborts };
-  for (end how : {end::never_comes, end::marks_failed, end::aborts}) {
-    CAPTURE(static_cast<int>(how));
-    duration took{};
-    auto out = on_members(group_of(2, {10, 11}).with_slot(gloo_shm::default_slot_bytes),
-                          [&](member& m) -> std::string {
-                            if (m.rank == 1) {
-                              std::this_thread::sleep_for(100ms);
-                              if (how == end::marks_failed) m.seg.mark_failed();
-                              if (how == end::aborts) m.all[0]->abort();
-                              return "away";
-                            }
-                            std::vector<std::int64_t> own(8192), all(16384);
-                            const auto start = clock::now();
-                            auto r = m.seg.allgather(1, tensor_view::of(std::span(own)),
-                                                     tensor_view::of(std::span(all)),
-                                                     in(how == end::never_comes ? 300ms : 20s));
-                            took = std::chrono::duration_cast<duration>(clock::now() - start);
-                            must(std::move(r));
-                            return "";
-                          });
-    CAPTURE(out[0]);
-    CHECK(out[1] == "away");
-    switch (how) {
-      case end::never_comes:
-        CHECK(contains(out[0], "threw timeout"));
-        CHECK(contains(out[0],
-                       "allgather of 65536 bytes per rank (collective #1): rank [11] "
-                       "did not contribute in time"));
-        CHECK(took >= 300ms);
-        break;
-      case end::marks_failed:
-        CHECK(contains(out[0], "threw connection_lost"));
-        CHECK(contains(out[0], "rank 11 failed"));
-        break;
-      case end::aborts:
-        CHECK(contains(out[0], "threw aborted"));
-        break;
+  for (bool pipes : {true, false})
+    for (end how : {end::never_comes, end::marks_failed, end::aborts}) {
+      CAPTURE(pipes);
+      CAPTURE(static_cast<int>(how));
+      duration took{};
+      auto group = group_of(2, {10, 11}).with_slot(gloo_shm::default_slot_bytes);
+      auto out = on_members(pipes ? group : group.without_pipes(), [&](member& m) -> std::string {
+        if (m.rank == 1) {
+          std::this_thread::sleep_for(100ms);
+          if (how == end::marks_failed) m.seg.mark_failed();
+          if (how == end::aborts) m.all[0]->abort();
+          return "away";
+        }
+        std::vector<std::int64_t> own(8192), all(16384);
+        const auto start = clock::now();
+        auto r =
+            m.seg.allgather(1, tensor_view::of(std::span(own)), tensor_view::of(std::span(all)),
+                            in(how == end::never_comes ? 300ms : 20s));
+        took = std::chrono::duration_cast<duration>(clock::now() - start);
+        must(std::move(r));
+        return "";
+      });
+      CAPTURE(out[0]);
+      CHECK(out[1] == "away");
+      switch (how) {
+        case end::never_comes:
+          CHECK(contains(out[0], "threw timeout"));
+          CHECK(contains(out[0],
+                         "allgather of 65536 bytes per rank (collective #1): rank [11] "
+                         "did not contribute in time"));
+          CHECK(took >= 300ms);
+          break;
+        case end::marks_failed:
+          CHECK(contains(out[0], "threw connection_lost"));
+          CHECK(contains(out[0], "rank 11 failed"));
+          break;
+        case end::aborts:
+          CHECK(contains(out[0], "threw aborted"));
+          break;
+      }
+      CHECK(took < 3s);
     }
-    CHECK(took < 3s);
-  }
 }
 
 TEST_CASE("a member that marks the segment failed wakes the others' waits at once") {
@@ -349,8 +352,16 @@ TEST_CASE("a segment name says who made it, and other names are not taken for on
   CHECK(maker->start == gloo_shm::read_proc(::getpid())->start);
   CHECK(maker->pid_ns == gloo_shm::pid_namespace());
   for (std::string other : {"troupe-12-abc", "troupe-1-2-3", "troupe-x-1-2-3", "troupe-1-2-3-4-5",
-                            "other-1-2-3-4", "troupe-0-1-2-3", "troupe-1-2-3-"})
+                            "other-1-2-3-4", "troupe-0-1-2-3", "troupe-1-2-3-", "troupe-1-2-3-4.0",
+                            "troupe-1-2-3-4.0.x", "troupe-1-2-3-4.0.1.2", "troupe-1-2-3-4..1"})
     CHECK_MESSAGE(!gloo_shm::parse_segment_name(other).has_value(), other);
+  // The segment's pipes say who made them too.
+  auto pipe = gloo_shm::pipe_path(name, 1, 0);
+  REQUIRE(pipe.rfind("/dev/shm/", 0) == 0);
+  auto pipe_maker = gloo_shm::parse_segment_name(pipe.substr(9));
+  REQUIRE(pipe_maker.has_value());
+  CHECK(pipe_maker->pid == ::getpid());
+  CHECK(pipe_maker->start == maker->start);
 }
 
 TEST_CASE(
@@ -381,11 +392,16 @@ TEST_CASE(
     ~unlink_all() {
       for (const auto& n : names) ::shm_unlink(("/" + n).c_str());
     }
-  } cleanup{{live, reused, foreign, odd}};
+  } cleanup{{live, reused, foreign, odd, live + ".0.1", reused + ".1.0"}};
   for (const auto& n : {live, reused, foreign, odd}) leave_segment(n);
+  // And the pipes such a rank 0 made with its segment.
+  for (const auto& n : {live + ".0.1", reused + ".1.0"})
+    REQUIRE_MESSAGE(::mkfifo(("/dev/shm/" + n).c_str(), 0600) == 0, "mkfifo(", n, ") failed");
   gloo_shm::sweep_dead_segments();
   CHECK(shm_exists(live));
+  CHECK(shm_exists(live + ".0.1"));
   CHECK_FALSE(shm_exists(reused));
+  CHECK_FALSE(shm_exists(reused + ".1.0"));
   CHECK(shm_exists(foreign));
   CHECK(shm_exists(odd));
 
@@ -394,6 +410,7 @@ TEST_CASE(
   REQUIRE(child.exited());
   check_all(on_members(group_of(2), [](member&) { return ""; }));
   CHECK_FALSE(shm_exists(live));
+  CHECK_FALSE(shm_exists(live + ".0.1"));
   CHECK(shm_exists(foreign));
   CHECK(shm_exists(odd));
 }

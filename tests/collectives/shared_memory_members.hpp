@@ -51,6 +51,7 @@ struct setup {
   // What the others ask for: to read the others' memory at every size where it may, so
   // that the tests know which way an allgather goes, unless a test measures.
   single_copy_mode single_copy = single_copy_mode::always;
+  bool pipes = true;  // whether single-copy allgathers may go through pipes
   duration timeout = 10s;
 
   setup with_slot(std::size_t bytes) const {
@@ -66,6 +67,11 @@ struct setup {
   setup without_single_copy(int rank) const {
     auto s = *this;
     s.no_single_copy.push_back(rank);
+    return s;
+  }
+  setup without_pipes() const {
+    auto s = *this;
+    s.pipes = false;
     return s;
   }
   setup with_single_copy(single_copy_mode mode) const {
@@ -128,6 +134,7 @@ std::vector<std::string> on_members(const setup& s, F body) {
               ? s.single_copy
               : single_copy_mode::off;
       o.slot_bytes = s.slot_bytes;
+      o.pipes = s.pipes;
       o.timeout = s.timeout;
       auto seg = segment::open(store, o);
       if (seg && *seg) all[static_cast<std::size_t>(r)] = seg->get();

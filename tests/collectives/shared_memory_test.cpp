@@ -114,8 +114,9 @@ bool two_cpus() {
 
 // Allgathers around the sizes read from the others' memory (32 to 192 KiB per member),
 // apart from and in place, with slots of the default size; whether the members read one
-// another's memory afterwards goes to `reads`.
-std::string single_copy_sizes(member& m, std::vector<char>& reads) {
+// another's memory afterwards goes to `reads`, and whether through pipes to `pipes`.
+std::string single_copy_sizes(member& m, std::vector<char>& reads,
+                              std::vector<char>* pipes = nullptr) {
   std::uint64_t seq = 1;
   for (std::size_t bytes :
        {std::size_t{32 << 10} - 8, std::size_t{32 << 10}, std::size_t{100 << 10} + 8,
@@ -124,21 +125,37 @@ std::string single_copy_sizes(member& m, std::vector<char>& reads) {
       if (auto e = int64_allgather(m, seq, bytes / sizeof(std::int64_t), in_place); !e.empty())
         return e;
   reads[static_cast<std::size_t>(m.rank)] = m.seg.reads_members_memory() ? 1 : 0;
+  if (pipes) (*pipes)[static_cast<std::size_t>(m.rank)] = m.seg.hands_over_through_pipes() ? 1 : 0;
   return "";
 }
 
 }  // namespace
 
 TEST_CASE(
-    "allgathers of 32 to 192 KiB per member read the others' blocks from their memory and "
-    "put every block in place, apart and in place") {
-  std::vector<char> reads(2, 0);
+    "allgathers of 32 to 192 KiB per member take the others' blocks through pipes from where "
+    "they lie and put every block in place, apart and in place") {
+  std::vector<char> reads(2, 0), pipes(2, 0);
   check_all(on_members(group_of(2).with_slot(gloo_shm::default_slot_bytes),
-                       [&](member& m) { return single_copy_sizes(m, reads); }));
+                       [&](member& m) { return single_copy_sizes(m, reads, &pipes); }));
   // Only when the two members can run at once; otherwise the slots carry every block.
   const char want = two_cpus() ? 1 : 0;
   CHECK(reads[0] == want);
   CHECK(reads[1] == want);
+  CHECK(pipes[0] == want);
+  CHECK(pipes[1] == want);
+}
+
+TEST_CASE(
+    "without the pipes, allgathers of 32 to 192 KiB per member read the others' blocks from "
+    "their memory and put every block in place, apart and in place") {
+  std::vector<char> reads(2, 0), pipes(2, 1);
+  check_all(on_members(group_of(2).with_slot(gloo_shm::default_slot_bytes).without_pipes(),
+                       [&](member& m) { return single_copy_sizes(m, reads, &pipes); }));
+  const char want = two_cpus() ? 1 : 0;
+  CHECK(reads[0] == want);
+  CHECK(reads[1] == want);
+  CHECK(pipes[0] == 0);
+  CHECK(pipes[1] == 0);
 }
 
 TEST_CASE(
