@@ -183,7 +183,9 @@ void segment::retune(single_copy_tuner& t) {
   if (t.switched) {
     t.read = !t.read;
     TROUPE_LOG(log_level::debug, "collectives", "rank ", world(rank_), ": ", what(),
-               t.read ? " now reads the others' memory" : " now copies through shared memory",
+               !t.read      ? " now copies through shared memory"
+               : use_pipes_ ? " now takes the others' blocks through pipes"
+                            : " now reads the others' memory",
                " (the members' best times summed, reading against the slots: ", op[1] / 1000,
                " against ", op[0] / 1000, " us alone, ", period[1] / 1000, " against ",
                period[0] / 1000, " us from start to start)");
