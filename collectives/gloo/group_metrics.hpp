@@ -31,7 +31,8 @@ class op_metrics {
   static constexpr std::chrono::milliseconds flush_period{10};
 
   /// Records a collective `op` (a literal: "allreduce", ...) of `bytes` bytes (SIZE_MAX:
-  /// not given, size class "unknown") that succeeded in `took`, ending at `now`.
+  /// not given, size class "unknown") that succeeded in `took`; `now` (the operation's
+  /// start will do: within milliseconds) paces the batches.
   void record(std::string_view op, std::size_t bytes, std::chrono::nanoseconds took,
               clock::time_point now);
   /// Hands every figure not yet in the registry over to it.

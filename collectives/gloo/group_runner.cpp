@@ -46,6 +46,7 @@ void group_runner::start(std::shared_ptr<gloo_transport::tcp> tcp,
                          std::shared_ptr<gloo_transport::transport> transport) {
   tcp_ = std::move(tcp);
   transport_ = std::move(transport);
+  span_clock::calibrate();  // here, not in the first operation (about 2 ms, once per process)
   // The gauge exists (at 0) from the first group on, not from the first operation that
   // waited in a queue: every export shows it.
   gloo_metrics::queue_depth();
@@ -312,7 +313,9 @@ void group_runner::run_inline(std::uint64_t seq) {
 void group_runner::execute(task& t) {
   auto budget = roll_call_budget(t.timeout);
   std::optional<handed_off> handoff;
-  const auto started = clock::now();
+  // The deadline's start and the time taken for the metrics from the span counter: two
+  // reads of clock::now() were a fifth of a group of one's 4 KiB allreduce (span_clock.hpp).
+  const auto [started, started_ticks] = stamper_.now();
   run_ctx rc{{static_cast<std::uint32_t>(t.seq & 0xffffffu),
               std::max(t.timeout - budget, duration(1)), t.seq, started},
              t.peer >= 0 ? &handoff : nullptr};
@@ -340,8 +343,8 @@ void group_runner::execute(task& t) {
     p2p_cv_.notify_one();
   } else {
     if (t.peer < 0) {
-      const auto now = clock::now();
-      metrics_.record(t.op, t.bytes, now - started, now);
+      metrics_.record(t.op, t.bytes, span_clock::between(started_ticks, span_clock::ticks()),
+                      started);
     }
     t.done.complete(ok());
   }

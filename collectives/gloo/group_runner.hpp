@@ -32,6 +32,7 @@
 #include <troupe/collectives/gloo/transport.hpp>
 #include <troupe/collectives/process_group.hpp>
 #include <troupe/collectives/work.hpp>
+#include <troupe/core/span_clock.hpp>
 #include <troupe/core/unique_function.hpp>
 #include <troupe/store/store.hpp>
 
@@ -153,6 +154,8 @@ class group_runner : public process_group, public std::enable_shared_from_this<g
   std::shared_ptr<const work::hooks> hooks_;
   // The metrics of the collectives that succeeded (only execute() records, under busy_).
   gloo_metrics::op_metrics metrics_;
+  // The operations' starts and spans (span_clock.hpp; only execute() reads it, under busy_).
+  span_clock::stamper stamper_;
   // What this group adds to the process's queue-depth gauge (gauge_queue(), under mu_).
   std::int64_t gauged_ = 0;
   bool worker_parked_ = false;  // the worker waits for a notify, not polling
