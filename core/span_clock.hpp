@@ -35,13 +35,20 @@ void calibrate() noexcept;
 /// thread at a time (a group's runner, which runs one operation at a time).
 class stamper {
  public:
+  /// Counted time after which clock::now() is read again.
   static constexpr std::chrono::milliseconds rebase{1};
+  /// How much later than the extrapolated time each point is made.
   static constexpr std::chrono::microseconds margin{5};
 
+  /// A point in time and the counter's reading then.
   struct stamp {
-    clock::time_point at;  // not before the present
-    std::uint64_t ticks;   // ticks() at that moment
+    /// Not before the present, and at most about `margin` after it.
+    clock::time_point at;
+    /// ticks() at that moment, for between().
+    std::uint64_t ticks;
   };
+  /// The present as a stamp: one read of the counter, and of clock::now() once per
+  /// `rebase` (and where the counter is the steady clock itself).
   stamp now() noexcept;
 
  private:
