@@ -7,10 +7,9 @@ namespace troupe::span_clock {
 
 namespace {
 
-std::uint64_t steady_ns() noexcept {
+std::uint64_t ns_of(clock::time_point t) noexcept {
   return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now().time_since_epoch())
-          .count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
 }
 
 // Which counter ticks() reads, and nanoseconds per tick.
@@ -59,7 +58,7 @@ std::uint64_t ticks() noexcept {
 #if defined(__x86_64__)
   if (the_counter().tsc) return __builtin_ia32_rdtsc();
 #endif
-  return steady_ns();
+  return ns_of(clock::now());
 }
 
 std::chrono::nanoseconds between(std::uint64_t from, std::uint64_t to) noexcept {
@@ -72,14 +71,15 @@ void calibrate() noexcept { (void)the_counter(); }
 
 stamper::stamp stamper::now() noexcept {
   const auto& c = the_counter();
-  if (!c.tsc) {
+  if (!c.tsc) {  // ticks() is the steady clock in ns: one read makes both
     const auto at = clock::now();
-    return {at, steady_ns()};
+    return {at, ns_of(at)};
   }
   const std::uint64_t t = ticks();
   if (rebase_ticks_ == 0 || t - base_ticks_ >= rebase_ticks_ || t < base_ticks_) {
+    // The clock read after the counter: points counted from here are, if anything, late.
+    base_ticks_ = t;
     base_at_ = clock::now();
-    base_ticks_ = ticks();
     if (rebase_ticks_ == 0)
       rebase_ticks_ = static_cast<std::uint64_t>(
           std::chrono::duration<double, std::nano>(rebase).count() / c.ns_per_tick);

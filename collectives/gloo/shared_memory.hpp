@@ -226,6 +226,9 @@ class segment {
   std::string make_pipes(const std::string& name);
   void open_pipes(const std::string& name);
   void unlink_pipes(const std::string& name) const;
+  // Unlinks the segment's name and, when this member mapped it and rank 0 made them, its
+  // pipes' names.
+  void unlink_names(const std::string& name) const;
   void agree_on_pipes();
   void close_pipes() noexcept;
   // The capacity each pipe is given: the largest single-copy block on pages of its own.
@@ -234,6 +237,9 @@ class segment {
   // from its pipe into `dst`. False once they failed (the segment is then failed).
   [[nodiscard]] bool splice_own(const std::byte* own, std::size_t bytes);
   [[nodiscard]] bool read_pipes(std::size_t bytes, std::byte* dst);
+  // Reads every other member's block from its memory (process_vm_readv) into `dst`; false
+  // once it failed (the segment is then failed).
+  [[nodiscard]] bool read_memory(std::size_t bytes, std::byte* dst);
   // The single-copy allgather (see allgather(); shared_memory_single_copy.cpp) of `own`,
   // this member's block, into `dst`: read when it read every other member's block, failed
   // as the waits fail, slots when the caller is to copy the blocks through the slots (the

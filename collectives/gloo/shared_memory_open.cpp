@@ -184,10 +184,7 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
     if (!why.empty()) my_answer = "0 " + why;
     auto set = s.set("offer", std::as_bytes(std::span(offer.data(), offer.size())), dl.remaining());
     if (!set) {
-      if (seg->map_) {
-        ::shm_unlink(name.c_str());
-        if (seg->head().pipes) seg->unlink_pipes(name);
-      }
+      if (seg->map_) seg->unlink_names(name);
       return std::move(set).error();
     }
   } else {
@@ -227,10 +224,7 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
   // Every member that knows the name removes it once everyone answered (or failed to):
   // the members keep their mappings, and no name outlives the group's creation, even when
   // rank 0 was killed while it waited (ENOENT from the others is expected and harmless).
-  if (!name.empty()) {
-    ::shm_unlink(name.c_str());
-    if (seg->map_ && seg->head().pipes) seg->unlink_pipes(name);
-  }
+  if (!name.empty()) seg->unlink_names(name);
   if (!waited) return std::move(waited).error();
 
   std::string refusal;
@@ -273,6 +267,11 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
                                : "may read the others' memory",
              ")");
   return seg;
+}
+
+void segment::unlink_names(const std::string& name) const {
+  ::shm_unlink(name.c_str());
+  if (map_ && head().pipes) unlink_pipes(name);
 }
 
 bool segment::probe_single_copy() const {

@@ -209,16 +209,14 @@ std::size_t segment::pipe_bytes_wanted() {
   return (single_copy_max_bytes / shm_layout::page + 1) * shm_layout::page;
 }
 
-bool segment::read_members(const std::byte* own, std::size_t bytes, std::byte* dst,
-                           clock::time_point deadline) {
-  auto block_of = [&](int r) { return dst + bytes * static_cast<std::size_t>(r); };
-  if (use_pipes_ && !read_pipes(bytes, dst)) return false;
-  for (int r = 0; r < size_ && !use_pipes_; ++r) {
+bool segment::read_memory(std::size_t bytes, std::byte* dst) {
+  for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
+    auto* block = dst + bytes * static_cast<std::size_t>(r);
     const auto pid = static_cast<pid_t>(at(r).pid.load(std::memory_order_relaxed));
     const auto from = static_cast<std::uintptr_t>(at(r).source.load(std::memory_order_relaxed));
     for (std::size_t done = 0; done < bytes;) {
-      iovec local{block_of(r) + done, bytes - done};
+      iovec local{block + done, bytes - done};
       iovec remote{reinterpret_cast<void*>(from + done), bytes - done};
       const auto n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
       if (n <= 0) {
@@ -236,9 +234,16 @@ bool segment::read_members(const std::byte* own, std::size_t bytes, std::byte* d
       done += static_cast<std::size_t>(n);
     }
   }
+  return true;
+}
+
+bool segment::read_members(const std::byte* own, std::size_t bytes, std::byte* dst,
+                           clock::time_point deadline) {
+  if (!(use_pipes_ ? read_pipes(bytes, dst) : read_memory(bytes, dst))) return false;
   ++single_copy_reads_;
   publish();
-  if (auto* mine = block_of(rank_); own != mine) std::memcpy(mine, own, bytes);
+  if (auto* mine = dst + bytes * static_cast<std::size_t>(rank_); own != mine)
+    std::memcpy(mine, own, bytes);
   return wait_all(phase_, deadline, "did not read this member's block", false);
 }
 
