@@ -14,7 +14,9 @@ namespace troupe::span_clock {
 
 /// A reading of a counter for timing spans: the CPU's time-stamp counter where the kernel
 /// keeps time with it (x86-64 whose clocksource is "tsc": constant rate, synchronized
-/// across CPUs; about 10 ns a read), else clock::now() in nanoseconds. Only differences
+/// across CPUs; about 10 ns a read) or with KVM's clock on an invariant counter
+/// ("kvm-clock", and "constant_tsc" and "nonstop_tsc" among the CPU's flags), else
+/// clock::now() in nanoseconds. Only differences
 /// of two readings mean anything (between()).
 std::uint64_t ticks() noexcept;
 
