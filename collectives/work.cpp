@@ -1,5 +1,6 @@
 #include <troupe/collectives/work.hpp>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -19,8 +20,10 @@ struct work_state {
   // Either given whole, or made on first use from op, key and hooks->where (describe()).
   std::string description;
   std::string_view op;
-  std::once_flag described;
-  // Called with key; set before the work is handed out, never changed (null: none).
+  std::atomic<bool> described{false};  // description made from op (describe())
+  // Called with key; set before the work is handed out, never changed while it is out
+  // (null: none). A state kept for reuse keeps them, so that the next work of the same
+  // backend takes over its reference instead of counting one more (see take_state()).
   std::shared_ptr<const work::hooks> hooks;
   std::uint64_t key = 0;
   // pending, then completing (one completer won and writes `result`), then done (`result`
@@ -37,18 +40,94 @@ struct work_state {
 
   static constexpr std::uint32_t pending = 0, completing = 1, done = 2;
   bool is_done() const noexcept { return state.load(std::memory_order_acquire) == done; }
+
+  // Back to a new state's values, for reuse: nobody holds a reference. The hooks stay (see
+  // `hooks`); the strings and the waiters' vector keep their memory.
+  void reset() noexcept {
+    refs.store(2, std::memory_order_relaxed);
+    description.clear();
+    op = {};
+    described.store(false, std::memory_order_relaxed);
+    key = 0;
+    state.store(pending, std::memory_order_relaxed);
+    listeners.store(0, std::memory_order_relaxed);
+    result = expected<void>();
+    waiters.clear();  // pending only if the work was dropped uncompleted: broken, as deleted
+  }
 };
 
 namespace {
 
+// A thread's states kept for reuse: the last reference to a state gives it to the thread
+// that drops it, up to `keep`, and a new work takes one from its thread before it
+// allocates. A small collective's work so costs no allocation and no making and unmaking
+// of its lock and condition variable (with the allocation, a tenth of a 4 KiB allgather's
+// bookkeeping in a group of one). Works are made and dropped on the caller's thread: its
+// own states come back to it.
+class spare_states {
+ public:
+  static constexpr std::size_t keep = 16;
+  ~spare_states();
+  // A state with its two references, reused or new.
+  work_state* take() {
+    if (n_ == 0) return new work_state();
+    work_state* s = states_[--n_];
+    s->reset();
+    return s;
+  }
+  // Takes `s`, which nobody references any more, or deletes it when full. Hooks that only
+  // this state holds (a work's own, or those of a backend that is gone) go at once.
+  void give(work_state* s) noexcept {
+    if (n_ == keep) {
+      delete s;
+      return;
+    }
+    if (s->hooks.use_count() == 1) s->hooks.reset();
+    states_[n_++] = s;
+  }
+
+ private:
+  std::array<work_state*, keep> states_{};
+  std::size_t n_ = 0;
+};
+
+// Set when the thread's spare_states is destroyed (thread exit): a work dropped after
+// that, by a later destructor on the same thread, deletes its state. A plain flag, valid
+// until the thread ends.
+thread_local bool spares_gone = false;
+
+spare_states::~spare_states() {
+  spares_gone = true;
+  for (std::size_t i = 0; i < n_; ++i) delete states_[i];
+}
+
+spare_states& spares() {
+  thread_local spare_states kept;
+  return kept;
+}
+
+work_state* take_state() { return spares_gone ? new work_state() : spares().take(); }
+
+void give_state(work_state* s) noexcept {
+  if (spares_gone)
+    delete s;
+  else
+    spares().give(s);
+}
+
 const std::string& describe(work_state& s) {
-  if (!s.op.empty())
-    std::call_once(s.described, [&] {
+  if (!s.op.empty() && !s.described.load(std::memory_order_acquire)) {
+    // Made at most once per work, on an error or a log: one lock for every work is enough.
+    static std::mutex making;
+    std::lock_guard lk(making);
+    if (!s.described.load(std::memory_order_relaxed)) {
       const std::string& where = s.hooks->where;
       s.description.reserve(s.op.size() + 24 + where.size());
       s.description.append(s.op).append(" #").append(std::to_string(s.key)).append(" on ");
       s.description.append(where);
-    });
+      s.described.store(true, std::memory_order_release);
+    }
+  }
   return s.description;
 }
 
@@ -78,10 +157,10 @@ state_ref& state_ref::operator=(state_ref&& o) noexcept {
   return *this;
 }
 
-// The last reference deletes the state; acquire-release, so that its deletion comes after
-// every other holder's use of it.
+// The last reference keeps the state for reuse on its thread (spare_states), or deletes
+// it; acquire-release, so that either comes after every other holder's use of it.
 state_ref::~state_ref() {
-  if (p_ && p_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p_;
+  if (p_ && p_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) give_state(p_);
 }
 
 }  // namespace detail
@@ -96,20 +175,19 @@ std::pair<work, work::completer> work::make(std::string description, std::functi
 
 std::pair<work, work::completer> work::make(std::string description, std::function<void()> help,
                                             std::function<void()> urge) {
-  if (!help && !urge) return make(std::move(description), nullptr, 0);
+  if (!help && !urge) return make(std::move(description), std::shared_ptr<const hooks>(), 0);
   auto own = std::make_shared<const hooks>(hooks{
       help ? [h = std::move(help)](std::uint64_t) { h(); } : std::function<void(std::uint64_t)>(),
       urge ? [u = std::move(urge)](std::uint64_t) { u(); } : std::function<void(std::uint64_t)>(),
       {}});
-  return make(std::move(description), std::move(own), 0);
+  return make(std::move(description), own, 0);
 }
 
-std::pair<work, work::completer> work::make(std::string description,
-                                            std::shared_ptr<const hooks> shared,
-                                            std::uint64_t key) {
-  auto* s = new detail::work_state();  // with its two references
-  s->description = std::move(description);
-  s->hooks = std::move(shared);
+std::pair<work, work::completer> work::make_pending(detail::work_state* s,
+                                                    const std::shared_ptr<const hooks>& shared,
+                                                    std::uint64_t key) {
+  // A kept state of the same backend holds its hooks already: no count taken and dropped.
+  if (s->hooks != shared) s->hooks = shared;
   s->key = key;
   work w;
   w.state_ = detail::state_ref(s);
@@ -118,12 +196,20 @@ std::pair<work, work::completer> work::make(std::string description,
   return {std::move(w), std::move(c)};
 }
 
+std::pair<work, work::completer> work::make(std::string description,
+                                            const std::shared_ptr<const hooks>& shared,
+                                            std::uint64_t key) {
+  auto* s = detail::take_state();
+  s->description = std::move(description);
+  return make_pending(s, shared, key);
+}
+
 std::pair<work, work::completer> work::make_lazy(std::string_view op,
-                                                 std::shared_ptr<const hooks> shared,
+                                                 const std::shared_ptr<const hooks>& shared,
                                                  std::uint64_t key) {
-  auto made = make(std::string(), std::move(shared), key);
-  made.first.state_->op = op;
-  return made;
+  auto* s = detail::take_state();
+  s->op = op;
+  return make_pending(s, shared, key);
 }
 
 work work::completed(expected<void> result, std::string description) {

@@ -77,13 +77,17 @@ class work {
     std::function<void(std::uint64_t)> urge;
     std::string where;
   };
+  /// A thread keeps up to 16 states of dropped works for its next ones, with the `shared`
+  /// hooks they were made with while another reference to those exists: a work costs no
+  /// allocation, and a backend's next work no count on its hooks.
   static std::pair<work, completer> make(std::string description,
-                                         std::shared_ptr<const hooks> shared, std::uint64_t key);
+                                         const std::shared_ptr<const hooks>& shared,
+                                         std::uint64_t key);
   /// The same (`shared` must not be null), with the description "<op> #<key> on
   /// <shared->where>" made on first use (an error, a log, description()) instead of for
   /// every operation. `op` must outlive the work (a literal).
   static std::pair<work, completer> make_lazy(std::string_view op,
-                                              std::shared_ptr<const hooks> shared,
+                                              const std::shared_ptr<const hooks>& shared,
                                               std::uint64_t key);
 
   work() = default;
@@ -105,6 +109,10 @@ class work {
   bool valid() const noexcept { return static_cast<bool>(state_); }
 
  private:
+  // `s` (with its two references) as a pending work with `shared` and `key`.
+  static std::pair<work, completer> make_pending(detail::work_state* s,
+                                                 const std::shared_ptr<const hooks>& shared,
+                                                 std::uint64_t key);
   detail::state_ref state_;
 };
 
