@@ -24,7 +24,9 @@ inline constexpr setting gloo_shm_single_copy{
     "memory, which is faster while the inputs sit in the caches (unchanged between "
     "operations) and can be slower when they were just written or evicted: `auto` times "
     "both ways on the group's own allgathers and takes the faster, `1` always copies once, "
-    "`0` never (docs/collectives.md); one member's `0` holds for all, `1` needs every member"};
+    "`0` never (docs/collectives.md); one member's `0` holds for all, `1` needs every member. "
+    "Unless `0`, broadcasts from 64 KiB and allgathers from 256 KiB per member copy once too, "
+    "where the members can read one another's memory (broadcasts also through the pipes)"};
 inline constexpr setting gloo_local_sndbuf{
     "TROUPE_GLOO_LOCAL_SNDBUF", "262144",
     "send buffer of same-host gloo TCP connections, in bytes (`0`: the kernel's autotuning)"};

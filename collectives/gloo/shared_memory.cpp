@@ -55,6 +55,20 @@ constexpr std::size_t fold_whole_max_bytes = 64 << 10;
 // whole slot, copied at once, is faster. At 4 members on 2 cores the root and the others
 // take turns on a CPU, and a ring waits for each turn: whole slots there.
 constexpr std::size_t ring_max_bytes = 256 << 10;
+// Broadcasts from this size copy the data once (segment::broadcast), where the members can
+// read one another's memory or have their pipes. World 2 on a 2-vCPU VM whose cores pass
+// lines slowly (a 4 KiB allgather 1.3 us for Open MPI, against 0.5 on the VM the ring was
+// tuned on; bench/RESULTS.md, 2026-11-28, eleventh), medians of 15 runs before and after,
+// against the ring and the slots: 64 KiB 0.52x the time, 256 KiB 0.25x, 1 MiB 0.18x,
+// 4 MiB 0.29x, 16 MiB 0.52x, 64 MiB 0.77x; at 16 KiB the ring kept 0.75x the time of one
+// copy (9 alternating runs).
+constexpr std::size_t single_copy_broadcast_min_bytes = 64 << 10;
+// Allgathers from this size per member read the others' blocks from their memory where
+// every member can and the members can all run at once (beneath it the measured
+// single-copy sizes end, at 192 KiB): two copies of each block instead of three (into
+// the slot, its owner's own into the output, out of the slot). Same VM, world 2, 3
+// alternating runs of 300 at 2 MiB per member: 0.47-0.61x the time of the slots.
+constexpr std::size_t single_copy_allgather_min_bytes = 256 << 10;
 constexpr std::size_t ring_piece_bytes = 2 << 10;
 constexpr std::size_t ring_depth = 4;
 
@@ -435,7 +449,15 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   if (!begin(seq, op_broadcast, t.nbytes(), static_cast<std::uint32_t>(root))) return failed();
   auto* data = static_cast<std::byte*>(t.data);
   const std::size_t bytes = t.nbytes();
-  if (run_at_once_ && bytes <= ring_max_bytes) {
+  // One copy from 64 KiB (see shared_memory.hpp): reading the root's memory where every
+  // member can, else through the pipes.
+  const bool one_copy = bytes >= single_copy_broadcast_min_bytes && single_copy_ != 0;
+  if (one_copy && !learn_readers(deadline)) return failed();
+  if (one_copy && all_read_ == 1) {
+    if (!broadcast_read(data, bytes, root, deadline)) return failed();
+  } else if (one_copy && use_pipes_) {
+    if (!broadcast_pipes(data, bytes, root, deadline)) return failed();
+  } else if (run_at_once_ && bytes <= ring_max_bytes) {
     if (!broadcast_ring(data, bytes, root, deadline)) return failed();
   } else {
     for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
@@ -485,6 +507,13 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
       return failed();
     case single_copy_outcome::slots:
       break;
+  }
+  // Above the measured sizes, when the members can all run at once and read one another's
+  // memory: one copy of each block, as Open MPI's, instead of two through the slots and
+  // the member's own block copied into its slot besides.
+  if (run_at_once_ && bytes >= single_copy_allgather_min_bytes && single_copy_ != 0) {
+    if (!learn_readers(deadline)) return failed();
+    if (all_read_ == 1) return allgather_read(own, bytes, dst, deadline) ? ok() : failed();
   }
   for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
     const std::size_t len = std::min(slot_bytes_, bytes - off);

@@ -62,6 +62,10 @@ struct open_options {
   /// need no permission to read the others' memory and pin pages faster, before
   /// process_vm_readv; rank 0's choice holds for every member. Off only to test the other.
   bool pipes = true;
+  /// Whether this member may read the others' memory (process_vm_readv) where the system
+  /// lets it: single-copy allgathers without pipes, large ones, and broadcasts. Off only to
+  /// test the pipes.
+  bool reads = true;
   duration timeout = std::chrono::seconds(30);
 };
 
@@ -106,7 +110,11 @@ class segment {
   expected<void> allreduce(std::uint64_t seq, tensor_view t, reduce_op op, const cpu_reduce_fn& fn,
                            std::size_t divisor, clock::time_point deadline);
   /// Broadcast from member `root` in place. Returns on every member (the root included)
-  /// once every member has the data, so that every member learns of a disagreement.
+  /// once every member has the data, so that every member learns of a disagreement. From
+  /// 64 KiB the data is copied once instead of twice through a slot: every other member
+  /// reads the root's tensor from its memory (process_vm_readv) when every member can, or
+  /// else, when the group has its pipes, the root splices the tensor's pages into a pipe
+  /// to each, which reads them into its tensor.
   expected<void> broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline);
   /// Member r's `in` lands in block r of `out` on every member. From 32 to 192 KiB per
   /// member, when the members can all run at once, an allgather may instead copy the
@@ -143,7 +151,8 @@ class segment {
   /// Whether those allgathers hand the blocks over through pipes (vmsplice) rather than
   /// process_vm_readv: known once open() returned.
   bool hands_over_through_pipes() const noexcept { return use_pipes_; }
-  /// How many allgathers read the others' blocks from their memory so far.
+  /// How many allgathers read the others' blocks from their memory, and broadcasts went
+  /// through the pipes, so far.
   std::uint64_t single_copy_reads() const noexcept { return single_copy_reads_; }
 
  private:
@@ -237,9 +246,36 @@ class segment {
   // from its pipe into `dst`. False once they failed (the segment is then failed).
   [[nodiscard]] bool splice_own(const std::byte* own, std::size_t bytes);
   [[nodiscard]] bool read_pipes(std::size_t bytes, std::byte* dst);
-  // Reads every other member's block from its memory (process_vm_readv) into `dst`; false
-  // once it failed (the segment is then failed).
+  // Splices `bytes` at `from` into the pipe to member r; reads `bytes` from member r's pipe
+  // into `to`. False once they failed (the segment is then failed).
+  [[nodiscard]] bool splice_to(int r, const std::byte* from, std::size_t bytes);
+  [[nodiscard]] bool read_pipe(int r, std::byte* to, std::size_t bytes);
+  // A broadcast through the pipes, in pieces (shared_memory_pipes.cpp); false once it
+  // failed, as the waits.
+  [[nodiscard]] bool broadcast_pipes(std::byte* data, std::size_t bytes, int root,
+                                     clock::time_point deadline);
+  // Reads every other member's block from its memory (process_vm_readv) into `dst`; reads
+  // `bytes` from member r's memory `at_offset` past where its `source` says into `to`.
+  // False once they
+  // failed (the segment is then failed).
   [[nodiscard]] bool read_memory(std::size_t bytes, std::byte* dst);
+  [[nodiscard]] bool read_from(int r, std::byte* to, std::size_t bytes, std::size_t at_offset);
+  // Copies `bytes` between `mine` and member r's memory `at_offset` past its `source`: from
+  // there (process_vm_readv), or there when `write` (process_vm_writev). False once it
+  // failed (the segment is then failed).
+  [[nodiscard]] bool cross_copy(int r, std::byte* mine, std::size_t bytes, std::size_t at_offset,
+                                bool write);
+  // At the first broadcast that may read the root's memory: learns from the members' flags
+  // whether every one can (all_read_), after a publish and a wait for every member; false
+  // once it failed, as the waits.
+  [[nodiscard]] bool learn_readers(clock::time_point deadline);
+  // A broadcast whose members copy the root's tensor straight from its memory
+  // (process_vm_readv, process_vm_writev); an allgather whose members read the others'
+  // blocks from their memory. False once they failed, as the waits.
+  [[nodiscard]] bool broadcast_read(std::byte* data, std::size_t bytes, int root,
+                                    clock::time_point deadline);
+  [[nodiscard]] bool allgather_read(const std::byte* own, std::size_t bytes, std::byte* dst,
+                                    clock::time_point deadline);
   // The single-copy allgather (see allgather(); shared_memory_single_copy.cpp) of `own`,
   // this member's block, into `dst`: read when it read every other member's block, failed
   // as the waits fail, slots when the caller is to copy the blocks through the slots (the
@@ -285,6 +321,9 @@ class segment {
   std::vector<int> pipe_to_, pipe_from_;
   bool use_pipes_ = false;
   std::uint64_t single_copy_reads_ = 0;
+  // Whether every member can read the others' memory (their flags' reads_memory bit): -1
+  // until the first broadcast that needs to know (learn_readers()), then 0 or 1.
+  int all_read_ = -1;
   single_copy_tuner tuners_[3];
   single_copy_tuner* timing_ = nullptr;  // the running allgather's, when it is a sample
 

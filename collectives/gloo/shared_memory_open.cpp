@@ -171,9 +171,8 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
                           : seg->create(name, token,
                                         shm_layout::round_up(std::max<std::size_t>(o.slot_bytes, 1),
                                                              shm_layout::page));
-    // The pipes of single-copy allgathers, which need the members to run at once.
-    if (why.empty() && o.pipes && o.single_copy != single_copy_mode::off &&
-        seg->head().run_at_once != 0) {
+    // The pipes of single-copy allgathers and of broadcasts.
+    if (why.empty() && o.pipes && o.single_copy != single_copy_mode::off) {
       if (auto no_pipes = seg->make_pipes(name); no_pipes.empty())
         seg->head().pipes = 1;
       else
@@ -212,7 +211,8 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
     me.start.store(ps ? ps->start : 0);
     me.pid_ns.store(pid_namespace());
     me.map_address.store(reinterpret_cast<std::uintptr_t>(seg->map_));
-    if (seg->head().pipes) seg->open_pipes(name);
+    // A member that copies through the slots only opens none: no member then uses them.
+    if (seg->head().pipes && o.single_copy != single_copy_mode::off) seg->open_pipes(name);
   }
   auto answer_key = strcat("joined/", o.rank);
   auto set = s.set(answer_key, std::as_bytes(std::span(my_answer.data(), my_answer.size())),
@@ -247,19 +247,19 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
   seg->check_liveness_ = my_ns != 0;
   for (int r = 0; r < o.size; ++r)
     seg->check_liveness_ = seg->check_liveness_ && seg->at(r).pid_ns.load() == my_ns;
-  // Before this member's first publish, which makes the flag visible to the others. With
-  // the pipes every member can; without, under a Yama ptrace scope of 1 and up, only a
-  // member told to always read tries to read the others' memory (and the kernel logs its
-  // refusal), so that a default group leaves no line in the kernel's log.
-  const bool single_copy =
-      o.single_copy != single_copy_mode::off &&
-      (seg->use_pipes_ ||
-       (seg->check_liveness_ &&
-        (o.single_copy == single_copy_mode::always || yama_ptrace_scope() == 0) &&
-        seg->probe_single_copy()));
-  seg->at(o.rank).single_copy.store(!single_copy                                ? 2
-                                    : o.single_copy == single_copy_mode::always ? 1
-                                                                                : 3);
+  // Before this member's first publish, which makes the flag visible to the others. Under
+  // a Yama ptrace scope of 1 and up only a member told to always read tries to read the
+  // others' memory (and the kernel logs its refusal), so that a default group leaves no
+  // line in the kernel's log. With the pipes every member can take single-copy allgathers;
+  // reading the others' memory also serves large broadcasts (see broadcast()).
+  const bool reads = o.single_copy != single_copy_mode::off && o.reads && seg->check_liveness_ &&
+                     (o.single_copy == single_copy_mode::always || yama_ptrace_scope() == 0) &&
+                     seg->probe_single_copy();
+  const bool single_copy = o.single_copy != single_copy_mode::off && (seg->use_pipes_ || reads);
+  seg->at(o.rank).single_copy.store((!single_copy                                ? 2u
+                                     : o.single_copy == single_copy_mode::always ? 1u
+                                                                                 : 3u) |
+                                    (reads ? shm_layout::reads_memory : 0u));
   TROUPE_LOG(log_level::debug, "collectives", o.group, " shares memory between its ", o.size,
              " members (", seg->slot_bytes_, " bytes per slot; allgathers ",
              !single_copy      ? "copy through the slots only"

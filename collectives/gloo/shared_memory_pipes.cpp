@@ -1,5 +1,6 @@
 // The pipes of a gloo group's single-copy allgathers (shared_memory.hpp, segment::allgather;
-// shared_memory_single_copy.cpp decides when they run).
+// shared_memory_single_copy.cpp decides when they run), and of its broadcasts from 64 KiB
+// where the members cannot read one another's memory (segment::broadcast).
 //
 // A member hands its allgather block to another by splicing the block's pages into a pipe
 // (vmsplice: the pipe holds references to the pages, no bytes are copied), and the other
@@ -41,6 +42,13 @@ namespace {
 // 3,584 pages) a few groups would reach a user's pipe-user-pages-soft (16,384 pages by
 // default), beyond which the kernel refuses to enlarge pipes.
 constexpr int max_pipe_members = 8;
+
+// A broadcast through the pipes (segment::broadcast_pipes) hands the data over in pieces
+// of this size, two at a time in each pipe: the root splices piece k while the others read
+// piece k - 1. A piece spans 31 pages at most (unaligned), two 62, in a pipe of 64
+// (pipe_bytes_wanted()), so a splice never finds its pipe full.
+constexpr std::size_t pipe_piece_bytes = 120 << 10;
+constexpr std::size_t pipe_depth = 2;
 
 }  // namespace
 
@@ -126,51 +134,85 @@ void segment::close_pipes() noexcept {
 }
 
 bool segment::splice_own(const std::byte* own, std::size_t bytes) {
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    iovec v{const_cast<std::byte*>(own), bytes};
-    while (v.iov_len > 0) {
-      const auto n = ::vmsplice(pipe_to_[static_cast<std::size_t>(r)], &v, 1, SPLICE_F_NONBLOCK);
-      if (n > 0) {
-        v.iov_base = static_cast<std::byte*>(v.iov_base) + n;
-        v.iov_len -= static_cast<std::size_t>(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      const int e = n < 0 ? errno : EIO;
-      mark_failed();
-      return fail(make_error(
-          errc::internal, what(), " (collective #", seq_, "): handing this member's block to rank ",
-          world(r), " through its pipe failed after ", bytes - v.iov_len, " of ", bytes, " bytes (",
-          e == EAGAIN ? "the pipe is full" : std::strerror(e),
-          "); set TROUPE_GLOO_SHM_SINGLE_COPY=0 to copy blocks through shared memory instead"));
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && !splice_to(r, own, bytes)) return false;
+  return true;
+}
+
+bool segment::splice_to(int r, const std::byte* from, std::size_t bytes) {
+  iovec v{const_cast<std::byte*>(from), bytes};
+  while (v.iov_len > 0) {
+    const auto n = ::vmsplice(pipe_to_[static_cast<std::size_t>(r)], &v, 1, SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      v.iov_base = static_cast<std::byte*>(v.iov_base) + n;
+      v.iov_len -= static_cast<std::size_t>(n);
+      continue;
     }
+    if (n < 0 && errno == EINTR) continue;
+    const int e = n < 0 ? errno : EIO;
+    mark_failed();
+    return fail(make_error(
+        errc::internal, what(), " (collective #", seq_, "): handing this member's data to rank ",
+        world(r), " through its pipe failed after ", bytes - v.iov_len, " of ", bytes, " bytes (",
+        e == EAGAIN ? "the pipe is full" : std::strerror(e),
+        "); set TROUPE_GLOO_SHM_SINGLE_COPY=0 to copy through shared memory instead"));
   }
   return true;
 }
 
-bool segment::read_pipes(std::size_t bytes, std::byte* dst) {
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    auto* block = dst + bytes * static_cast<std::size_t>(r);
-    for (std::size_t got = 0; got < bytes;) {
-      const auto n = ::read(pipe_from_[static_cast<std::size_t>(r)], block + got, bytes - got);
-      if (n > 0) {
-        got += static_cast<std::size_t>(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      // Every member splices its whole block before it publishes: what is missing now
-      // never comes.
-      const int e = n < 0 ? errno : EIO;
-      mark_failed();
-      return fail(make_error(errc::internal, what(), " (collective #", seq_, "): rank ", world(r),
-                             "'s block was not whole in its pipe (", got, " of ", bytes, " bytes; ",
-                             e == EAGAIN ? "no more to read" : std::strerror(e),
-                             "); set TROUPE_GLOO_SHM_SINGLE_COPY=0 to copy blocks through "
-                             "shared memory instead"));
+bool segment::read_pipe(int r, std::byte* to, std::size_t bytes) {
+  for (std::size_t got = 0; got < bytes;) {
+    const auto n = ::read(pipe_from_[static_cast<std::size_t>(r)], to + got, bytes - got);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+      continue;
     }
+    if (n < 0 && errno == EINTR) continue;
+    // The member splices all it hands over before it publishes: what is missing now
+    // never comes.
+    const int e = n < 0 ? errno : EIO;
+    mark_failed();
+    return fail(make_error(errc::internal, what(), " (collective #", seq_, "): rank ", world(r),
+                           "'s data was not whole in its pipe (", got, " of ", bytes, " bytes; ",
+                           e == EAGAIN ? "no more to read" : std::strerror(e),
+                           "); set TROUPE_GLOO_SHM_SINGLE_COPY=0 to copy through shared "
+                           "memory instead"));
   }
+  return true;
+}
+
+// Piece k: the root waits until every other member read piece k - pipe_depth (its phase
+// then reached base + k - pipe_depth + 1), splices piece k into the pipe to each and
+// publishes (base + k + 1); the others wait for that phase, read the piece into their
+// tensor and publish the same phase. The root's data stays as it is until broadcast()'s
+// last wait, which every member passes only once all have read all of it: the pipes hold
+// references to the root's pages, not copies.
+bool segment::broadcast_pipes(std::byte* data, std::size_t bytes, int root,
+                              clock::time_point deadline) {
+  const std::uint64_t base = phase_;
+  const std::size_t pieces = (bytes + pipe_piece_bytes - 1) / pipe_piece_bytes;
+  for (std::size_t k = 0; k < pieces; ++k) {
+    const std::size_t off = k * pipe_piece_bytes;
+    const std::size_t len = std::min(pipe_piece_bytes, bytes - off);
+    if (rank_ == root) {
+      if (k >= pipe_depth &&
+          !wait_all(base + k - pipe_depth + 1, deadline, "did not read the data", false))
+        return false;
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_ && !splice_to(r, data + off, len)) return false;
+    } else {
+      if (!wait_one(root, base + k + 1, deadline, "did not write the data")) return false;
+      if (!read_pipe(root, data + off, len)) return false;
+    }
+    publish();
+  }
+  if (rank_ != root) ++single_copy_reads_;
+  return true;
+}
+
+bool segment::read_pipes(std::size_t bytes, std::byte* dst) {
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && !read_pipe(r, dst + bytes * static_cast<std::size_t>(r), bytes)) return false;
   return true;
 }
 

@@ -15,7 +15,9 @@ namespace troupe::collectives::gloo_shm {
 namespace shm_layout {
 
 inline constexpr std::uint64_t magic = 0x74726f7570652d73;  // "troupe-s"
-inline constexpr std::uint32_t version = 6;
+inline constexpr std::uint32_t version = 7;
+// The bit of a member's single_copy flag that says it can read the others' memory.
+inline constexpr std::uint32_t reads_memory = 4;
 inline constexpr std::size_t page = 4096;
 // Operations of the segment a member can be ahead of another, and more: a member finishes
 // no operation before every other one began it, so one ahead at most. Indexed by the
@@ -71,8 +73,10 @@ struct alignas(64) segment::member {
   std::atomic<std::uint64_t> start;
   std::atomic<std::uint64_t> pid_ns;
   // Where this member mapped the segment (read by the others' probe in open()), and what
-  // its probe found and it asks for: 1 when it can read every other member's memory and
-  // asks to always, 3 when it can and asks to measure, 2 when it cannot or asks not to.
+  // it can do and asks for: in the low two bits, for single-copy allgathers, 1 when it can
+  // (through the pipes or reading the others' memory) and asks to always, 3 when it can
+  // and asks to measure, 2 when it cannot or asks not to; plus reads_memory when its probe
+  // read every other member's memory (large broadcasts, segment::broadcast()).
   std::atomic<std::uint64_t> map_address;
   std::atomic<std::uint32_t> single_copy;
   // The least capacity in bytes of the pipes this member writes to, 0 when it has none

@@ -223,6 +223,92 @@ TEST_CASE(
     }
 }
 
+TEST_CASE(
+    "a broadcast or a large allgather copied once ends as the slots' do when a member never "
+    "comes, fails, or its group aborts") {
+  enum class end { never_comes, marks_failed, aborts };
+  enum class op { broadcast_reads, broadcast_pipes, allgather_reads };
+  for (op which : {op::broadcast_reads, op::broadcast_pipes, op::allgather_reads})
+    for (end how : {end::never_comes, end::marks_failed, end::aborts})
+      for (int root : {0, 1}) {
+        if (which == op::allgather_reads && root == 1) continue;  // no root
+        CAPTURE(static_cast<int>(which));
+        CAPTURE(static_cast<int>(how));
+        CAPTURE(root);
+        duration took{};
+        auto group = group_of(2, {10, 11}).with_slot(gloo_shm::default_slot_bytes);
+        if (which == op::broadcast_pipes) group = group.without_reads();
+        auto out = on_members(group, [&](member& m) -> std::string {
+          // 1 MiB: several pieces of the pipes.
+          std::vector<float> data(1 << 18), all(1 << 19);
+          auto run = [&](std::uint64_t seq, clock::time_point deadline) {
+            return which == op::allgather_reads
+                       ? m.seg.allgather(seq, tensor_view::of(std::span(data)),
+                                         tensor_view::of(std::span(all)), deadline)
+                       : m.seg.broadcast(seq, tensor_view::of(std::span(data)), root, deadline);
+          };
+          // A first one together: the members learn that they can read one another (one
+          // wait more, at the first such operation only); the second is the one that ends.
+          must(run(1, in(10s)));
+          if (m.rank == 1) {
+            std::this_thread::sleep_for(100ms);
+            if (how == end::marks_failed) m.seg.mark_failed();
+            if (how == end::aborts) m.all[0]->abort();
+            return "away";
+          }
+          const auto start = clock::now();
+          auto r = run(2, in(how == end::never_comes ? 300ms : 20s));
+          took = std::chrono::duration_cast<duration>(clock::now() - start);
+          must(std::move(r));
+          return "";
+        });
+        CAPTURE(out[0]);
+        CHECK(out[1] == "away");
+        switch (how) {
+          case end::never_comes:
+            CHECK(contains(out[0], "threw timeout"));
+            CHECK(contains(out[0], "(collective #2): rank [11] "));
+            CHECK(took >= 300ms);
+            break;
+          case end::marks_failed:
+            CHECK(contains(out[0], "threw connection_lost"));
+            CHECK(contains(out[0], "rank 11 failed"));
+            break;
+          case end::aborts:
+            CHECK(contains(out[0], "threw aborted"));
+            break;
+        }
+        CHECK(took < 3s);
+      }
+}
+
+TEST_CASE(
+    "members that disagree on the size or the root of a broadcast copied once fail naming "
+    "both") {
+  for (bool reads : {true, false}) {
+    CAPTURE(reads);
+    auto group = group_of(2, {10, 11}).with_slot(gloo_shm::default_slot_bytes);
+    if (!reads) group = group.without_reads();
+    // Both copied once, and one copied once against one through the ring.
+    for (auto [mine, theirs] : {std::pair{65536, 100000}, std::pair{16384, 10000}}) {
+      CAPTURE(theirs);
+      auto sizes = on_members(group, [&](member& m) {
+        std::uint64_t seq = 3;
+        return float_broadcast(m, seq, static_cast<std::size_t>(m.rank == 0 ? mine : theirs), 0, 0);
+      });
+      check_each_contains(sizes,
+                          {"threw invalid_argument", strcat("broadcast of ", mine * 4, " bytes"),
+                           strcat("broadcast of ", theirs * 4, " bytes")});
+    }
+    auto roots = on_members(group, [](member& m) {
+      std::uint64_t seq = 4;
+      return float_broadcast(m, seq, 65536, 1 - m.rank, 0);
+    });
+    check_each_contains(roots, {"threw invalid_argument", "broadcast of 262144 bytes from rank 0",
+                                "broadcast of 262144 bytes from rank 1"});
+  }
+}
+
 TEST_CASE("a member that marks the segment failed wakes the others' waits at once") {
   std::vector<duration> took(3);
   auto out = on_members(group_of(3, {10, 11, 12}), [&](member& m) {

@@ -52,6 +52,7 @@ struct setup {
   // that the tests know which way an allgather goes, unless a test measures.
   single_copy_mode single_copy = single_copy_mode::always;
   bool pipes = true;  // whether single-copy allgathers may go through pipes
+  bool reads = true;  // whether the members may read the others' memory
   duration timeout = 10s;
 
   setup with_slot(std::size_t bytes) const {
@@ -72,6 +73,11 @@ struct setup {
   setup without_pipes() const {
     auto s = *this;
     s.pipes = false;
+    return s;
+  }
+  setup without_reads() const {
+    auto s = *this;
+    s.reads = false;
     return s;
   }
   setup with_single_copy(single_copy_mode mode) const {
@@ -135,6 +141,7 @@ std::vector<std::string> on_members(const setup& s, F body) {
               : single_copy_mode::off;
       o.slot_bytes = s.slot_bytes;
       o.pipes = s.pipes;
+      o.reads = s.reads;
       o.timeout = s.timeout;
       auto seg = segment::open(store, o);
       if (seg && *seg) all[static_cast<std::size_t>(r)] = seg->get();

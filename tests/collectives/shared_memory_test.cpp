@@ -137,12 +137,13 @@ TEST_CASE(
   std::vector<char> reads(2, 0), pipes(2, 0);
   check_all(on_members(group_of(2).with_slot(gloo_shm::default_slot_bytes),
                        [&](member& m) { return single_copy_sizes(m, reads, &pipes); }));
-  // Only when the two members can run at once; otherwise the slots carry every block.
+  // Only when the two members can run at once; otherwise the slots carry every block. The
+  // pipes are there either way (broadcasts use them).
   const char want = two_cpus() ? 1 : 0;
   CHECK(reads[0] == want);
   CHECK(reads[1] == want);
-  CHECK(pipes[0] == want);
-  CHECK(pipes[1] == want);
+  CHECK(pipes[0] == 1);
+  CHECK(pipes[1] == 1);
 }
 
 TEST_CASE(
@@ -156,6 +157,81 @@ TEST_CASE(
   CHECK(reads[1] == want);
   CHECK(pipes[0] == 0);
   CHECK(pipes[1] == 0);
+}
+
+namespace {
+
+// Broadcasts around the smallest one copied once (64 KiB), and of several 120 KiB pieces of
+// the pipes, from every root; the single-copy operations this member took part in go to
+// `reads` (as a reader: the root's own copy counts for nothing).
+std::string one_copy_broadcasts(member& m, std::vector<std::uint64_t>& reads) {
+  std::uint64_t seq = 1;
+  for (std::size_t count : {16383, 16384, 16385, 100003, 300007})
+    for (int root = 0; root < m.size; ++root)
+      if (auto e = float_broadcast(m, seq, count, root, seq); !e.empty()) return e;
+  reads[static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE(
+    "broadcasts from 64 KiB are copied once, by the root and the others at once from one "
+    "another's memory, and give every member the root's data at 2, 3 and 4 members") {
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    std::vector<std::uint64_t> reads(static_cast<std::size_t>(n), 0);
+    check_all(on_members(group_of(n).with_slot(gloo_shm::default_slot_bytes),
+                         [&](member& m) { return one_copy_broadcasts(m, reads); }));
+    // Four sizes from 64 KiB, each from every root: n - 1 times a reader.
+    for (auto r : reads) CHECK(r == 4 * static_cast<std::uint64_t>(n - 1));
+  }
+}
+
+TEST_CASE(
+    "members that may not read one another's memory copy broadcasts from 64 KiB once through "
+    "the pipes, in pieces, and give every member the root's data at 2, 3 and 4 members") {
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    std::vector<std::uint64_t> reads(static_cast<std::size_t>(n), 0);
+    check_all(on_members(group_of(n).with_slot(gloo_shm::default_slot_bytes).without_reads(),
+                         [&](member& m) { return one_copy_broadcasts(m, reads); }));
+    for (auto r : reads) CHECK(r == 4 * static_cast<std::uint64_t>(n - 1));
+  }
+}
+
+TEST_CASE(
+    "without the pipes or reading one another's memory, broadcasts from 64 KiB go through the "
+    "slots with the same results") {
+  std::vector<std::uint64_t> reads(3, 1);
+  check_all(on_members(
+      group_of(3).with_slot(gloo_shm::default_slot_bytes).without_reads().without_pipes(),
+      [&](member& m) { return one_copy_broadcasts(m, reads); }));
+  for (auto r : reads) CHECK(r == 0);
+}
+
+TEST_CASE(
+    "allgathers from 256 KiB per member read the others' blocks from their memory when the "
+    "members can run at once, and put every block in place, apart and in place") {
+  for (bool reads_allowed : {true, false}) {
+    CAPTURE(reads_allowed);
+    std::vector<std::uint64_t> reads(2, 0);
+    auto group = group_of(2).with_slot(gloo_shm::default_slot_bytes);
+    check_all(
+        on_members(reads_allowed ? group : group.without_reads(), [&](member& m) -> std::string {
+          std::uint64_t seq = 1;
+          for (std::size_t count : {32768, 32769, 300007})
+            for (bool in_place : {false, true})
+              if (auto e = int64_allgather(m, seq, count, in_place); !e.empty()) return e;
+          reads[static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
+          return "";
+        }));
+    // Six allgathers of those sizes; the slots when the members cannot read one another's
+    // memory (the pipes serve up to 192 KiB) or cannot run at once.
+    const std::uint64_t want = reads_allowed && two_cpus() ? 6 : 0;
+    CHECK(reads[0] == want);
+    CHECK(reads[1] == want);
+  }
 }
 
 TEST_CASE(
