@@ -18,8 +18,11 @@ namespace {
 // waiter to run (see submit()). Up to 1 MiB the hand-off to the worker and back is a
 // good part of the operation: world 2 on 2 cores, 7 alternating runs, held up to 4 MiB
 // against 64 KiB: allgather 256 KiB and 1 MiB 0.82-0.84x the time, broadcast 256 KiB
-// 0.55x (with its ring); at 4 MiB 0.95-1.03x, where the wake-up is noise.
-constexpr std::size_t small_op_bytes = 1 << 20;
+// 0.55x (with its ring). At 4 MiB, where the operations copy once (a broadcast in 0.12-0.2
+// ms), on a VM whose wake-ups cost more: allgather 0.84x, broadcast 0.74x the time of the
+// hand-off, allreduce 0.99x (7 alternating runs); at 16 and 64 MiB the hand-off kept
+// 0.85-0.97x the time of the waiter's running them.
+constexpr std::size_t small_op_bytes = 4 << 20;
 // How long a small collective is left to its waiter, and how often a worker that has had
 // operations in the last park_after looks for held ones.
 constexpr auto inline_grace = std::chrono::microseconds(500);
