@@ -198,6 +198,10 @@ class segment {
   [[nodiscard]] bool begin(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
                            std::uint32_t detail);
   void publish() noexcept;
+  // Records the CPU this member runs on in its line when it changed; whether a member that
+  // wait() waits for (waiting_) last began an operation on the same CPU.
+  void note_cpu() noexcept;
+  bool shares_cpu_with_waited() noexcept;
   // Wakes the members asleep in wait() after this member's publishes (see shared_memory.cpp).
   void settle() noexcept;
   // Waits until every other member's phase (wait_one: member r's) reaches `target`; on
@@ -329,6 +333,7 @@ class segment {
 
   std::uint64_t phase_ = 0;   // what this member published last
   bool wake_due_ = false;     // published since the last settle()
+  std::uint32_t cpu_ = 0;     // what note_cpu() last stored (the CPU plus one)
   std::uint64_t chunks_ = 0;  // chunks run so far: chunk c uses buffer c % 2 of each slot
   // Buffer b of this member's slot may be rewritten once every member's phase reached
   // guard_[b]: the others have then finished reading it. A member finishes reading an

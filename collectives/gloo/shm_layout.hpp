@@ -89,6 +89,9 @@ struct alignas(64) segment::member {
     std::atomic<std::uint32_t> op;
     std::atomic<std::uint32_t> period;
   } timed[2];
+  // The CPU this member ran on when it last began an operation, plus one (0: not known);
+  // written only when it changes (segment::begin(), segment::wait()).
+  std::atomic<std::uint32_t> cpu;
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
