@@ -175,10 +175,40 @@ TEST_CASE(
             "allgather of 98304 bytes per rank"});
 }
 
+namespace {
+
+// How member 1 (world rank 11) ends a single-copy operation that member 0 waits in: it
+// never comes (member 0's deadline is 300 ms away), marks the segment failed, or aborts
+// member 0's segment.
+enum class end { never_comes, marks_failed, aborts };
+
+// Checks that member 0's operation (`out[0]`, after `took`) ended as `how` says, its
+// timeout naming `late` ("... rank [11] did not ..."), and that member 1 went away.
+void check_ended(end how, const std::vector<std::string>& out, duration took,
+                 const std::string& late) {
+  CHECK(out[1] == "away");
+  switch (how) {
+    case end::never_comes:
+      CHECK(contains(out[0], "threw timeout"));
+      CHECK(contains(out[0], late));
+      CHECK(took >= 300ms);
+      break;
+    case end::marks_failed:
+      CHECK(contains(out[0], "threw connection_lost"));
+      CHECK(contains(out[0], "rank 11 failed"));
+      break;
+    case end::aborts:
+      CHECK(contains(out[0], "threw aborted"));
+      break;
+  }
+  CHECK(took < 3s);
+}
+
+}  // namespace
+
 TEST_CASE(
     "an allgather read from the others' memory ends as the slots' do when a member never "
     "comes, fails, or its group aborts") {
-  enum class end { never_comes, marks_failed, aborts };
   for (bool pipes : {true, false})
     for (end how : {end::never_comes, end::marks_failed, end::aborts}) {
       CAPTURE(pipes);
@@ -202,31 +232,15 @@ TEST_CASE(
         return "";
       });
       CAPTURE(out[0]);
-      CHECK(out[1] == "away");
-      switch (how) {
-        case end::never_comes:
-          CHECK(contains(out[0], "threw timeout"));
-          CHECK(contains(out[0],
-                         "allgather of 65536 bytes per rank (collective #1): rank [11] "
-                         "did not contribute in time"));
-          CHECK(took >= 300ms);
-          break;
-        case end::marks_failed:
-          CHECK(contains(out[0], "threw connection_lost"));
-          CHECK(contains(out[0], "rank 11 failed"));
-          break;
-        case end::aborts:
-          CHECK(contains(out[0], "threw aborted"));
-          break;
-      }
-      CHECK(took < 3s);
+      check_ended(how, out, took,
+                  "allgather of 65536 bytes per rank (collective #1): rank [11] did not "
+                  "contribute in time");
     }
 }
 
 TEST_CASE(
     "a broadcast or a large allgather copied once ends as the slots' do when a member never "
     "comes, fails, or its group aborts") {
-  enum class end { never_comes, marks_failed, aborts };
   enum class op { broadcast_reads, broadcast_pipes, allgather_reads };
   for (op which : {op::broadcast_reads, op::broadcast_pipes, op::allgather_reads})
     for (end how : {end::never_comes, end::marks_failed, end::aborts})
@@ -263,22 +277,7 @@ TEST_CASE(
           return "";
         });
         CAPTURE(out[0]);
-        CHECK(out[1] == "away");
-        switch (how) {
-          case end::never_comes:
-            CHECK(contains(out[0], "threw timeout"));
-            CHECK(contains(out[0], "(collective #2): rank [11] "));
-            CHECK(took >= 300ms);
-            break;
-          case end::marks_failed:
-            CHECK(contains(out[0], "threw connection_lost"));
-            CHECK(contains(out[0], "rank 11 failed"));
-            break;
-          case end::aborts:
-            CHECK(contains(out[0], "threw aborted"));
-            break;
-        }
-        CHECK(took < 3s);
+        check_ended(how, out, took, "(collective #2): rank [11] ");
       }
 }
 
