@@ -26,8 +26,8 @@ struct counter {
 // same counter scaled by the host, which starts the vCPUs' counters in step; reading it
 // directly spares the scaling and its retry loop (26 ns a read against 10 on a 2-vCPU KVM
 // guest). A counter read on another vCPU that went back makes the stamper read the clock
-// again, and its margin covers a small lead. Other clocks (hpet, xen, Hyper-V's) keep
-// clock::now().
+// again, and its margin covers one that lags by microseconds. Other clocks (hpet, xen,
+// Hyper-V's) keep clock::now().
 bool counter_keeps_time() {
   std::ifstream f("/sys/devices/system/clocksource/clocksource0/current_clocksource");
   std::string name;

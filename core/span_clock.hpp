@@ -16,8 +16,7 @@ namespace troupe::span_clock {
 /// keeps time with it (x86-64 whose clocksource is "tsc": constant rate, synchronized
 /// across CPUs; about 10 ns a read) or with KVM's clock on an invariant counter
 /// ("kvm-clock", and "constant_tsc" and "nonstop_tsc" among the CPU's flags), else
-/// clock::now() in nanoseconds. Only differences
-/// of two readings mean anything (between()).
+/// clock::now() in nanoseconds. Only differences of two readings mean anything (between()).
 std::uint64_t ticks() noexcept;
 
 /// The span from reading `from` to reading `to` (0 when `to` is not after `from`).

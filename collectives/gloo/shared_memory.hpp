@@ -202,7 +202,8 @@ class segment {
   // wait() waits for (waiting_) last began an operation on the same CPU.
   void note_cpu() noexcept;
   bool shares_cpu_with_waited() noexcept;
-  // Wakes the members asleep in wait() after this member's publishes (see shared_memory.cpp).
+  // Wakes the members asleep in wait() after this member's publishes (see
+  // shared_memory_wait.cpp).
   void settle() noexcept;
   // Waits until every other member's phase (wait_one: member r's) reaches `target`; on
   // timeout the error says the late members `step` ("did not contribute") in time. On
@@ -260,8 +261,7 @@ class segment {
                                      clock::time_point deadline);
   // Reads every other member's block from its memory (process_vm_readv) into `dst`; reads
   // `bytes` from member r's memory `at_offset` past where its `source` says into `to`.
-  // False once they
-  // failed (the segment is then failed).
+  // False once they failed (the segment is then failed).
   [[nodiscard]] bool read_memory(std::size_t bytes, std::byte* dst);
   [[nodiscard]] bool read_from(int r, std::byte* to, std::size_t bytes, std::size_t at_offset);
   // Copies `bytes` between `mine` and member r's memory `at_offset` past its `source`: from
@@ -288,10 +288,11 @@ class segment {
   [[nodiscard]] single_copy_outcome allgather_single_copy(const std::byte* own, std::size_t bytes,
                                                           std::byte* dst,
                                                           clock::time_point deadline);
-  // Reads every other member's block from its memory into `dst` and waits until every
-  // member read this one's; false once it failed, as the waits.
+  // Reads every other member's block into `dst`, from its pipe (`through_pipes`) or its
+  // memory, and waits until every member read this one's; false once it failed, as the
+  // waits.
   [[nodiscard]] bool read_members(const std::byte* own, std::size_t bytes, std::byte* dst,
-                                  clock::time_point deadline);
+                                  clock::time_point deadline, bool through_pipes);
   // At a tuner's exchange: decides its next cycle from every member's figures.
   void retune(single_copy_tuner& t);
   // At the end of an allgather that is a tuner's sample (timing_): records its time.

@@ -198,8 +198,7 @@ bool segment::broadcast_pipes(std::byte* data, std::size_t bytes, int root,
       if (k >= pipe_depth &&
           !wait_all(base + k - pipe_depth + 1, deadline, "did not read the data", false))
         return false;
-      for (int r = 0; r < size_; ++r)
-        if (r != rank_ && !splice_to(r, data + off, len)) return false;
+      if (!splice_own(data + off, len)) return false;
     } else {
       if (!wait_one(root, base + k + 1, deadline, "did not write the data")) return false;
       if (!read_pipe(root, data + off, len)) return false;

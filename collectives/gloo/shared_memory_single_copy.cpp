@@ -162,8 +162,8 @@ segment::single_copy_outcome segment::allgather_single_copy(const std::byte* own
         return single_copy_outcome::failed;
     }
   }
-  return read_members(own, bytes, dst, deadline) ? single_copy_outcome::read
-                                                 : single_copy_outcome::failed;
+  return read_members(own, bytes, dst, deadline, use_pipes_) ? single_copy_outcome::read
+                                                             : single_copy_outcome::failed;
 }
 
 bool reads_next(bool reading, const std::uint64_t (&op)[2], const std::uint64_t (&period)[2]) {
@@ -316,18 +316,13 @@ bool segment::allgather_read(const std::byte* own, std::size_t bytes, std::byte*
                              clock::time_point deadline) {
   at(rank_).source.store(reinterpret_cast<std::uintptr_t>(own), std::memory_order_relaxed);
   publish();
-  if (!wait_all(phase_, deadline, "did not contribute")) return false;
-  if (!read_memory(bytes, dst)) return false;
-  ++single_copy_reads_;
-  publish();
-  if (auto* mine = dst + bytes * static_cast<std::size_t>(rank_); own != mine)
-    std::memcpy(mine, own, bytes);
-  return wait_all(phase_, deadline, "did not read this member's block", false);
+  return wait_all(phase_, deadline, "did not contribute") &&
+         read_members(own, bytes, dst, deadline, false);
 }
 
 bool segment::read_members(const std::byte* own, std::size_t bytes, std::byte* dst,
-                           clock::time_point deadline) {
-  if (!(use_pipes_ ? read_pipes(bytes, dst) : read_memory(bytes, dst))) return false;
+                           clock::time_point deadline, bool through_pipes) {
+  if (!(through_pipes ? read_pipes(bytes, dst) : read_memory(bytes, dst))) return false;
   ++single_copy_reads_;
   publish();
   if (auto* mine = dst + bytes * static_cast<std::size_t>(rank_); own != mine)
