@@ -61,11 +61,12 @@ constexpr std::size_t ring_depth = 4;
 // 4 MiB 0.29x, 16 MiB 0.52x, 64 MiB 0.77x; at 16 KiB the ring kept 0.75x the time of one
 // copy (9 alternating runs).
 constexpr std::size_t single_copy_broadcast_min_bytes = 64 << 10;
-// Allgathers from this size per member read the others' blocks from their memory where
-// every member can and the members can all run at once (beneath it the measured
-// single-copy sizes end, at 192 KiB): two copies of each block instead of three (into
-// the slot, its owner's own into the output, out of the slot). Same VM, world 2, 3
-// alternating runs of 300 at 2 MiB per member: 0.47-0.61x the time of the slots.
+// Allgathers from this size per member copy each block once, its owner writing it into the
+// others' outputs (segment::allgather_write), where every member can reach the others'
+// memory and the members can all run at once (beneath it the measured single-copy sizes
+// end, at 192 KiB): two copies of each block instead of three (into the slot, its owner's
+// own into the output, out of the slot). Same VM, world 2, 3 alternating runs of 300 at
+// 2 MiB per member, reading the others' blocks: 0.47-0.61x the time of the slots.
 constexpr std::size_t single_copy_allgather_min_bytes = 256 << 10;
 
 // What a member that holds up the reuse of a buffer did not do.
@@ -315,12 +316,12 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
     case single_copy_outcome::slots:
       break;
   }
-  // Above the measured sizes, when the members can all run at once and read one another's
+  // Above the measured sizes, when the members can all run at once and reach one another's
   // memory: one copy of each block, as Open MPI's, instead of two through the slots and
   // the member's own block copied into its slot besides.
   if (run_at_once_ && bytes >= single_copy_allgather_min_bytes && single_copy_ != 0) {
     if (!learn_readers(deadline)) return failed();
-    if (all_read_ == 1) return allgather_read(own, bytes, dst, deadline) ? ok() : failed();
+    if (all_read_ == 1) return allgather_write(own, bytes, dst, deadline) ? ok() : failed();
   }
   for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
     const std::size_t len = std::min(slot_bytes_, bytes - off);

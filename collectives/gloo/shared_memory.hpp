@@ -274,12 +274,12 @@ class segment {
   // once it failed, as the waits.
   [[nodiscard]] bool learn_readers(clock::time_point deadline);
   // A broadcast whose members copy the root's tensor straight from its memory
-  // (process_vm_readv, process_vm_writev); an allgather whose members read the others'
-  // blocks from their memory. False once they failed, as the waits.
+  // (process_vm_readv, process_vm_writev); an allgather whose members write their blocks
+  // into the others' outputs (process_vm_writev). False once they failed, as the waits.
   [[nodiscard]] bool broadcast_read(std::byte* data, std::size_t bytes, int root,
                                     clock::time_point deadline);
-  [[nodiscard]] bool allgather_read(const std::byte* own, std::size_t bytes, std::byte* dst,
-                                    clock::time_point deadline);
+  [[nodiscard]] bool allgather_write(const std::byte* own, std::size_t bytes, std::byte* dst,
+                                     clock::time_point deadline);
   // The single-copy allgather (see allgather(); shared_memory_single_copy.cpp) of `own`,
   // this member's block, into `dst`: read when it read every other member's block, failed
   // as the waits fail, slots when the caller is to copy the blocks through the slots (the

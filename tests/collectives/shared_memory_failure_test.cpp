@@ -162,17 +162,23 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "members that disagree on the size of an allgather read from the others' memory fail "
-    "naming both sizes") {
-  auto out = on_members(group_of(2, {10, 11}).with_slot(gloo_shm::default_slot_bytes),
-                        [](member& m) -> std::string {
-                          // 80 and 96 KiB per member: both read from the others' memory.
-                          std::uint64_t seq = 3;
-                          return int64_allgather(m, seq, m.rank == 0 ? 10240 : 12288, false);
-                        });
-  check_each_contains(
-      out, {"threw invalid_argument", "collective #3", "allgather of 81920 bytes per rank",
-            "allgather of 98304 bytes per rank"});
+    "members that disagree on the size of an allgather copied once fail naming both sizes, "
+    "before any member writes into another's output") {
+  // 80 and 96 KiB per member: both take the others' blocks through the pipes or their
+  // memory; 2 and 3 MiB: each would write its block into the other's output.
+  for (auto [mine, theirs] : {std::pair{10240, 12288}, std::pair{262144, 393216}}) {
+    CAPTURE(mine);
+    auto out =
+        on_members(group_of(2, {10, 11}).with_slot(gloo_shm::default_slot_bytes),
+                   [&](member& m) -> std::string {
+                     std::uint64_t seq = 3;
+                     return int64_allgather(
+                         m, seq, static_cast<std::size_t>(m.rank == 0 ? mine : theirs), false);
+                   });
+    check_each_contains(out, {"threw invalid_argument", "collective #3",
+                              strcat("allgather of ", mine * 8, " bytes per rank"),
+                              strcat("allgather of ", theirs * 8, " bytes per rank")});
+  }
 }
 
 namespace {
@@ -241,11 +247,11 @@ TEST_CASE(
 TEST_CASE(
     "a broadcast or a large allgather copied once ends as the slots' do when a member never "
     "comes, fails, or its group aborts") {
-  enum class op { broadcast_reads, broadcast_pipes, allgather_reads };
-  for (op which : {op::broadcast_reads, op::broadcast_pipes, op::allgather_reads})
+  enum class op { broadcast_reads, broadcast_pipes, allgather_writes };
+  for (op which : {op::broadcast_reads, op::broadcast_pipes, op::allgather_writes})
     for (end how : {end::never_comes, end::marks_failed, end::aborts})
       for (int root : {0, 1}) {
-        if (which == op::allgather_reads && root == 1) continue;  // no root
+        if (which == op::allgather_writes && root == 1) continue;  // no root
         CAPTURE(static_cast<int>(which));
         CAPTURE(static_cast<int>(how));
         CAPTURE(root);
@@ -256,7 +262,7 @@ TEST_CASE(
           // 1 MiB: several pieces of the pipes.
           std::vector<float> data(1 << 18), all(1 << 19);
           auto run = [&](std::uint64_t seq, clock::time_point deadline) {
-            return which == op::allgather_reads
+            return which == op::allgather_writes
                        ? m.seg.allgather(seq, tensor_view::of(std::span(data)),
                                          tensor_view::of(std::span(all)), deadline)
                        : m.seg.broadcast(seq, tensor_view::of(std::span(data)), root, deadline);

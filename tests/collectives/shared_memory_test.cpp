@@ -211,7 +211,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "allgathers from 256 KiB per member read the others' blocks from their memory when the "
+    "allgathers from 256 KiB per member write each block into the others' outputs when the "
     "members can run at once, and put every block in place, apart and in place") {
   for (bool reads_allowed : {true, false}) {
     CAPTURE(reads_allowed);
@@ -226,7 +226,7 @@ TEST_CASE(
           reads[static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
           return "";
         }));
-    // Six allgathers of those sizes; the slots when the members cannot read one another's
+    // Six allgathers of those sizes; the slots when the members cannot reach one another's
     // memory (the pipes serve up to 192 KiB) or cannot run at once.
     const std::uint64_t want = reads_allowed && two_cpus() ? 6 : 0;
     CHECK(reads[0] == want);
