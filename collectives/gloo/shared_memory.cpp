@@ -61,6 +61,14 @@ constexpr std::size_t ring_depth = 4;
 // 4 MiB 0.29x, 16 MiB 0.52x, 64 MiB 0.77x; at 16 KiB the ring kept 0.75x the time of one
 // copy (9 alternating runs).
 constexpr std::size_t single_copy_broadcast_min_bytes = 64 << 10;
+// Members that cannot all run at once (more than the CPUs) copy broadcasts once from this
+// size, through the slots below it: the others then read the root's data one after another
+// on the CPUs they take turns on, each at its turn, where through a slot the root's one
+// copy is done before they come. 4 members on the 2-vCPU VM, 9-15 alternating runs against
+// one copy: 64 KiB 0.67-0.79x the time, 128 KiB 0.93-1.00x, 256 KiB 0.67-0.93x in four
+// A/Bs and 1.32x in a fifth, 512 KiB 0.70x; from 1 MiB one copy keeps 0.79-0.87x the time
+// of the slots.
+constexpr std::size_t oversubscribed_broadcast_min_bytes = 1 << 20;
 // Allgathers from this size per member copy each block once, its owner writing it into the
 // others' outputs (segment::allgather_write), where every member can reach the others'
 // memory and the members can all run at once (beneath it the measured single-copy sizes
@@ -259,7 +267,9 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   const std::size_t bytes = t.nbytes();
   // One copy from 64 KiB (see shared_memory.hpp): reading the root's memory where every
   // member can, else through the pipes.
-  const bool one_copy = bytes >= single_copy_broadcast_min_bytes && single_copy_ != 0;
+  const bool one_copy = bytes >= (run_at_once_ ? single_copy_broadcast_min_bytes
+                                               : oversubscribed_broadcast_min_bytes) &&
+                        single_copy_ != 0;
   if (one_copy && !learn_readers(deadline)) return failed();
   if (one_copy && all_read_ == 1) {
     if (!broadcast_read(data, bytes, root, deadline)) return failed();
