@@ -97,10 +97,13 @@ expected<void> rank_main(const args& a, int world) {
     if (with_ddp) TROUPE_TRY((*d)->finish_step());
     return ok();
   };
+  // The compute-only and the DDP steps alternate, so that a drift of the machine's speed
+  // during the run falls on both alike (as bench/ddp_torch.py's, whose backward took
+  // 250-540 ms per step at world 2 from one run to the next on a 2-vCPU VM).
   std::vector<double> local, synced;
-  for (bool with_ddp : {false, true}) {
-    TROUPE_TRY((*d)->barrier());
-    for (int i = 0; i < a.warmup + a.steps; ++i) {
+  TROUPE_TRY((*d)->barrier());
+  for (int i = 0; i < a.warmup + a.steps; ++i)
+    for (bool with_ddp : {false, true}) {
       auto t0 = clock_type::now();
       TROUPE_TRY(step(with_ddp, static_cast<float>(i)));
       double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
@@ -109,7 +112,6 @@ expected<void> rank_main(const args& a, int world) {
                      .wait(125s));
       if (i >= a.warmup) (with_ddp ? synced : local).push_back(ms);
     }
-  }
   if (env->rank == 0) {
     double c = median(local), s = median(synced);
     if (a.json)

@@ -41,11 +41,14 @@ def rank_main(rank, world, a, port, out):
                             world_size=world)
     model = Layers(a.params, a.layers)
     ddp = DDP(model)
-    times = {}
-    for name, m in (("local", model), ("ddp", ddp)):
-        dist.barrier()
-        samples = []
-        for i in range(a.warmup + a.steps):
+    # The compute-only steps (the module called directly: DDP's hooks stay idle) and the
+    # DDP steps alternate, so that a drift of the machine's speed during the run falls on
+    # both alike (the backward took 250-540 ms per step at world 2 from one run to the next
+    # on a 2-vCPU VM).
+    samples = {"local": [], "ddp": []}
+    dist.barrier()
+    for i in range(a.warmup + a.steps):
+        for name, m in (("local", model), ("ddp", ddp)):
             for p in model.parameters():
                 p.grad = None
             t0 = time.perf_counter()
@@ -53,8 +56,8 @@ def rank_main(rank, world, a, port, out):
             ms = torch.tensor([(time.perf_counter() - t0) * 1e3], dtype=torch.float64)
             dist.all_reduce(ms, op=dist.ReduceOp.MAX)
             if i >= a.warmup:
-                samples.append(ms.item())
-        times[name] = statistics.median(samples)
+                samples[name].append(ms.item())
+    times = {name: statistics.median(v) for name, v in samples.items()}
     if rank == 0:
         c, s = times["local"], times["ddp"]
         out.put(json.dumps({"impl": "torch", "bench": "ddp_step", "world": world,
