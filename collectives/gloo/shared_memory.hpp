@@ -151,8 +151,9 @@ class segment {
   /// Whether those allgathers hand the blocks over through pipes (vmsplice) rather than
   /// process_vm_readv: known once open() returned.
   bool hands_over_through_pipes() const noexcept { return use_pipes_; }
-  /// How many allgathers read the others' blocks from their memory, and broadcasts went
-  /// through the pipes, so far.
+  /// How many operations this member copied once so far: allgathers that took the others'
+  /// blocks from their memory or pipes or wrote its own into their outputs, and broadcasts
+  /// it received by reading the root's memory or through the pipes.
   std::uint64_t single_copy_reads() const noexcept { return single_copy_reads_; }
 
  private:
