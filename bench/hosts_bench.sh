@@ -24,8 +24,8 @@
 # and ratios against the targets of bench/RESULTS.md (bench/hosts_summary.py).
 #
 #   sudo bench/hosts_bench.sh [RUNS]      (default 3; exit 77 when hosts cannot be made)
-# HOSTS_BENCH_JOBS="troupe_coll mpi_coll" runs only the jobs named (troupe_rpc, anchor_rpc,
-# lowlat_rpc, troupe_coll, flat_coll, anchor_coll, mpi_coll); the others read "no data".
+# HOSTS_BENCH_JOBS="troupe_coll mpi_coll" runs only the jobs named (the list is `jobs`
+# below); the others read "no data".
 # Needs build/release (or TROUPE_BUILD_DIR) with rpc_bench and collectives_bench, and
 # /usr/bin/python3 with torch. Every job is killed after HOSTS_BENCH_TIMEOUT seconds
 # (default 300); the hosts and everything on them go away on every exit path.
@@ -116,13 +116,11 @@ mpi_job() {
 echo "# hosts: host0 $(sim_host_addr 0), host1 $(sim_host_addr 1) (veth pairs into one bridge)" >&2
 # wanted NAME: whether HOSTS_BENCH_JOBS (names separated by spaces; every job when unset)
 # names the job.
+jobs="troupe_rpc anchor_rpc lowlat_rpc troupe_coll flat_coll anchor_coll mpi_coll"
 wanted() { [[ -z ${HOSTS_BENCH_JOBS:-} || " $HOSTS_BENCH_JOBS " == *" $1 "* ]]; }
 for name in ${HOSTS_BENCH_JOBS:-}; do
-  case $name in
-    troupe_rpc | anchor_rpc | lowlat_rpc | troupe_coll | flat_coll | anchor_coll | mpi_coll) ;;
-    *) echo "hosts_bench: HOSTS_BENCH_JOBS names '$name'; the jobs are troupe_rpc anchor_rpc" \
-      "lowlat_rpc troupe_coll flat_coll anchor_coll mpi_coll" >&2; exit 2 ;;
-  esac
+  [[ " $jobs " == *" $name "* ]] ||
+    { echo "hosts_bench: HOSTS_BENCH_JOBS names '$name'; the jobs are $jobs" >&2; exit 2; }
 done
 for ((i = 1; i <= runs; ++i)); do
   if wanted troupe_rpc; then job troupe_rpc 1 "${troupe_rpc[@]}" || exit 1; fi

@@ -265,8 +265,8 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   if (!begin(seq, op_broadcast, t.nbytes(), static_cast<std::uint32_t>(root))) return failed();
   auto* data = static_cast<std::byte*>(t.data);
   const std::size_t bytes = t.nbytes();
-  // One copy from 64 KiB (see shared_memory.hpp): reading the root's memory where every
-  // member can, else through the pipes.
+  // One copy from 64 KiB, from 1 MiB when the members outnumber the CPUs (see above):
+  // reading the root's memory where every member can, else through the pipes.
   const bool one_copy = bytes >= (run_at_once_ ? single_copy_broadcast_min_bytes
                                                : oversubscribed_broadcast_min_bytes) &&
                         single_copy_ != 0;

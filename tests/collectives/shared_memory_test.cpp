@@ -164,9 +164,6 @@ TEST_CASE(
 
 namespace {
 
-// Broadcasts around the smallest one copied once (64 KiB), and of several 120 KiB pieces of
-// the pipes, from every root; the single-copy operations this member took part in go to
-// `reads` (as a reader: the root's own copy counts for nothing).
 // How many times each member of `n` reads in one_copy_broadcasts(): four sizes from 64 KiB
 // each from every root, n - 1 times a reader; members that outnumber the CPUs copy once only
 // from 1 MiB (one of the sizes).
@@ -174,6 +171,9 @@ std::uint64_t one_copy_reads(int n) {
   return (n <= cpus() ? 4u : 1u) * static_cast<std::uint64_t>(n - 1);
 }
 
+// Broadcasts around the smallest one copied once (64 KiB), and of several 120 KiB pieces of
+// the pipes, from every root; the single-copy operations this member took part in go to
+// `reads` (as a reader: the root's own copy counts for nothing).
 std::string one_copy_broadcasts(member& m, std::vector<std::uint64_t>& reads) {
   std::uint64_t seq = 1;
   for (std::size_t count : {16383, 16384, 16385, 100003, 300007})
