@@ -7,7 +7,8 @@
 //   ddp_bench [--world 2,4] [--params 25000000] [--layers 5] [--steps 8] [--warmup 2]
 //             [--bucket-mb 25] [--compute-passes 1] [--json]
 // --compute-passes N makes the backward N passes over each layer, to match the anchor's
-// compute time (the overlap window of the communication).
+// compute time (the overlap window of the communication): 2 matched bench/ddp_torch.py's
+// compute-only step at world 2 and 4 on a 2-vCPU VM (bench/RESULTS.md).
 // --json prints one JSON object per world size for bench/compare.py against
 // bench/ddp_torch.py (PyTorch DDP on gloo, a Linear stack of the same size).
 // Ranks are forked by troupe::launch around an embedded TCP store on 127.0.0.1.
@@ -99,7 +100,8 @@ expected<void> rank_main(const args& a, int world) {
   };
   // The compute-only and the DDP steps alternate, so that a drift of the machine's speed
   // during the run falls on both alike (as bench/ddp_torch.py's, whose backward took
-  // 250-540 ms per step at world 2 from one run to the next on a 2-vCPU VM).
+  // 250-540 ms per step at world 2 from one run to the next on a 2-vCPU VM with glibc's
+  // malloc defaults).
   std::vector<double> local, synced;
   TROUPE_TRY((*d)->barrier());
   for (int i = 0; i < a.warmup + a.steps; ++i)

@@ -6,11 +6,19 @@ A step is forward + backward: loss = sum over layers of (0.5 * p).sum(), so the 
 writes every gradient, last layer first, and DDP all-reduces its buckets (default 25 MiB,
 first 1 MiB) while it runs. Compute-only is the same step on the bare module.
 Prints one JSON object per world size (rank 0), as ddp_bench --json does.
+
+The ranks keep the memory they free (glibc's malloc told so through MALLOC_MMAP_THRESHOLD_
+and MALLOC_TRIM_THRESHOLD_, as a CPU deployment does with jemalloc or tcmalloc): with
+glibc's defaults each step's 20 MB temporaries are handed back to the kernel and faulted
+in again at random, and the same compute-only step took 32-42 ms or 290-650 ms from one
+step to the next (world 2, 2-vCPU VM), which drowns the overhead it is subtracted from.
+--malloc glibc measures with the defaults.
 Usage: /usr/bin/python3 bench/ddp_torch.py --world 2,4 --params 25000000 --layers 5
 """
 import argparse
 import json
 import multiprocessing as mp
+import os
 import socket
 import statistics
 import time
@@ -43,8 +51,8 @@ def rank_main(rank, world, a, port, out):
     ddp = DDP(model)
     # The compute-only steps (the module called directly: DDP's hooks stay idle) and the
     # DDP steps alternate, so that a drift of the machine's speed during the run falls on
-    # both alike (the backward took 250-540 ms per step at world 2 from one run to the next
-    # on a 2-vCPU VM).
+    # both alike (with --malloc glibc the backward took 250-540 ms per step at world 2 from
+    # one run to the next on a 2-vCPU VM).
     samples = {"local": [], "ddp": []}
     dist.barrier()
     for i in range(a.warmup + a.steps):
@@ -79,7 +87,15 @@ def main():
     ap.add_argument("--layers", type=int, default=5)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--malloc", choices=("kept", "glibc"), default="kept",
+                    help="kept: freed memory stays in the process (default); glibc: "
+                         "glibc's defaults, which return large blocks to the kernel")
     a = ap.parse_args()
+    if a.malloc == "kept":
+        # Read by glibc when each spawned rank starts. 32 MiB is the largest mmap threshold
+        # glibc takes: the 20 MB temporaries come from the heap, which is never trimmed.
+        os.environ["MALLOC_MMAP_THRESHOLD_"] = str(32 << 20)
+        os.environ["MALLOC_TRIM_THRESHOLD_"] = str(1 << 40)
     ctx = mp.get_context("spawn")
     for world in [int(w) for w in a.world.split(",")]:
         out = ctx.Queue()
