@@ -53,9 +53,16 @@ namespace {
 // - At the next cycle's first allgather (the exchange) every member publishes its best
 //   times with its input's address; all sum every member's figures alike and decide by
 //   reads_next(): reading takes over when faster by both measures.
-// - Cycles double from first_cycle to max_cycle, so that the first choice is made at the
-//   class's 9th allgather (a benchmark of 50 sees it), and exploring the slower way costs
-//   4 in 1024 allgathers later on. A cycle right after a switch does not explore: its
+// - Cycles double from first_cycle to max_cycle: exploring the slower way costs 4 in 1024
+//   allgathers later on. The first exploration costs more than the others: the first
+//   copies of a process's pages by another cost 170-410 us (bench/RESULTS.md, the twelfth
+//   Open MPI entry), 4 reads 300-360 us more than 4 allgathers through the slots (about
+//   10 us each at 128 KiB per member, world 2), which reading at its best (0.70x) wins
+//   back over about 110 allgathers. A class that has run n allgathers is taken to run
+//   about n more, so the first exploration waits for the class's 125th allgather (first
+//   cycle 128): a job that runs a class 50 times keeps the slots for all of them (at 8,
+//   the 50 allgathers of a benchmark took 1.5-1.8x the time of the slots alone on a VM
+//   where the slots stay faster). A cycle right after a switch does not explore: its
 //   exchange compares the new way's figures with the old way's from the cycle before, so
 //   that a switch is confirmed (or undone) without running the slower way again (at
 //   256 KiB and world 2 the explorations and the slots' first cycle had taken the mean of
@@ -64,7 +71,7 @@ namespace {
 // at every size: never there.
 constexpr std::size_t single_copy_min_bytes = 32 << 10;
 constexpr std::size_t single_copy_max_bytes = 192 << 10;
-constexpr std::uint32_t first_cycle = 8, max_cycle = 1024, explore_ops = 4, samples = 2;
+constexpr std::uint32_t first_cycle = 128, max_cycle = 1024, explore_ops = 4, samples = 2;
 constexpr std::uint32_t no_time = ~std::uint32_t{0};
 // Broadcasts that read the root's memory are copied by the root and the others at once
 // (segment::broadcast_read) when the members can all run at once, and from this size
