@@ -61,12 +61,12 @@ namespace {
 //   back over about 110 allgathers. A class that has run n allgathers is taken to run
 //   about n more, so the first exploration waits for the class's 125th allgather (first
 //   cycle 128): a job that runs a class 50 times keeps the slots for all of them (at 8,
-//   the 50 allgathers of a benchmark took 1.5-1.8x the time of the slots alone on a VM
-//   where the slots stay faster). A cycle right after a switch does not explore: its
-//   exchange compares the new way's figures with the old way's from the cycle before, so
-//   that a switch is confirmed (or undone) without running the slower way again (at
-//   256 KiB and world 2 the explorations and the slots' first cycle had taken the mean of
-//   50 allgathers 1.09x above always reading).
+//   the 50 allgathers of a benchmark at 128 KiB per member took 1.43x the time of 128, 9
+//   alternating runs, on a VM where the slots stay faster). A cycle right after a switch
+//   does not explore: its exchange compares the new way's figures with the old way's from
+//   the cycle before, so that a switch is confirmed (or undone) without running the
+//   slower way again (at 256 KiB and world 2 the explorations and the slots' first cycle
+//   had taken the mean of 50 allgathers 1.09x above always reading).
 // At 4 members on 2 cores (taking turns on a CPU) the publish more cost 1.1-2x the time
 // at every size: never there.
 constexpr std::size_t single_copy_min_bytes = 32 << 10;
