@@ -40,6 +40,9 @@ class stamper {
   static constexpr std::chrono::milliseconds rebase{1};
   /// How much later than the extrapolated time each point is made.
   static constexpr std::chrono::microseconds margin{5};
+  /// The widest pair of counter reads around a read of clock::now() that a rebase
+  /// accepts.
+  static constexpr std::chrono::microseconds bracket{1};
 
   /// A point in time and the counter's reading then.
   struct stamp {
@@ -55,7 +58,8 @@ class stamper {
  private:
   clock::time_point base_at_{};
   std::uint64_t base_ticks_ = 0;
-  std::uint64_t rebase_ticks_ = 0;  // `rebase` in ticks; 0 until the first reading
+  std::uint64_t rebase_ticks_ = 0;   // `rebase` in ticks; 0 until the first reading
+  std::uint64_t bracket_ticks_ = 0;  // `bracket` in ticks
 };
 
 }  // namespace troupe::span_clock
