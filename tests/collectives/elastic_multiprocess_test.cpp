@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -62,6 +63,8 @@ struct job : troupe::test::store_job {
   void start(const std::string& name) {
     troupe::test::spawn_options o;
     o.output = (dir / (name + ".log")).string();
+    // Each epoch, retirement and abort in the worker's log, shown when a check fails.
+    o.env = {"TROUPE_LOG_LEVEL=info"};
     auto c = troupe::test::child_process::start(
         {TROUPE_ELASTIC_TEST_WORKER, server->url(), scope, name, std::to_string(heartbeat_ms),
          std::to_string(interval_ms)},
@@ -104,6 +107,27 @@ struct job : troupe::test::store_job {
     head >> f.at_ns >> f.code;
     f.message = nl == std::string::npos ? "" : text->substr(nl + 1);
     return f;
+  }
+
+  // What each thread of `name` is doing (/proc: name, state, kernel wait channel and
+  // system call), for a worker that did not exit when it should have.
+  std::string threads_of(const std::string& name) {
+    const auto pid = workers.at(name).pid();
+    std::string out = name + " (pid " + std::to_string(pid) + ") threads:\n";
+    std::error_code ec;
+    const fs::path tasks = fs::path("/proc") / std::to_string(pid) / "task";
+    for (const auto& t : fs::directory_iterator(tasks, ec)) {
+      auto line = [&](const char* file) {
+        std::ifstream f(t.path() / file);
+        std::string text;
+        std::getline(f, text);
+        return text;
+      };
+      out += "  " + t.path().filename().string() + " " + line("comm") + ": stat " + line("stat") +
+             "; wchan " + line("wchan") + "; syscall " + line("syscall") + "\n";
+    }
+    if (ec) out += "  (cannot list " + tasks.string() + ": " + ec.message() + ")\n";
+    return out;
   }
 
   std::string logs() {
@@ -279,7 +303,9 @@ TEST_CASE(
     j.check_changed(s, stopped, {"left: worker1 (rank ", ", host ", "heartbeat silent"});
   j.signal("worker1", SIGCONT);
   auto& w = j.workers.at("worker1");
-  CHECK(w.wait(15s));
+  const bool exited = w.wait(15s);
+  CHECK_MESSAGE(exited, "worker1 did not exit within 15 s of SIGCONT\n", j.threads_of("worker1"),
+                j.logs());
   CHECK_MESSAGE(w.exit_code() == 3, w.output_text());
   auto evicted = j.read("evicted/worker1");
   REQUIRE(evicted.has_value());
