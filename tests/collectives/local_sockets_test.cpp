@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <troupe/collectives/gloo/local_sockets.hpp>
 
@@ -23,21 +24,27 @@ int send_buffer(int fd) {
   return v;
 }
 
-// A listening socket on 127.0.0.1 (port 0) and a connection to it, both ends.
+// A listening socket on a loopback address (127.0.0.1 unless given; port 0) and a
+// connection to it from the same address (bound first, so that its port is reserved at
+// bind time), both ends.
 struct loopback_pair {
   int listener = -1, client = -1, server = -1;
-  loopback_pair() {
+  explicit loopback_pair(const char* ip = "127.0.0.1") {
     listener = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(listener >= 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::inet_pton(AF_INET, ip, &a.sin_addr) == 1);
     REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
     REQUIRE(::listen(listener, 1) == 0);
     socklen_t len = sizeof a;
     REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) == 0);
     client = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(client >= 0);
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr = a.sin_addr;
+    REQUIRE(::bind(client, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0);
     REQUIRE(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
     server = ::accept(listener, nullptr, nullptr);
     REQUIRE(server >= 0);
@@ -76,6 +83,19 @@ std::uint16_t port(const sockaddr_storage& s) {
   return ntohs(reinterpret_cast<const sockaddr_in*>(&s)->sin_port);
 }
 
+// "fd 7: 127.0.0.1:4242 -> 127.0.0.1:4343" for each connection, IPv4 ones.
+std::string describe(const std::vector<connection>& found) {
+  std::string out;
+  auto text = [](const sockaddr_storage& s) {
+    char ip[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&s)->sin_addr, ip, sizeof ip);
+    return std::string(ip) + ":" + std::to_string(port(s));
+  };
+  for (const auto& c : found)
+    out += "fd " + std::to_string(c.fd) + ": " + text(c.self) + " -> " + text(c.peer) + "\n";
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("a connection stays on this host when its peer is loopback or its own address") {
@@ -108,11 +128,15 @@ TEST_CASE("connections are found by their local address, both ends, and not the 
 }
 
 TEST_CASE("same-host connections get the send buffer, others and unlisted ones keep theirs") {
-  loopback_pair other;
+  // On another loopback address, so that no endpoint of it can be one of p's whatever
+  // ports the kernel hands out (a loaded run once found a third connection among p's
+  // endpoints; the message lists what was found).
+  loopback_pair other("127.0.0.2");
   const int other_before = send_buffer(other.client);
   loopback_pair p;
   auto found = connections_from({local_of(p.client), local_of(p.server)});
-  REQUIRE(found.size() == 2);
+  REQUIRE_MESSAGE(found.size() == 2, "the client is fd ", p.client, ", the server fd ", p.server,
+                  "; found:\n", describe(found));
   const std::size_t bytes = 96 << 10;
   CHECK(size_local_send_buffers(found, bytes) == 2);
   // Linux doubles the request for its bookkeeping; at least the request is granted.
