@@ -61,6 +61,8 @@ std::string epoch::names() const {
 }
 
 expected<epoch> next_epoch(const epoch& current, const epoch_change& change) {
+  if (change.proposer && !current.contains(change.proposer->name, change.proposer->incarnation))
+    return current;
   epoch next;
   next.number = current.number + 1;
   next.cause = change.cause;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -72,6 +73,10 @@ struct epoch_change {
   std::vector<member> add;
   /// What made the change, for the next epoch's `cause`.
   std::string cause;
+  /// The member that saw what it reports (a death it observed), if any: the change then
+  /// applies only to an epoch that still holds the proposer. An epoch without it comes
+  /// unchanged: the proposer's view of the others predates that epoch.
+  std::optional<member_ref> proposer;
 };
 
 /// The epoch after applying `change` to `current`: survivors keep their relative order,

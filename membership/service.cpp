@@ -289,6 +289,7 @@ struct service::state {
     for (const auto& m : e.members) {
       if (m.name == self.name && m.incarnation == self.incarnation) continue;
       const std::string key = heartbeat_key(m);
+      const auto asked = clock_type::now();
       auto v = s->add(key, 0, opts.op_timeout);
       const auto now = clock_type::now();
       if (!v) {
@@ -301,7 +302,9 @@ struct service::state {
       }
       auto it = beats.find(key);
       beat b = it == beats.end() ? beat{*v, now} : it->second;
-      if (b.value != *v) b = beat{*v, now};
+      // A read that took half the timeout (this process was stopped or starved, or the
+      // store stalled) restarts the count: the silence may be this watcher's own.
+      if (b.value != *v || now - asked > opts.heartbeat_timeout / 2) b = beat{*v, now};
       const auto quiet = std::chrono::duration_cast<duration>(now - b.changed);
       if (quiet >= opts.heartbeat_timeout) silent.emplace_back(m, quiet);
       kept.emplace(key, b);
@@ -309,6 +312,9 @@ struct service::state {
     beats = std::move(kept);
     if (silent.empty()) return;
     epoch_change change;
+    // Only while this member is still in the epoch: one that was itself taken out (it
+    // was stopped, say) and has not read that yet removes nobody.
+    change.proposer = member_ref{self.name, self.incarnation};
     change.cause = "dead: ";
     for (std::size_t i = 0; i < silent.size(); ++i) {
       const auto& [m, quiet] = silent[i];

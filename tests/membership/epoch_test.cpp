@@ -75,6 +75,32 @@ TEST_CASE("a change that changes nothing leaves the epoch number as it is") {
   CHECK(*next == e);
 }
 
+TEST_CASE(
+    "a death reported by a member applies while the epoch holds it, and not to an epoch "
+    "that took the reporter out") {
+  auto e = of(5, {make("a", 1), make("b", 2), make("c", 3)});
+  epoch_change change;
+  change.remove.push_back({"c", "inc3"});
+  change.cause = "dead: c";
+  change.proposer = member_ref{"a", "inc1"};
+  auto next = next_epoch(e, change);
+  REQUIRE(next.has_value());
+  CHECK(next->number == 6);
+  CHECK(next->names() == "a,b");
+  // "a" was itself taken out (stopped, say) and then reports "b" silent: nothing changes.
+  auto without_a = of(6, {make("b", 2), make("c", 3)});
+  change.remove = {{"b", "inc2"}};
+  auto stale = next_epoch(without_a, change);
+  REQUIRE(stale.has_value());
+  CHECK(*stale == without_a);
+  // Nor from a member of that name in another incarnation.
+  change.proposer = member_ref{"b", "another-incarnation"};
+  CHECK(*next_epoch(without_a, change) == without_a);
+  // Without a proposer (a leave, a launcher's report) the change applies.
+  change.proposer.reset();
+  CHECK(next_epoch(without_a, change)->names() == "c");
+}
+
 TEST_CASE("a joiner whose name is held by another incarnation is refused naming the holder") {
   auto e = of(2, {make("a", 1), make("b", 2)});
   epoch_change change;
