@@ -62,13 +62,14 @@ constexpr std::size_t ring_depth = 4;
 // copy (9 alternating runs).
 constexpr std::size_t single_copy_broadcast_min_bytes = 64 << 10;
 // Members that cannot all run at once (more than the CPUs) copy broadcasts once from this
-// size, through the slots below it: the others then read the root's data one after another
-// on the CPUs they take turns on, each at its turn, where through a slot the root's one
-// copy is done before they come. 4 members on the 2-vCPU VM, 9-15 alternating runs against
-// one copy: 64 KiB 0.67-0.79x the time, 128 KiB 0.93-1.00x, 256 KiB 0.67-0.93x in four
-// A/Bs and 1.32x in a fifth, 512 KiB 0.70x; from 1 MiB one copy keeps 0.79-0.87x the time
-// of the slots.
-constexpr std::size_t oversubscribed_broadcast_min_bytes = 1 << 20;
+// size, through the slots below it (segment::broadcast_slots): the others then read the
+// root's data one after another on the CPUs they take turns on, each at its turn, where
+// through a slot the root's one copy is done before they come. 4 members on the 2-vCPU VM,
+// with the slots' single wait per chunk, against one copy (the others reading it all),
+// 7-11 alternating runs: 1 MiB 0.49x, 0.79x and 1.14x the time in three A/Bs, 2 MiB
+// 0.85x, 4 MiB 0.87x, 0.97x and 1.52x; from 4 MiB one copy splits the data between the
+// root and the others (segment::broadcast_read).
+constexpr std::size_t oversubscribed_broadcast_min_bytes = 4 << 20;
 // Allgathers from this size per member copy each block once, its owner writing it into the
 // others' outputs (segment::allgather_write), where every member can reach the others'
 // memory and the members can all run at once (beneath it the measured single-copy sizes
@@ -259,13 +260,43 @@ bool segment::broadcast_ring(std::byte* data, std::size_t bytes, int root,
   return true;
 }
 
+// Chunk by chunk through the root's slot, as an allgather's blocks: the root copies the
+// chunk in and publishes, the others publish on arriving, and once every member has, each
+// other member copies the chunk out. That one wait is where the members compare what they
+// were asked to do (the first chunk's), so no wait follows the last chunk: the root
+// returns once all arrived, the others once they have the data, and the root rewrites a
+// buffer of its slot only after every other member's next publish (guard_), which each
+// makes only after it read the chunk. The root's tensor is left as it was when it copied
+// it in. 4 members on 2 vCPUs, 9 alternating runs against the root publishing first and
+// everyone waiting for all to have the data at the end: 4 KiB-256 KiB 0.69-0.74x the time.
+bool segment::broadcast_slots(std::byte* data, std::size_t bytes, int root,
+                              clock::time_point deadline) {
+  for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
+    const std::size_t len = std::min(slot_bytes_, bytes - off);
+    const std::uint64_t c = chunks_++;
+    if (rank_ == root) {
+      if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return false;
+      std::memcpy(slot(rank_, c), data + off, len);
+    }
+    publish();
+    if (!wait_all(phase_, deadline,
+                  off == 0 ? "did not arrive" : "did not go on to the next chunk"))
+      return false;
+    if (rank_ != root)
+      std::memcpy(data + off, slot(root, c), len);
+    else
+      guard_[c & 1] = phase_ + 1;  // read: see guard_
+  }
+  return true;
+}
+
 expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
                                   clock::time_point deadline) {
   if (t.numel == 0) return ok();  // as allreduce's
   if (!begin(seq, op_broadcast, t.nbytes(), static_cast<std::uint32_t>(root))) return failed();
   auto* data = static_cast<std::byte*>(t.data);
   const std::size_t bytes = t.nbytes();
-  // One copy from 64 KiB, from 1 MiB when the members outnumber the CPUs (see above):
+  // One copy from 64 KiB, from 4 MiB when the members outnumber the CPUs (see above):
   // reading the root's memory where every member can, else through the pipes.
   const bool one_copy = bytes >= (run_at_once_ ? single_copy_broadcast_min_bytes
                                                : oversubscribed_broadcast_min_bytes) &&
@@ -278,21 +309,7 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   } else if (run_at_once_ && bytes <= ring_max_bytes) {
     if (!broadcast_ring(data, bytes, root, deadline)) return failed();
   } else {
-    for (std::size_t off = 0; off < bytes; off += slot_bytes_) {
-      const std::size_t len = std::min(slot_bytes_, bytes - off);
-      const std::uint64_t c = chunks_++;
-      if (rank_ == root) {
-        if (!wait_all(guard_[c & 1], deadline, reuse_step, false)) return failed();
-        std::memcpy(slot(rank_, c), data + off, len);
-        publish();
-        // The others publish the same phase once they copied the chunk out.
-        guard_[c & 1] = phase_;
-      } else {
-        if (!wait_one(root, phase_ + 1, deadline, "did not write the data")) return failed();
-        std::memcpy(data + off, slot(root, c), len);
-        publish();
-      }
-    }
+    return broadcast_slots(data, bytes, root, deadline) ? ok() : failed();
   }
   // Every member waits until every other one has its data, and compares what each was
   // asked to do: otherwise a root would return at once, never learning that the others

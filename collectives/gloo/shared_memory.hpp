@@ -225,6 +225,11 @@ class segment {
   };
   described read_desc(int r) const;
   [[nodiscard]] bool check_agreement(int r);
+  // A whole broadcast, chunk by chunk through the root's slot, with no wait after the
+  // last chunk (shared_memory.cpp says why that keeps the agreement check); false once it
+  // failed, as the waits.
+  [[nodiscard]] bool broadcast_slots(std::byte* data, std::size_t bytes, int root,
+                                     clock::time_point deadline);
   // A broadcast streamed through a ring at the start of the root's buffer (see
   // ring_max_bytes in shared_memory.cpp); false once it failed, as the waits.
   [[nodiscard]] bool broadcast_ring(std::byte* data, std::size_t bytes, int root,

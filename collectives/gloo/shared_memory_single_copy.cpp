@@ -73,13 +73,6 @@ constexpr std::size_t single_copy_min_bytes = 32 << 10;
 constexpr std::size_t single_copy_max_bytes = 192 << 10;
 constexpr std::uint32_t first_cycle = 128, max_cycle = 1024, explore_ops = 4, samples = 2;
 constexpr std::uint32_t no_time = ~std::uint32_t{0};
-// Broadcasts that read the root's memory are copied by the root and the others at once
-// (segment::broadcast_read) when the members can all run at once, and from this size
-// when they cannot: with 4 members on 2 cores, 7 alternating runs, splitting took 1.08-1.47x
-// the time of the others reading it all at 64 KiB-1 MiB (a publish and a wait more, among
-// members that take turns on a CPU), 0.84x at 4 MiB and 0.90x at 16 MiB.
-constexpr std::size_t shared_broadcast_min_bytes = 4 << 20;
-
 // Nanoseconds from `a` to `b`, below no_time (about 4.3 s) at most.
 std::uint32_t ns_between(clock::time_point a, clock::time_point b) {
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
@@ -280,24 +273,14 @@ bool segment::learn_readers(clock::time_point deadline) {
 // Every member says where its tensor lies and publishes; once all have, each other member
 // reads the head of the data from the root and the root writes the tail into each
 // (process_vm_writev): the root and the others copy at once, for one publish and wait
-// more. Members that cannot all run at once (more than the CPUs) skip that below
-// shared_broadcast_min_bytes: the root publishes at once, and each other member waits for
-// it and reads it all. Either way each publishes once more, and the root's tensor stays as
-// it is until broadcast()'s last wait, which every member passes only once all have their
-// data. At world 2 on 2 cores splitting took 0.77x the time of reading it all at 64 KiB
-// (9 alternating runs).
+// more. Each publishes once more, and the root's tensor stays as it is until broadcast()'s
+// last wait, which every member passes only once all have their data. At world 2 on 2
+// cores splitting took 0.77x the time of reading it all at 64 KiB (9 alternating runs);
+// with 4 members on 2 cores (taking turns on a CPU), 0.84x at 4 MiB and 0.90x at 16 MiB,
+// where below 4 MiB such members broadcast through the slots (segment::broadcast).
 bool segment::broadcast_read(std::byte* data, std::size_t bytes, int root,
                              clock::time_point deadline) {
   at(rank_).source.store(reinterpret_cast<std::uintptr_t>(data), std::memory_order_relaxed);
-  if (!run_at_once_ && bytes < shared_broadcast_min_bytes) {
-    if (rank_ != root) {
-      if (!wait_one(root, phase_ + 1, deadline, "did not write the data")) return false;
-      if (!read_from(root, data, bytes, 0)) return false;
-      ++single_copy_reads_;
-    }
-    publish();
-    return true;
-  }
   publish();
   if (!wait_all(phase_, deadline, "did not arrive")) return false;
   // The root's share: 1/n of the data into each of the n - 1 others, who read the rest:

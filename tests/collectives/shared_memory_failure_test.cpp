@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <troupe/collectives/gloo/shm_names.hpp>
@@ -129,9 +130,9 @@ TEST_CASE(
             break;
           }
           case op::broadcast_reader_missing: {
-            // The root too waits until every member has the data (one chunk: with more,
-            // the root waits for the missing member before writing the third one, and
-            // the others then wait for the root).
+            // The root too waits for every member (one chunk: with more, the root waits
+            // for the missing member before writing the third one, and the others then
+            // wait for the root).
             std::vector<float> v(10);
             must(m.seg.broadcast(seq, tensor_view::of(std::span(v)), 0, in(timeout)));
             break;
@@ -311,6 +312,80 @@ TEST_CASE(
     });
     check_each_contains(roots, {"threw invalid_argument", "broadcast of 262144 bytes from rank 0",
                                 "broadcast of 262144 bytes from rank 1"});
+  }
+}
+
+namespace {
+
+// Two members that never copy once: a broadcast over 256 KiB goes through the slots (4 KiB
+// each, so in many chunks) whether or not the members can all run at once.
+setup slots_only() { return group_of(2, {10, 11}).with_single_copy(single_copy_mode::off); }
+
+}  // namespace
+
+TEST_CASE(
+    "a broadcast through the slots ends as the others do when a member never comes, fails, "
+    "or its group aborts, whichever member is the root") {
+  for (end how : {end::never_comes, end::marks_failed, end::aborts})
+    for (int root : {0, 1}) {
+      CAPTURE(static_cast<int>(how));
+      CAPTURE(root);
+      duration took{};
+      auto out = on_members(slots_only(), [&](member& m) -> std::string {
+        std::vector<float> data(70000);  // 280,000 bytes
+        auto run = [&](std::uint64_t seq, clock::time_point deadline) {
+          return m.seg.broadcast(seq, tensor_view::of(std::span(data)), root, deadline);
+        };
+        must(run(1, in(10s)));
+        if (m.rank == 1) {
+          std::this_thread::sleep_for(100ms);
+          if (how == end::marks_failed) m.seg.mark_failed();
+          if (how == end::aborts) m.all[0]->abort();
+          return "away";
+        }
+        const auto start = clock::now();
+        auto r = run(2, in(how == end::never_comes ? 300ms : 20s));
+        took = std::chrono::duration_cast<duration>(clock::now() - start);
+        must(std::move(r));
+        return "";
+      });
+      CAPTURE(out[0]);
+      check_ended(how, out, took, "(collective #2): rank [11] did not arrive in time");
+    }
+}
+
+TEST_CASE(
+    "members that disagree on the size or the root of a broadcast through the slots fail "
+    "naming both, and none takes the other's data") {
+  // One chunk more, and many fewer.
+  for (std::size_t theirs : {71024, 66000}) {
+    CAPTURE(theirs);
+    auto sizes = on_members(slots_only(), [&](member& m) {
+      std::uint64_t seq = 3;
+      return float_broadcast(m, seq, m.rank == 0 ? 70000 : theirs, 0, 0);
+    });
+    check_each_contains(sizes, {"threw invalid_argument", "broadcast of 280000 bytes",
+                                strcat("broadcast of ", theirs * 4, " bytes")});
+  }
+  // Each takes itself, or the other, for the root.
+  for (bool itself : {true, false}) {
+    CAPTURE(itself);
+    std::vector<std::vector<float>> got(2);
+    auto roots = on_members(slots_only(), [&](member& m) {
+      std::vector<float> v(70000, static_cast<float>(m.rank));
+      auto r =
+          m.seg.broadcast(4, tensor_view::of(std::span(v)), itself ? m.rank : 1 - m.rank, in(10s));
+      got[static_cast<std::size_t>(m.rank)] = v;
+      must(std::move(r));
+      return std::string();
+    });
+    check_each_contains(roots, {"threw invalid_argument", "broadcast of 280000 bytes from rank 0",
+                                "broadcast of 280000 bytes from rank 1"});
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      const auto& v = got[static_cast<std::size_t>(r)];
+      CHECK(std::count(v.begin(), v.end(), static_cast<float>(r)) == 70000);
+    }
   }
 }
 

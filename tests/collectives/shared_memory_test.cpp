@@ -164,19 +164,20 @@ TEST_CASE(
 
 namespace {
 
-// How many times each member of `n` reads in one_copy_broadcasts(): four sizes from 64 KiB
+// How many times each member of `n` reads in one_copy_broadcasts(): five sizes from 64 KiB
 // each from every root, n - 1 times a reader; members that outnumber the CPUs copy once only
-// from 1 MiB (one of the sizes).
+// from 4 MiB (one of the sizes).
 std::uint64_t one_copy_reads(int n) {
-  return (n <= cpus() ? 4u : 1u) * static_cast<std::uint64_t>(n - 1);
+  return (n <= cpus() ? 5u : 1u) * static_cast<std::uint64_t>(n - 1);
 }
 
-// Broadcasts around the smallest one copied once (64 KiB), and of several 120 KiB pieces of
-// the pipes, from every root; the single-copy operations this member took part in go to
+// Broadcasts around the smallest one copied once (64 KiB), of several 120 KiB pieces of the
+// pipes, and just over 4 MiB (the smallest copied once among more members than CPUs), from
+// every root; the single-copy operations this member took part in go to
 // `reads` (as a reader: the root's own copy counts for nothing).
 std::string one_copy_broadcasts(member& m, std::vector<std::uint64_t>& reads) {
   std::uint64_t seq = 1;
-  for (std::size_t count : {16383, 16384, 16385, 100003, 300007})
+  for (std::size_t count : {16383, 16384, 16385, 100003, 300007, 1048583})
     for (int root = 0; root < m.size; ++root)
       if (auto e = float_broadcast(m, seq, count, root, seq); !e.empty()) return e;
   reads[static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
@@ -186,7 +187,7 @@ std::string one_copy_broadcasts(member& m, std::vector<std::uint64_t>& reads) {
 }  // namespace
 
 TEST_CASE(
-    "broadcasts from 64 KiB (1 MiB with more members than CPUs) are copied once, by the root "
+    "broadcasts from 64 KiB (4 MiB with more members than CPUs) are copied once, by the root "
     "and the others at once from one another's memory, and give every member the root's "
     "data at 2, 3 and 4 members") {
   for (int n : {2, 3, 4}) {
@@ -199,7 +200,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "members that may not read one another's memory copy broadcasts from 64 KiB (1 MiB with "
+    "members that may not read one another's memory copy broadcasts from 64 KiB (4 MiB with "
     "more members than CPUs) once through the pipes, in pieces, and give every member the "
     "root's data at 2, 3 and 4 members") {
   for (int n : {2, 3, 4}) {
