@@ -245,11 +245,20 @@ TEST_CASE(
     }
 }
 
+namespace {
+
+// Two members that never copy once: a broadcast over 256 KiB goes through the slots (4 KiB
+// each, so in many chunks) whether or not the members can all run at once.
+setup slots_only() { return group_of(2, {10, 11}).with_single_copy(single_copy_mode::off); }
+
+}  // namespace
+
 TEST_CASE(
-    "a broadcast or a large allgather copied once ends as the slots' do when a member never "
-    "comes, fails, or its group aborts") {
-  enum class op { broadcast_reads, broadcast_pipes, allgather_writes };
-  for (op which : {op::broadcast_reads, op::broadcast_pipes, op::allgather_writes})
+    "a broadcast copied once or through the slots, or a large allgather copied once, ends as "
+    "a small allgather does when a member never comes, fails, or its group aborts") {
+  enum class op { broadcast_reads, broadcast_pipes, broadcast_slots, allgather_writes };
+  for (op which :
+       {op::broadcast_reads, op::broadcast_pipes, op::broadcast_slots, op::allgather_writes})
     for (end how : {end::never_comes, end::marks_failed, end::aborts})
       for (int root : {0, 1}) {
         if (which == op::allgather_writes && root == 1) continue;  // no root
@@ -259,8 +268,9 @@ TEST_CASE(
         duration took{};
         auto group = group_of(2, {10, 11}).with_slot(gloo_shm::default_slot_bytes);
         if (which == op::broadcast_pipes) group = group.without_reads();
+        if (which == op::broadcast_slots) group = slots_only();
         auto out = on_members(group, [&](member& m) -> std::string {
-          // 1 MiB: several pieces of the pipes.
+          // 1 MiB: several pieces of the pipes, many chunks of the slots.
           std::vector<float> data(1 << 18), all(1 << 19);
           auto run = [&](std::uint64_t seq, clock::time_point deadline) {
             return which == op::allgather_writes
@@ -284,7 +294,10 @@ TEST_CASE(
           return "";
         });
         CAPTURE(out[0]);
-        check_ended(how, out, took, "(collective #2): rank [11] ");
+        check_ended(how, out, took,
+                    which == op::broadcast_slots
+                        ? "(collective #2): rank [11] did not arrive in time"
+                        : "(collective #2): rank [11] ");
       }
 }
 
@@ -313,45 +326,6 @@ TEST_CASE(
     check_each_contains(roots, {"threw invalid_argument", "broadcast of 262144 bytes from rank 0",
                                 "broadcast of 262144 bytes from rank 1"});
   }
-}
-
-namespace {
-
-// Two members that never copy once: a broadcast over 256 KiB goes through the slots (4 KiB
-// each, so in many chunks) whether or not the members can all run at once.
-setup slots_only() { return group_of(2, {10, 11}).with_single_copy(single_copy_mode::off); }
-
-}  // namespace
-
-TEST_CASE(
-    "a broadcast through the slots ends as the others do when a member never comes, fails, "
-    "or its group aborts, whichever member is the root") {
-  for (end how : {end::never_comes, end::marks_failed, end::aborts})
-    for (int root : {0, 1}) {
-      CAPTURE(static_cast<int>(how));
-      CAPTURE(root);
-      duration took{};
-      auto out = on_members(slots_only(), [&](member& m) -> std::string {
-        std::vector<float> data(70000);  // 280,000 bytes
-        auto run = [&](std::uint64_t seq, clock::time_point deadline) {
-          return m.seg.broadcast(seq, tensor_view::of(std::span(data)), root, deadline);
-        };
-        must(run(1, in(10s)));
-        if (m.rank == 1) {
-          std::this_thread::sleep_for(100ms);
-          if (how == end::marks_failed) m.seg.mark_failed();
-          if (how == end::aborts) m.all[0]->abort();
-          return "away";
-        }
-        const auto start = clock::now();
-        auto r = run(2, in(how == end::never_comes ? 300ms : 20s));
-        took = std::chrono::duration_cast<duration>(clock::now() - start);
-        must(std::move(r));
-        return "";
-      });
-      CAPTURE(out[0]);
-      check_ended(how, out, took, "(collective #2): rank [11] did not arrive in time");
-    }
 }
 
 TEST_CASE(
