@@ -25,7 +25,7 @@ inline constexpr setting gloo_shm_single_copy{
     "operations) and can be slower when they were just written or evicted: `auto` times "
     "both ways on the group's own allgathers and takes the faster, `1` always copies once, "
     "`0` never (docs/collectives.md); one member's `0` holds for all, `1` needs every member. "
-    "Unless `0`, broadcasts from 64 KiB (1 MiB where the members outnumber the CPUs) and "
+    "Unless `0`, broadcasts from 64 KiB (4 MiB where the members outnumber the CPUs) and "
     "allgathers from 256 KiB per member copy once too, "
     "where the members can read one another's memory (broadcasts also through the pipes)"};
 inline constexpr setting gloo_local_sndbuf{
