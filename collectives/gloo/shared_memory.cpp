@@ -311,10 +311,10 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   } else {
     return broadcast_slots(data, bytes, root, deadline) ? ok() : failed();
   }
-  // Every member waits until every other one has its data, and compares what each was
-  // asked to do: otherwise a root would return at once, never learning that the others
-  // took another member for the root or another size, and the members would go on with
-  // different data.
+  // On these paths every member waits until every other one has its data, and compares
+  // what each was asked to do: otherwise a root would return at once, never learning that
+  // the others took another member for the root or another size, and the members would go
+  // on with different data (the slots compare at their one wait, which all members pass).
   agreed_ = false;
   return wait_all(phase_, deadline, "did not read the data") ? ok() : failed();
 }

@@ -130,9 +130,7 @@ TEST_CASE(
             break;
           }
           case op::broadcast_reader_missing: {
-            // The root too waits for every member (one chunk: with more, the root waits
-            // for the missing member before writing the third one, and the others then
-            // wait for the root).
+            // The root too waits for every member.
             std::vector<float> v(10);
             must(m.seg.broadcast(seq, tensor_view::of(std::span(v)), 0, in(timeout)));
             break;
