@@ -27,7 +27,10 @@ inline constexpr setting gloo_shm_single_copy{
     "`0` never (docs/collectives.md); one member's `0` holds for all, `1` needs every member. "
     "Unless `0`, broadcasts from 64 KiB (4 MiB where the members outnumber the CPUs) and "
     "allgathers from 256 KiB per member copy once too, "
-    "where the members can read one another's memory (broadcasts also through the pipes)"};
+    "where the members can read one another's memory (broadcasts also through the pipes). "
+    "Those copies of tensors made with `troupe::collectives::shared_host_tensor` are plain "
+    "memory copies through the members' mappings of them, not system calls (docs/"
+    "collectives.md, \"Shared host tensors\")"};
 inline constexpr setting gloo_local_sndbuf{
     "TROUPE_GLOO_LOCAL_SNDBUF", "262144",
     "send buffer of same-host gloo TCP connections, in bytes (`0`: the kernel's autotuning)"};

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include <troupe/collectives/gloo/cpu_reduce.hpp>
+#include <troupe/collectives/gloo/peer_regions.hpp>
 #include <troupe/collectives/tensor.hpp>
 #include <troupe/core/time.hpp>
 #include <troupe/store/store.hpp>
@@ -155,6 +156,12 @@ class segment {
   /// blocks from their memory or pipes or wrote its own into their outputs, and broadcasts
   /// it received by reading the root's memory or through the pipes.
   std::uint64_t single_copy_reads() const noexcept { return single_copy_reads_; }
+  /// How many of those copies went through a mapping of the other member's shared host
+  /// buffer (shared_host_memory.hpp) rather than a system call, one per member copied
+  /// from or into; and how many such buffers this member mapped so far.
+  std::uint64_t mapped_copies() const noexcept { return mapped_copies_; }
+  std::uint64_t buffers_mapped() const noexcept { return peers_.mapped_total(); }
+  std::size_t buffers_mapped_now() const noexcept { return peers_.mapped_now(); }
 
  private:
   struct header;
@@ -270,9 +277,13 @@ class segment {
   // False once they failed (the segment is then failed).
   [[nodiscard]] bool read_memory(std::size_t bytes, std::byte* dst);
   [[nodiscard]] bool read_from(int r, std::byte* to, std::size_t bytes, std::size_t at_offset);
+  // Says where this member's data for the running single-copy operation lies (`source`,
+  // and the shared host buffer holding its `bytes`, if one does), before the publish.
+  void say_source(const std::byte* p, std::size_t bytes) noexcept;
   // Copies `bytes` between `mine` and member r's memory `at_offset` past its `source`: from
-  // there (process_vm_readv), or there when `write` (process_vm_writev). False once it
-  // failed (the segment is then failed).
+  // there, or there when `write`. With plain copies when that range lies in a shared host
+  // buffer of r's that this member could map (peers_), else with process_vm_readv or
+  // process_vm_writev. False once it failed (the segment is then failed).
   [[nodiscard]] bool cross_copy(int r, std::byte* mine, std::size_t bytes, std::size_t at_offset,
                                 bool write);
   // At the first broadcast that may read the root's memory: learns from the members' flags
@@ -332,6 +343,8 @@ class segment {
   std::vector<int> pipe_to_, pipe_from_;
   bool use_pipes_ = false;
   std::uint64_t single_copy_reads_ = 0;
+  std::uint64_t mapped_copies_ = 0;
+  peer_regions peers_;  // the others' shared host buffers mapped here
   // Whether every member can read the others' memory (their flags' reads_memory bit): -1
   // until the first broadcast that needs to know (learn_readers()), then 0 or 1.
   int all_read_ = -1;

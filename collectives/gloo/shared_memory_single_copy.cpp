@@ -114,7 +114,7 @@ segment::single_copy_outcome segment::allgather_single_copy(const std::byte* own
     t.sampling = -1;
   }
   auto& line = at(rank_);
-  line.source.store(reinterpret_cast<std::uintptr_t>(own), std::memory_order_relaxed);
+  say_source(own, bytes);
   // Known here except at an exchange, where it is decided after the publish.
   const bool exchange = single_copy_ < 0 || (single_copy_ == 2 && t.position == 0);
   bool read = true;
@@ -229,11 +229,36 @@ bool segment::read_from(int r, std::byte* to, std::size_t bytes, std::size_t at_
   return cross_copy(r, to, bytes, at_offset, false);
 }
 
+void segment::say_source(const std::byte* p, std::size_t bytes) noexcept {
+  auto& line = at(rank_);
+  line.source.store(reinterpret_cast<std::uintptr_t>(p), std::memory_order_relaxed);
+  const auto region = find_shared_region(p, bytes);
+  line.region_id.store(region ? region->id : 0, std::memory_order_relaxed);
+  if (!region) return;
+  line.region_fd.store(region->fd, std::memory_order_relaxed);
+  line.region_base.store(region->base, std::memory_order_relaxed);
+  line.region_bytes.store(region->bytes, std::memory_order_relaxed);
+}
+
 bool segment::cross_copy(int r, std::byte* mine, std::size_t bytes, std::size_t at_offset,
                          bool write) {
-  const auto pid = static_cast<pid_t>(at(r).pid.load(std::memory_order_relaxed));
+  const auto& line = at(r);
+  const auto pid = static_cast<pid_t>(line.pid.load(std::memory_order_relaxed));
   const auto theirs =
-      static_cast<std::uintptr_t>(at(r).source.load(std::memory_order_relaxed)) + at_offset;
+      static_cast<std::uintptr_t>(line.source.load(std::memory_order_relaxed)) + at_offset;
+  if (const auto id = line.region_id.load(std::memory_order_relaxed); id != 0) {
+    const shared_region region{line.region_fd.load(std::memory_order_relaxed), id,
+                               line.region_base.load(std::memory_order_relaxed),
+                               line.region_bytes.load(std::memory_order_relaxed)};
+    if (auto* here = peers_.local(pid, region, theirs, bytes)) {
+      if (write)
+        std::memcpy(here, mine, bytes);
+      else
+        std::memcpy(mine, here, bytes);
+      ++mapped_copies_;
+      return true;
+    }
+  }
   for (std::size_t done = 0; done < bytes;) {
     iovec local{mine + done, bytes - done};
     iovec remote{reinterpret_cast<void*>(theirs + done), bytes - done};
@@ -280,7 +305,7 @@ bool segment::learn_readers(clock::time_point deadline) {
 // where below 4 MiB such members broadcast through the slots (segment::broadcast).
 bool segment::broadcast_read(std::byte* data, std::size_t bytes, int root,
                              clock::time_point deadline) {
-  at(rank_).source.store(reinterpret_cast<std::uintptr_t>(data), std::memory_order_relaxed);
+  say_source(data, bytes);
   publish();
   if (!wait_all(phase_, deadline, "did not arrive")) return false;
   // The root's share: 1/n of the data into each of the n - 1 others, who read the rest:
@@ -314,7 +339,7 @@ bool segment::broadcast_read(std::byte* data, std::size_t bytes, int root,
 // of a writer held off its CPU between that check and its write.
 bool segment::allgather_write(const std::byte* own, std::size_t bytes, std::byte* dst,
                               clock::time_point deadline) {
-  at(rank_).source.store(reinterpret_cast<std::uintptr_t>(dst), std::memory_order_relaxed);
+  say_source(dst, bytes * static_cast<std::size_t>(size_));
   publish();
   if (!wait_all(phase_, deadline, "did not contribute")) return false;
   const std::size_t at_offset = bytes * static_cast<std::size_t>(rank_);

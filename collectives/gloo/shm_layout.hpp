@@ -92,6 +92,13 @@ struct alignas(64) segment::member {
   // The CPU this member ran on when it last began an operation, plus one (0: not known);
   // written only when it changes (segment::begin(), segment::wait()).
   std::atomic<std::uint32_t> cpu;
+  // When `source` lies in a shared host buffer of this member (shared_host_memory.hpp):
+  // the descriptor it holds the buffer by, the buffer's id (0 when `source` lies in none)
+  // and its range in this member's address space. Written with `source`.
+  std::atomic<std::int32_t> region_fd;
+  std::atomic<std::uint64_t> region_id;
+  std::atomic<std::uint64_t> region_base;
+  std::atomic<std::uint64_t> region_bytes;
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);

@@ -252,51 +252,58 @@ setup slots_only() { return group_of(2, {10, 11}).with_single_copy(single_copy_m
 }  // namespace
 
 TEST_CASE(
-    "a broadcast copied once or through the slots, or a large allgather copied once, ends as "
-    "a small allgather does when a member never comes, fails, or its group aborts") {
+    "a broadcast copied once or through the slots, or a large allgather copied once, of "
+    "tensors in ordinary or shared host memory, ends as a small allgather does when a member "
+    "never comes, fails, or its group aborts") {
   enum class op { broadcast_reads, broadcast_pipes, broadcast_slots, allgather_writes };
   for (op which :
        {op::broadcast_reads, op::broadcast_pipes, op::broadcast_slots, op::allgather_writes})
     for (end how : {end::never_comes, end::marks_failed, end::aborts})
-      for (int root : {0, 1}) {
-        if (which == op::allgather_writes && root == 1) continue;  // no root
-        CAPTURE(static_cast<int>(which));
-        CAPTURE(static_cast<int>(how));
-        CAPTURE(root);
-        duration took{};
-        auto group = group_of(2, {10, 11}).with_slot(gloo_shm::default_slot_bytes);
-        if (which == op::broadcast_pipes) group = group.without_reads();
-        if (which == op::broadcast_slots) group = slots_only();
-        auto out = on_members(group, [&](member& m) -> std::string {
-          // 1 MiB: several pieces of the pipes, many chunks of the slots.
-          std::vector<float> data(1 << 18), all(1 << 19);
-          auto run = [&](std::uint64_t seq, clock::time_point deadline) {
-            return which == op::allgather_writes
-                       ? m.seg.allgather(seq, tensor_view::of(std::span(data)),
-                                         tensor_view::of(std::span(all)), deadline)
-                       : m.seg.broadcast(seq, tensor_view::of(std::span(data)), root, deadline);
-          };
-          // A first one together: the members learn that they can read one another (one
-          // wait more, at the first such operation only); the second is the one that ends.
-          must(run(1, in(10s)));
-          if (m.rank == 1) {
-            std::this_thread::sleep_for(100ms);
-            if (how == end::marks_failed) m.seg.mark_failed();
-            if (how == end::aborts) m.all[0]->abort();
-            return "away";
-          }
-          const auto start = clock::now();
-          auto r = run(2, in(how == end::never_comes ? 300ms : 20s));
-          took = std::chrono::duration_cast<duration>(clock::now() - start);
-          must(std::move(r));
-          return "";
-        });
-        CAPTURE(out[0]);
-        check_ended(how, out, took,
-                    which == op::broadcast_slots
-                        ? "(collective #2): rank [11] did not arrive in time"
-                        : "(collective #2): rank [11] ");
-      }
+      for (int root : {0, 1})
+        for (memory where : {memory::plain, memory::shared}) {
+          if (which == op::allgather_writes && root == 1) continue;  // no root
+          // Shared host memory changes only how the members copy once from one another.
+          if (where == memory::shared &&
+              (which == op::broadcast_pipes || which == op::broadcast_slots))
+            continue;
+          CAPTURE(static_cast<int>(which));
+          CAPTURE(where == memory::shared);
+          CAPTURE(static_cast<int>(how));
+          CAPTURE(root);
+          duration took{};
+          auto group = group_of(2, {10, 11}).with_slot(gloo_shm::default_slot_bytes);
+          if (which == op::broadcast_pipes) group = group.without_reads();
+          if (which == op::broadcast_slots) group = slots_only();
+          auto out = on_members(group, [&](member& m) -> std::string {
+            // 1 MiB: several pieces of the pipes, many chunks of the slots.
+            elements<float> data(1 << 18, 0.0f, where), all(1 << 19, 0.0f, where);
+            auto run = [&](std::uint64_t seq, clock::time_point deadline) {
+              return which == op::allgather_writes
+                         ? m.seg.allgather(seq, tensor_view::of(data.span()),
+                                           tensor_view::of(all.span()), deadline)
+                         : m.seg.broadcast(seq, tensor_view::of(data.span()), root, deadline);
+            };
+            // A first one together: the members learn that they can read one another (one
+            // wait more, at the first such operation only); the second is the one that ends.
+            must(run(1, in(10s)));
+            if (m.rank == 1) {
+              std::this_thread::sleep_for(100ms);
+              if (how == end::marks_failed) m.seg.mark_failed();
+              if (how == end::aborts) m.all[0]->abort();
+              return "away";
+            }
+            const auto start = clock::now();
+            auto r = run(2, in(how == end::never_comes ? 300ms : 20s));
+            took = std::chrono::duration_cast<duration>(clock::now() - start);
+            must(std::move(r));
+            return "";
+          });
+          CAPTURE(out[0]);
+          check_ended(how, out, took,
+                      which == op::broadcast_slots
+                          ? "(collective #2): rank [11] did not arrive in time"
+                          : "(collective #2): rank [11] ");
+        }
 }
 
 TEST_CASE(

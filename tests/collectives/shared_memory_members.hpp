@@ -22,10 +22,12 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <troupe/collectives/gloo/cpu_reduce.hpp>
 #include <troupe/collectives/gloo/shared_memory.hpp>
+#include <troupe/collectives/shared_host_memory.hpp>
 #include <troupe/core/strcat.hpp>
 #include <troupe/store/memory_store.hpp>
 #include "op_suite.hpp"
@@ -274,11 +276,50 @@ inline std::string half_reduce(member& m, std::uint64_t& seq, dtype t, reduce_op
 }
 
 // A broadcast of `count` float32 elements from `root`; the others start with other data.
+// Where a test's tensors lie: ordinary memory, or shared host memory
+// (shared_host_tensor), which the other members map and copy with plain copies.
+enum class memory { plain, shared };
+
+// `n` elements of T set to `fill`, where `where` says.
+template <class T>
+class elements {
+ public:
+  elements(std::size_t n, T fill, memory where) : n_(n) {
+    if (where == memory::shared && n > 0) {
+      auto t = shared_host_tensor(dtype_of<T>(), {static_cast<std::int64_t>(n)});
+      if (!t) throw troupe::exception(std::move(t).error());
+      shared_ = std::move(*t);
+      p_ = static_cast<T*>(shared_.data());
+    } else {
+      plain_.resize(n);
+      p_ = plain_.data();
+    }
+    std::fill(p_, p_ + n, fill);
+  }
+  T& operator[](std::size_t i) { return p_[i]; }
+  T* begin() { return p_; }
+  T* end() { return p_ + n_; }
+  std::span<T> span() { return {p_, n_}; }
+
+ private:
+  template <class U>
+  static constexpr dtype dtype_of() {
+    if constexpr (std::is_same_v<U, float>)
+      return dtype::float32;
+    else
+      return dtype::int64;
+  }
+  std::size_t n_;
+  std::vector<T> plain_;
+  tensor shared_;
+  T* p_ = nullptr;
+};
+
 inline std::string float_broadcast(member& m, std::uint64_t& seq, std::size_t count, int root,
-                                   std::uint64_t salt) {
-  std::vector<float> v(count);
+                                   std::uint64_t salt, memory where = memory::plain) {
+  elements<float> v(count, 0.0f, where);
   for (std::size_t i = 0; i < count; ++i) v[i] = fvalue(m.rank, i, salt);
-  must(m.seg.broadcast(seq++, tensor_view::of(std::span(v)), root, in(10s)));
+  must(m.seg.broadcast(seq++, tensor_view::of(v.span()), root, in(10s)));
   for (std::size_t i = 0; i < count; ++i)
     if (std::bit_cast<std::uint32_t>(v[i]) != std::bit_cast<std::uint32_t>(fvalue(root, i, salt)))
       return strcat("broadcast from ", root, ": ",
@@ -288,13 +329,13 @@ inline std::string float_broadcast(member& m, std::uint64_t& seq, std::size_t co
 
 // An allgather of `count` int64 elements per member; with `in_place` the input is this
 // member's block of the output.
-inline std::string int64_allgather(member& m, std::uint64_t& seq, std::size_t count,
-                                   bool in_place) {
+inline std::string int64_allgather(member& m, std::uint64_t& seq, std::size_t count, bool in_place,
+                                   memory where = memory::plain) {
   const auto n = static_cast<std::size_t>(m.size), me = static_cast<std::size_t>(m.rank);
-  std::vector<std::int64_t> out(count * n, -1), own(count);
+  elements<std::int64_t> out(count * n, -1, where), own(count, 0, where);
   for (std::size_t i = 0; i < count; ++i) own[i] = ivalue(m.rank, i);
-  auto out_view = tensor_view::of(std::span(out));
-  tensor_view in_view = tensor_view::of(std::span(own));
+  auto out_view = tensor_view::of(out.span());
+  tensor_view in_view = tensor_view::of(own.span());
   if (in_place) {
     std::copy(own.begin(), own.end(), out.begin() + static_cast<std::ptrdiff_t>(me * count));
     in_view = out_view.slice(me * count, count);

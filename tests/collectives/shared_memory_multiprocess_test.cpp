@@ -20,6 +20,7 @@
 
 #include <troupe/collectives/gloo/cpu_reduce.hpp>
 #include <troupe/collectives/gloo/shared_memory.hpp>
+#include <troupe/collectives/shared_host_memory.hpp>
 #include <troupe/core/strcat.hpp>
 #include <troupe/store/connect.hpp>
 #include <troupe/store/tcp_store_server.hpp>
@@ -35,11 +36,14 @@ using troupe::collectives::gloo_shm::single_copy_mode;
 namespace {
 
 // What the child does once it opened the segment.
-enum class child_end { exit_at_once, killed_later, allgathers };
-// What the parent runs: an allreduce, or an allgather of 64 KiB per member, which two
-// processes that can run at once read from each other's memory.
-enum class parent_op { allreduce, allgather };
-constexpr std::size_t allgather_count = 8192;  // int64 elements per member
+enum class child_end { exit_at_once, killed_later, allgathers, shared_allgathers };
+// What the parent runs: an allreduce, an allgather of 64 KiB per member, which two
+// processes that can run at once read from each other's memory, or one of 512 KiB per
+// member of tensors in shared host memory, which they write into each other's outputs
+// through their mappings of them.
+enum class parent_op { allreduce, allgather, shared_allgather };
+constexpr std::size_t allgather_count = 8192;          // int64 elements per member
+constexpr std::size_t shared_allgather_count = 65536;  // the same, in shared host memory
 
 std::int64_t gathered_value(int rank, std::size_t i) {
   return static_cast<std::int64_t>(rank) * 1000003 + static_cast<std::int64_t>(i) * 7 - 5;
@@ -47,15 +51,34 @@ std::int64_t gathered_value(int rank, std::size_t i) {
 
 // Runs the allgather as `rank` of two: its error, or one naming a block that did not arrive
 // intact.
-expected<void> run_allgather(segment& seg, int rank, clock::time_point deadline) {
-  std::vector<std::int64_t> own(allgather_count), all(2 * allgather_count, -1);
-  for (std::size_t i = 0; i < allgather_count; ++i) own[i] = gathered_value(rank, i);
-  auto r =
-      seg.allgather(1, tensor_view::of(std::span(own)), tensor_view::of(std::span(all)), deadline);
+expected<void> run_allgather(segment& seg, int rank, clock::time_point deadline,
+                             bool shared = false) {
+  const std::size_t count = shared ? shared_allgather_count : allgather_count;
+  std::vector<std::int64_t> own_plain, all_plain;
+  std::span<std::int64_t> own, all;
+  tensor own_shared, all_shared;
+  if (shared) {
+    auto a = shared_host_tensor(dtype::int64, {static_cast<std::int64_t>(count)});
+    auto b = shared_host_tensor(dtype::int64, {static_cast<std::int64_t>(2 * count)});
+    if (!a) return std::move(a).error();
+    if (!b) return std::move(b).error();
+    own_shared = std::move(*a);
+    all_shared = std::move(*b);
+    own = own_shared.as_span<std::int64_t>();
+    all = all_shared.as_span<std::int64_t>();
+  } else {
+    own_plain.resize(count);
+    all_plain.resize(2 * count);
+    own = own_plain;
+    all = all_plain;
+  }
+  std::fill(all.begin(), all.end(), -1);
+  for (std::size_t i = 0; i < count; ++i) own[i] = gathered_value(rank, i);
+  auto r = seg.allgather(1, tensor_view::of(own), tensor_view::of(all), deadline);
   if (!r) return r;
   for (int b = 0; b < 2; ++b)
-    for (std::size_t i = 0; i < allgather_count; ++i)
-      if (all[static_cast<std::size_t>(b) * allgather_count + i] != gathered_value(b, i))
+    for (std::size_t i = 0; i < count; ++i)
+      if (all[static_cast<std::size_t>(b) * count + i] != gathered_value(b, i))
         return make_error(errc::internal, "block ", b, " element ", i, " is wrong");
   return ok();
 }
@@ -104,6 +127,10 @@ std::size_t threads_of_this_process() {
     ::raise(SIGKILL);
   }
   if (how == child_end::allgathers && !run_allgather(**seg, 1, clock::now() + 30s)) ::_exit(5);
+  if (how == child_end::shared_allgathers &&
+      (!run_allgather(**seg, 1, clock::now() + 30s, true) ||
+       (*seg)->mapped_copies() != (*seg)->single_copy_reads()))
+    ::_exit(6);
   ::_exit(0);
 }
 
@@ -118,6 +145,7 @@ struct outcome {
   duration took{};
   pid_t child = -1;
   bool read_memory = false;  // whether the allgather read the other's memory
+  std::uint64_t single_copies = 0, mapped_copies = 0, buffers_mapped = 0;
 };
 outcome run_parent(child_end how, parent_op op = parent_op::allreduce) {
   outcome out;
@@ -143,9 +171,12 @@ outcome run_parent(child_end how, parent_op op = parent_op::allreduce) {
   REQUIRE(*seg != nullptr);
   const auto start = clock::now();
   expected<void> r;
-  if (op == parent_op::allgather) {
-    r = run_allgather(**seg, 0, start + 30s);
+  if (op != parent_op::allreduce) {
+    r = run_allgather(**seg, 0, start + 30s, op == parent_op::shared_allgather);
     out.read_memory = (*seg)->reads_members_memory();
+    out.single_copies = (*seg)->single_copy_reads();
+    out.mapped_copies = (*seg)->mapped_copies();
+    out.buffers_mapped = (*seg)->buffers_mapped();
   } else {
     std::vector<float> v(3000, 1.0f);
     r = (*seg)->allreduce(1, tensor_view::of(std::span(v)), reduce_op::sum,
@@ -200,6 +231,24 @@ TEST_CASE(
   // Two processes of one user, with no Yama or seccomp restriction here (the CI machine's
   // case): the kernel lets them read each other; on one CPU the slots carry the blocks.
   CHECK(out.read_memory == (CPU_COUNT(&set) >= 2));
+}
+
+TEST_CASE(
+    "two member processes allgather tensors in shared host memory by writing into each "
+    "other's outputs through their mappings of them, every block intact") {
+  auto out = run_parent(child_end::shared_allgathers, parent_op::shared_allgather);
+  auto status = testing::wait_children({out.child}, 10s);
+  // The child exits 6 when its copy did not go through its mapping of the parent's output.
+  CHECK(testing::exited_zero(status[out.child]));
+  CHECK(out.error == "");
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof(set), &set) == 0);
+  // On one CPU the slots carry the blocks, and nothing is mapped.
+  const std::uint64_t want = CPU_COUNT(&set) >= 2 ? 1 : 0;
+  CHECK(out.single_copies == want);
+  CHECK(out.mapped_copies == want);
+  CHECK(out.buffers_mapped == want);
 }
 
 TEST_CASE("a member whose process exited fails the other's allgather at once naming its rank") {

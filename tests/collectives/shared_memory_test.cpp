@@ -175,12 +175,20 @@ std::uint64_t one_copy_reads(int n) {
 // pipes, and just over 4 MiB (the smallest copied once among more members than CPUs), from
 // every root; the single-copy operations this member took part in go to
 // `reads` (as a reader: the root's own copy counts for nothing).
-std::string one_copy_broadcasts(member& m, std::vector<std::uint64_t>& reads) {
+// With `shared`, the members whose ranks it holds broadcast tensors in shared host memory;
+// the copies made through mappings of them go to `mapped`.
+std::string one_copy_broadcasts(member& m, std::vector<std::uint64_t>& reads,
+                                const std::vector<int>& shared = {},
+                                std::vector<std::uint64_t>* mapped = nullptr) {
   std::uint64_t seq = 1;
+  const auto where = std::find(shared.begin(), shared.end(), m.rank) != shared.end()
+                         ? memory::shared
+                         : memory::plain;
   for (std::size_t count : {16383, 16384, 16385, 100003, 300007, 1048583})
     for (int root = 0; root < m.size; ++root)
-      if (auto e = float_broadcast(m, seq, count, root, seq); !e.empty()) return e;
+      if (auto e = float_broadcast(m, seq, count, root, seq, where); !e.empty()) return e;
   reads[static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
+  if (mapped) (*mapped)[static_cast<std::size_t>(m.rank)] = m.seg.mapped_copies();
   return "";
 }
 
@@ -223,6 +231,82 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "broadcasts from 64 KiB of tensors in shared host memory are copied with plain copies "
+    "through the members' mappings of one another's tensors, and give every member the "
+    "root's data at 2, 3 and 4 members") {
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    std::vector<int> everyone;
+    for (int r = 0; r < n; ++r) everyone.push_back(r);
+    std::vector<std::uint64_t> reads(static_cast<std::size_t>(n), 0), mapped = reads;
+    check_all(on_members(group_of(n).with_slot(gloo_shm::default_slot_bytes), [&](member& m) {
+      auto e = one_copy_broadcasts(m, reads, everyone, &mapped);
+      // Each operation's tensors are new: the mappings of those freed go when the next
+      // are made, and at most those of one operation stay.
+      if (e.empty() && m.seg.buffers_mapped_now() > static_cast<std::size_t>(n - 1))
+        e = strcat(m.seg.buffers_mapped_now(), " buffers still mapped");
+      return e;
+    }));
+    // Every single-copy broadcast a member reads is one copy from the root's tensor, and
+    // every one it is the root of is one copy into each other member's.
+    for (std::size_t r = 0; r < reads.size(); ++r) {
+      CHECK(reads[r] == one_copy_reads(n));
+      CHECK(mapped[r] == 2 * one_copy_reads(n));
+    }
+  }
+}
+
+TEST_CASE(
+    "when one member's tensors lie in shared host memory and the others' do not, broadcasts "
+    "copy through mappings only to and from that member's, and give every member the "
+    "root's data") {
+  const int n = 3;
+  std::vector<std::uint64_t> reads(n, 0), mapped(n, 0);
+  check_all(on_members(group_of(n).with_slot(gloo_shm::default_slot_bytes),
+                       [&](member& m) { return one_copy_broadcasts(m, reads, {0}, &mapped); }));
+  // Member 0 reads the others' ordinary tensors and writes into them with system calls;
+  // each other member reads member 0's tensor and writes into it through its mapping, once
+  // per size copied once.
+  const auto per_member = one_copy_reads(n) / (n - 1);
+  CHECK(mapped[0] == 0);
+  CHECK(mapped[1] == 2 * per_member);
+  CHECK(mapped[2] == 2 * per_member);
+}
+
+TEST_CASE(
+    "a member maps another's shared host tensor once for all the operations that use it, "
+    "and drops the mapping once the tensor is freed") {
+  std::vector<std::uint64_t> mapped(2, 0), copies(2, 0);
+  std::vector<std::size_t> left(2, 0);
+  check_all(on_members(group_of(2).with_slot(gloo_shm::default_slot_bytes), [&](member& m) {
+    std::uint64_t seq = 1;
+    for (int round = 0; round < 2; ++round) {
+      elements<float> v(1 << 18, 0.0f, memory::shared);  // 1 MiB
+      for (int i = 0; i < 3; ++i) {
+        for (std::size_t k = 0; k < (1 << 18); ++k) v[k] = fvalue(m.rank, k, seq);
+        must(m.seg.broadcast(seq, tensor_view::of(v.span()), 0, in(10s)));
+        for (std::size_t k = 0; k < (1 << 18); ++k)
+          if (v[k] != fvalue(0, k, seq)) return strcat("round ", round, " element ", k);
+        ++seq;
+      }
+      // Both members freed their tensors before either makes the next.
+      must(m.seg.barrier(seq++, in(10s)));
+    }
+    mapped[static_cast<std::size_t>(m.rank)] = m.seg.buffers_mapped();
+    copies[static_cast<std::size_t>(m.rank)] = m.seg.mapped_copies();
+    left[static_cast<std::size_t>(m.rank)] = m.seg.buffers_mapped_now();
+    return std::string();
+  }));
+  // On one CPU a broadcast of 1 MiB goes through the slots, and nothing is mapped.
+  const bool copied_once = two_cpus();
+  for (int r = 0; r < 2; ++r) {
+    CHECK(mapped[static_cast<std::size_t>(r)] == (copied_once ? 2u : 0u));
+    CHECK(copies[static_cast<std::size_t>(r)] == (copied_once ? 6u : 0u));
+    CHECK(left[static_cast<std::size_t>(r)] == (copied_once ? 1u : 0u));
+  }
+}
+
+TEST_CASE(
     "allgathers from 256 KiB per member write each block into the others' outputs when the "
     "members can run at once, and put every block in place, apart and in place") {
   for (bool reads_allowed : {true, false}) {
@@ -243,6 +327,29 @@ TEST_CASE(
     const std::uint64_t want = reads_allowed && two_cpus() ? 6 : 0;
     CHECK(reads[0] == want);
     CHECK(reads[1] == want);
+  }
+}
+
+TEST_CASE(
+    "allgathers from 256 KiB per member of tensors in shared host memory write each block "
+    "into the others' outputs through their mappings, and put every block in place, apart "
+    "and in place") {
+  std::vector<std::uint64_t> reads(2, 0), mapped(2, 0);
+  check_all(on_members(
+      group_of(2).with_slot(gloo_shm::default_slot_bytes), [&](member& m) -> std::string {
+        std::uint64_t seq = 1;
+        for (std::size_t count : {32768, 32769, 300007})
+          for (bool in_place : {false, true})
+            if (auto e = int64_allgather(m, seq, count, in_place, memory::shared); !e.empty())
+              return e;
+        reads[static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
+        mapped[static_cast<std::size_t>(m.rank)] = m.seg.mapped_copies();
+        return "";
+      }));
+  const std::uint64_t want = two_cpus() ? 6 : 0;
+  for (int r = 0; r < 2; ++r) {
+    CHECK(reads[static_cast<std::size_t>(r)] == want);
+    CHECK(mapped[static_cast<std::size_t>(r)] == want);
   }
 }
 
