@@ -6,7 +6,7 @@
 //   collectives_bench [--world N] [--backend gloo]
 //                     [--ops allreduce,broadcast,allgather,reduce_scatter]
 //                     [--min BYTES] [--max BYTES] [--iters N] [--json] [--fresh] [--cold]
-//                     [--dtype float32|bfloat16|float16|float64|int32|...]
+//                     [--dtype float32|bfloat16|float16|float64|int32|...] [--shared]
 // --json prints one JSON object per measurement, for bench/compare.py against
 // bench/collectives_torch_gloo.py (PyTorch's gloo backend, same sizes and iterations).
 // --fresh makes every rank rewrite the input of each operation just before it (inside the
@@ -18,6 +18,9 @@
 // from the barrier's end to the operation's end), so its input comes from memory, as in
 // a training step that computed much since writing it. Times then include the skew with
 // which the ranks leave the barrier.
+// --shared allocates every rank's tensors with shared_host_tensor()
+// (collectives/shared_host_memory.hpp): the members of one host then copy them between
+// one another with plain copies instead of system calls.
 // The program starts N copies of itself as ranks on 127.0.0.1 around a TCP store on port 0;
 // rank 0 prints the table. CPU tensors only, float32 unless --dtype names another element
 // type (sizes stay in bytes). The JSON lines also carry cpu_us, rank 0's process CPU time
@@ -46,6 +49,7 @@
 #include <vector>
 
 #include <troupe/collectives/group.hpp>
+#include <troupe/collectives/shared_host_memory.hpp>
 #include <troupe/store/connect.hpp>
 #include <troupe/world/world.hpp>
 #include "rank_processes.hpp"
@@ -76,6 +80,33 @@ using namespace troupe;
 using namespace troupe::collectives;
 
 using args = troupe::bench::rank_bench_args;
+
+// A rank's buffer of floats: ordinary memory, or (--shared) a shared host tensor.
+class floats {
+ public:
+  floats(std::size_t n, float value, bool shared) : n_(n) {
+    if (shared && n > 0) {
+      auto t = shared_host_tensor(dtype::float32, {static_cast<std::int64_t>(n)});
+      if (!t) throw troupe::exception(std::move(t).error());
+      shared_ = std::move(*t);
+      p_ = static_cast<float*>(shared_.data());
+    } else {
+      plain_.resize(n);
+      p_ = plain_.data();
+    }
+    std::fill(begin(), end(), value);
+  }
+  float* data() const noexcept { return p_; }
+  std::size_t size() const noexcept { return n_; }
+  float* begin() const noexcept { return p_; }
+  float* end() const noexcept { return p_ + n_; }
+
+ private:
+  std::size_t n_;
+  std::vector<float> plain_;
+  tensor shared_;
+  float* p_ = nullptr;
+};
 using troupe::bench::bus_factor;
 
 // CPU time (user + system) of every thread of this process so far, in microseconds: the
@@ -149,7 +180,7 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
   const dtype type = *bench_dtype(a);                           // checked in main
   const std::size_t es = element_size(type);
   // The first `elems` elements of the type, in a buffer of floats.
-  auto view = [&](std::vector<float>& v, std::size_t elems) {
+  auto view = [&](floats& v, std::size_t elems) {
     return tensor_view{v.data(), type, elems, device::cpu()};
   };
   if (rank == 0 && !a.json)
@@ -159,11 +190,11 @@ int run_ops(const args& a, process_group& pg, int rank, int n, const two_level* 
   for (const auto& op : a.ops) {
     for (std::size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 4) {
       std::size_t count = bytes / es;
-      const std::size_t floats = (bytes + sizeof(float) - 1) / sizeof(float);
-      std::vector<float> in(floats, 1.0f),
-          out(op == "allgather" || op == "reduce_scatter" ? floats : 0);
+      const std::size_t n_floats = (bytes + sizeof(float) - 1) / sizeof(float);
+      floats in(n_floats, 1.0f, a.shared),
+          out(op == "allgather" || op == "reduce_scatter" ? n_floats : 0, 0.0f, a.shared);
       const std::size_t part = h ? count / static_cast<std::size_t>(h->local_size) : 0;
-      std::vector<float> own(op == "allreduce_hier" ? part : 0);
+      floats own(op == "allreduce_hier" ? part : 0, 0.0f, a.shared);
       std::size_t per_rank = count / static_cast<std::size_t>(n);
       auto run = [&]() -> expected<void> {
         if (op == "allreduce")

@@ -2,8 +2,10 @@
 # Runs collectives_bench and its Open MPI anchor (mpi_collectives_bench) alternately, RUNS
 # times each, at every world size given, and prints the medians side by side with ratios
 # (troupe / Open MPI) through bench/compare.py.
-#   bash bench/mpi_compare.sh [RUNS=3] [WORLDS="2 4"] [MIN=4096] [MAX=67108864] [--fresh]
+#   bash bench/mpi_compare.sh [RUNS=3] [WORLDS="2 4"] [MIN=4096] [MAX=67108864] [--fresh] [--shared]
 # --fresh: every rank rewrites each operation's input just before it, on both sides.
+# --shared: troupe's tensors lie in shared host memory (collectives_bench --shared);
+# Open MPI's buffers stay as they are (its own single copy is process_vm_readv either way).
 # Needs a release build with the bench targets and `scripts/install-deps.sh --bench`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,8 +13,15 @@ runs=${1:-3}
 worlds=${2:-"2 4"}
 min=${3:-4096}
 max=${4:-67108864}
-extra=${5:-}
-[[ -z $extra || $extra == --fresh ]] || { echo "mpi_compare: unknown option '$extra' (only --fresh)" >&2; exit 2; }
+extra=""
+anchor_extra=""
+for opt in "${@:5}"; do
+  case $opt in
+    --fresh) extra+=" --fresh"; anchor_extra+=" --fresh" ;;
+    --shared) extra+=" --shared" ;;
+    *) echo "mpi_compare: unknown option '$opt' (--fresh or --shared)" >&2; exit 2 ;;
+  esac
+done
 bin=build/release/bench
 ops=${OPS:-allreduce,broadcast,allgather,reduce_scatter}
 for f in "$bin/collectives_bench" "$bin/mpi_collectives_bench"; do
@@ -22,6 +31,6 @@ done
 for w in $worlds; do
   echo "## world $w"
   /usr/bin/python3 bench/compare.py --runs "$runs" \
-    --troupe "$bin/collectives_bench --world $w --ops $ops --min $min --max $max --json $extra" \
-    --anchor "mpirun --allow-run-as-root --oversubscribe --bind-to none -np $w $bin/mpi_collectives_bench --ops $ops --min $min --max $max $extra"
+    --troupe "$bin/collectives_bench --world $w --ops $ops --min $min --max $max --json$extra" \
+    --anchor "mpirun --allow-run-as-root --oversubscribe --bind-to none -np $w $bin/mpi_collectives_bench --ops $ops --min $min --max $max$anchor_extra"
 done

@@ -27,10 +27,11 @@ struct rank_bench_args {
   std::vector<std::string> ops{"allreduce", "broadcast", "allgather"};
   std::size_t min_bytes = 4 << 10;
   std::size_t max_bytes = 64 << 20;
-  int iters = 0;       // 0: chosen by size
-  bool json = false;   // one JSON object per line (for bench/compare.py) instead of a table
-  bool fresh = false;  // each rank rewrites its input before every operation (--fresh)
-  bool cold = false;   // each rank evicts the caches before every operation (--cold)
+  int iters = 0;        // 0: chosen by size
+  bool json = false;    // one JSON object per line (for bench/compare.py) instead of a table
+  bool fresh = false;   // each rank rewrites its input before every operation (--fresh)
+  bool cold = false;    // each rank evicts the caches before every operation (--cold)
+  bool shared = false;  // tensors in shared host memory (--shared; collectives_bench only)
   std::string dtype = "float32";  // the element type (--dtype; collectives_bench only)
 };
 
@@ -55,6 +56,10 @@ inline std::optional<rank_bench_args> parse_rank_bench_args(int argc, char** arg
     }
     if (k == "--cold") {
       a.cold = true;
+      continue;
+    }
+    if (k == "--shared") {
+      a.shared = true;
       continue;
     }
     if (i + 1 >= argc) {
