@@ -25,6 +25,8 @@ struct registry {
   std::mutex mutex;
   std::map<std::uintptr_t, shared_region> by_base;
   std::uint64_t next_id = 1;
+  // How many buffers are live: a process that has none looks no further, without the lock.
+  std::atomic<std::size_t> live{0};
 };
 
 registry& regions() {
@@ -40,6 +42,7 @@ struct region_owner {
       auto& r = regions();
       std::lock_guard lock(r.mutex);
       r.by_base.erase(region.base);
+      r.live.fetch_sub(1, std::memory_order_relaxed);
     }
     ::munmap(reinterpret_cast<void*>(region.base), region.bytes);
     ::close(region.fd);
@@ -95,6 +98,7 @@ expected<tensor> shared_host_tensor(dtype type, std::vector<std::int64_t> shape)
     auto& r = regions();
     std::lock_guard lock(r.mutex);
     r.by_base.emplace(owner->region.base, owner->region);
+    r.live.fetch_add(1, std::memory_order_relaxed);
   }
   return tensor::wrap(p, type, std::move(shape), device::cpu(), {}, std::move(owner));
 }
@@ -102,6 +106,9 @@ expected<tensor> shared_host_tensor(dtype type, std::vector<std::int64_t> shape)
 std::optional<shared_region> find_shared_region(const void* p, std::size_t bytes) noexcept {
   const auto at = reinterpret_cast<std::uintptr_t>(p);
   auto& r = regions();
+  // A buffer made on another thread and handed to this one came with a happens-before
+  // edge, after which this load sees its count.
+  if (r.live.load(std::memory_order_relaxed) == 0) return std::nullopt;
   std::lock_guard lock(r.mutex);
   auto it = r.by_base.upper_bound(at);
   if (it == r.by_base.begin()) return std::nullopt;

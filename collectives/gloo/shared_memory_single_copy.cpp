@@ -229,25 +229,31 @@ bool segment::read_from(int r, std::byte* to, std::size_t bytes, std::size_t at_
   return cross_copy(r, to, bytes, at_offset, false);
 }
 
+// The region's fields lie on a line of their own, touched only for shared buffers: the
+// flag in `source` (on the line the others read for the phase) says whether to look.
 void segment::say_source(const std::byte* p, std::size_t bytes) noexcept {
   auto& line = at(rank_);
-  line.source.store(reinterpret_cast<std::uintptr_t>(p), std::memory_order_relaxed);
-  const auto region = find_shared_region(p, bytes);
-  line.region_id.store(region ? region->id : 0, std::memory_order_relaxed);
-  if (!region) return;
-  line.region_fd.store(region->fd, std::memory_order_relaxed);
-  line.region_base.store(region->base, std::memory_order_relaxed);
-  line.region_bytes.store(region->bytes, std::memory_order_relaxed);
+  auto source = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+  if (const auto region = find_shared_region(p, bytes)) {
+    line.region_fd.store(region->fd, std::memory_order_relaxed);
+    line.region_id.store(region->id, std::memory_order_relaxed);
+    line.region_base.store(region->base, std::memory_order_relaxed);
+    line.region_bytes.store(region->bytes, std::memory_order_relaxed);
+    source |= shm_layout::in_shared_region;
+  }
+  line.source.store(source, std::memory_order_relaxed);
 }
 
 bool segment::cross_copy(int r, std::byte* mine, std::size_t bytes, std::size_t at_offset,
                          bool write) {
   const auto& line = at(r);
   const auto pid = static_cast<pid_t>(line.pid.load(std::memory_order_relaxed));
+  const auto source = line.source.load(std::memory_order_relaxed);
   const auto theirs =
-      static_cast<std::uintptr_t>(line.source.load(std::memory_order_relaxed)) + at_offset;
-  if (const auto id = line.region_id.load(std::memory_order_relaxed); id != 0) {
-    const shared_region region{line.region_fd.load(std::memory_order_relaxed), id,
+      static_cast<std::uintptr_t>(source & ~shm_layout::in_shared_region) + at_offset;
+  if ((source & shm_layout::in_shared_region) != 0) {
+    const shared_region region{line.region_fd.load(std::memory_order_relaxed),
+                               line.region_id.load(std::memory_order_relaxed),
                                line.region_base.load(std::memory_order_relaxed),
                                line.region_bytes.load(std::memory_order_relaxed)};
     if (auto* here = peers_.local(pid, region, theirs, bytes)) {

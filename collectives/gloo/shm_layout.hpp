@@ -15,7 +15,10 @@ namespace troupe::collectives::gloo_shm {
 namespace shm_layout {
 
 inline constexpr std::uint64_t magic = 0x74726f7570652d73;  // "troupe-s"
-inline constexpr std::uint32_t version = 7;
+inline constexpr std::uint32_t version = 8;
+// The bit of a member's `source` that says its data lies in a shared host buffer (user
+// addresses stay below 2^57 on x86-64 and arm64, so the top bit is free).
+inline constexpr std::uint64_t in_shared_region = std::uint64_t{1} << 63;
 // The bit of a member's single_copy flag that says it can read the others' memory.
 inline constexpr std::uint32_t reads_memory = 4;
 inline constexpr std::size_t page = 4096;
@@ -92,9 +95,9 @@ struct alignas(64) segment::member {
   // The CPU this member ran on when it last began an operation, plus one (0: not known);
   // written only when it changes (segment::begin(), segment::wait()).
   std::atomic<std::uint32_t> cpu;
-  // When `source` lies in a shared host buffer of this member (shared_host_memory.hpp):
-  // the descriptor it holds the buffer by, the buffer's id (0 when `source` lies in none)
-  // and its range in this member's address space. Written with `source`.
+  // When `source` has the in_shared_region bit, it lies in a shared host buffer of this
+  // member (shared_host_memory.hpp): the descriptor it holds the buffer by, the buffer's
+  // id and its range in this member's address space. Written before `source`.
   std::atomic<std::int32_t> region_fd;
   std::atomic<std::uint64_t> region_id;
   std::atomic<std::uint64_t> region_base;
