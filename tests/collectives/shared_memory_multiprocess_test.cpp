@@ -96,6 +96,14 @@ open_options member_options(int rank) {
   return o;
 }
 
+// Whether this process may run on two CPUs or more (the members can then run at once).
+bool two_cpus_here() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof(set), &set) == 0);
+  return CPU_COUNT(&set) >= 2;
+}
+
 std::size_t threads_of_this_process() {
   std::size_t n = 0;
   for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
@@ -225,12 +233,9 @@ TEST_CASE(
   auto status = testing::wait_children({out.child}, 10s);
   CHECK(testing::exited_zero(status[out.child]));
   CHECK(out.error == "");
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  REQUIRE(::sched_getaffinity(0, sizeof(set), &set) == 0);
   // Two processes of one user, with no Yama or seccomp restriction here (the CI machine's
   // case): the kernel lets them read each other; on one CPU the slots carry the blocks.
-  CHECK(out.read_memory == (CPU_COUNT(&set) >= 2));
+  CHECK(out.read_memory == two_cpus_here());
 }
 
 TEST_CASE(
@@ -241,11 +246,8 @@ TEST_CASE(
   // The child exits 6 when its copy did not go through its mapping of the parent's output.
   CHECK(testing::exited_zero(status[out.child]));
   CHECK(out.error == "");
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  REQUIRE(::sched_getaffinity(0, sizeof(set), &set) == 0);
   // On one CPU the slots carry the blocks, and nothing is mapped.
-  const std::uint64_t want = CPU_COUNT(&set) >= 2 ? 1 : 0;
+  const std::uint64_t want = two_cpus_here() ? 1 : 0;
   CHECK(out.single_copies == want);
   CHECK(out.mapped_copies == want);
   CHECK(out.buffers_mapped == want);
