@@ -54,17 +54,23 @@ struct region_owner {
 std::string shared_region_name(std::uint64_t id) { return strcat("troupe-shared-", id); }
 
 expected<tensor> shared_host_tensor(dtype type, std::vector<std::int64_t> shape) {
-  std::size_t count = 1;
+  if (element_size(type) == 0)
+    return make_error(errc::invalid_argument, "shared_host_tensor: dtype ", static_cast<int>(type),
+                      " is not one of troupe::dtype's values");
+  // Bytes, with every product checked: a shape whose size overflows is refused, not wrapped
+  // around to a small allocation.
+  bool empty = false;
   for (auto d : shape) {
     if (d < 0)
       return make_error(errc::invalid_argument, "shared_host_tensor: dimension ", d,
                         " is negative; every dimension must be 0 or more");
-    count *= static_cast<std::size_t>(d);
+    empty = empty || d == 0;
   }
-  if (element_size(type) == 0)
-    return make_error(errc::invalid_argument, "shared_host_tensor: dtype ", static_cast<int>(type),
-                      " is not one of troupe::dtype's values");
-  const std::size_t nbytes = count * element_size(type);
+  std::size_t nbytes = empty ? 0 : element_size(type);
+  for (auto d : shape)
+    if (!empty && __builtin_mul_overflow(nbytes, static_cast<std::size_t>(d), &nbytes))
+      return make_error(errc::invalid_argument, "shared_host_tensor: the shape's ", shape.size(),
+                        " dimensions make more bytes than this machine can address");
   if (nbytes == 0) return tensor::wrap(nullptr, type, std::move(shape));
   const std::size_t bytes = (nbytes + page - 1) / page * page;
   std::uint64_t id = 0;

@@ -90,16 +90,24 @@ TEST_CASE("a shared host tensor lives as long as any copy of it") {
 }
 
 TEST_CASE(
-    "an empty shared host tensor holds no memory, and a negative dimension or an unknown "
-    "dtype is refused by name") {
+    "an empty shared host tensor holds no memory, and a negative dimension, a size past the "
+    "address space or an unknown dtype is refused by name") {
   auto empty = shared_host_tensor(dtype::float32, {0, 4});
   REQUIRE(empty);
   CHECK(empty->numel() == 0);
   CHECK(empty->data() == nullptr);
+  auto empty_of_huge = shared_host_tensor(dtype::float32, {std::int64_t{1} << 40, 0, 1 << 30});
+  REQUIRE(empty_of_huge);
+  CHECK(empty_of_huge->numel() == 0);
   auto negative = shared_host_tensor(dtype::float32, {4, -1});
   REQUIRE_FALSE(negative);
   CHECK(negative.error().code() == errc::invalid_argument);
   CHECK(negative.error().message().find("dimension -1 is negative") != std::string::npos);
+  auto huge = shared_host_tensor(dtype::float64, {std::int64_t{1} << 40, std::int64_t{1} << 30});
+  REQUIRE_FALSE(huge);
+  CHECK(huge.error().code() == errc::invalid_argument);
+  CHECK(huge.error().message().find("more bytes than this machine can address") !=
+        std::string::npos);
   auto unknown = shared_host_tensor(static_cast<dtype>(200), {4});
   REQUIRE_FALSE(unknown);
   CHECK(unknown.error().code() == errc::invalid_argument);
