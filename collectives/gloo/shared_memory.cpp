@@ -2,6 +2,7 @@
 // invariants about who writes which slot when; the waits they use are in shared_memory_wait.cpp.
 // Setting the segment up is in shared_memory_open.cpp, its layout in shm_layout.hpp.
 #include <troupe/collectives/gloo/shared_memory.hpp>
+#include <troupe/collectives/shared_host_memory.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -154,7 +155,10 @@ segment::described segment::read_desc(int r) const {
 
 bool segment::check_agreement(int r) {
   const auto [seq, kind, bytes, detail] = read_desc(r);
-  if (seq == seq_ && kind == kind_ && bytes == bytes_ && detail == detail_) return true;
+  // Where an allgather's input lies is each member's own business (shm_layout.hpp).
+  const std::uint32_t mask = kind_ == op_allgather ? ~shm_layout::input_shared : ~0u;
+  if (seq == seq_ && kind == kind_ && bytes == bytes_ && (detail & mask) == (detail_ & mask))
+    return true;
   mark_failed();
   return fail(make_error(errc::invalid_argument, "the members disagree on collective #", seq_,
                          ": rank ", world(rank_), " (this one) runs ", what(), ", rank ", world(r),
@@ -162,6 +166,12 @@ bool segment::check_agreement(int r) {
                                      : strcat(" is at collective #", seq),
                          "; every member must call the same collectives with the same sizes, "
                          "dtypes, reductions and roots, in the same order"));
+}
+
+void segment::note_shared_inputs(single_copy_tuner& t) const {
+  t.all_shared = true;
+  for (int r = 0; r < size_ && t.all_shared; ++r)
+    t.all_shared = (read_desc(r).detail & shm_layout::input_shared) != 0;
 }
 
 expected<void> segment::allreduce(std::uint64_t seq, tensor_view t, reduce_op op,
@@ -323,7 +333,6 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
                                   clock::time_point deadline) {
   const std::size_t bytes = in.nbytes();
   if (bytes == 0) return ok();  // as allreduce's
-  if (!begin(seq, op_allgather, bytes, 0)) return failed();
   auto* dst = static_cast<std::byte*>(out.data);
   const auto* src = static_cast<const std::byte*>(in.data);
   auto block_of = [&](int r) { return dst + bytes * static_cast<std::size_t>(r); };
@@ -332,8 +341,13 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
   // overlaps `out` (in place, or elsewhere in it), it is moved there first, as the others'
   // blocks may land on it.
   const bool apart = src + bytes <= dst || dst + out.nbytes() <= src;
-  if (!apart && block_of(rank_) != src) std::memmove(block_of(rank_), src, bytes);
   const std::byte* const own = apart ? src : block_of(rank_);
+  // Whether the others may read this member's block where it lies in a shared host buffer
+  // (only where mapped reads may be taken: segment::allgather_single_copy).
+  const bool measured_size = run_at_once_ && in_single_copy_range(bytes);
+  const bool own_shared = measured_size && find_shared_region(own, bytes).has_value();
+  if (!begin(seq, op_allgather, bytes, own_shared ? shm_layout::input_shared : 0)) return failed();
+  if (!apart && block_of(rank_) != src) std::memmove(block_of(rank_), src, bytes);
   switch (allgather_single_copy(own, bytes, dst, deadline)) {
     case single_copy_outcome::read:
       note_sample();
@@ -358,6 +372,7 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
     publish();
     if (apart) std::memcpy(block_of(rank_) + off, own + off, len);
     if (!wait_all(phase_, deadline, "did not contribute")) return failed();
+    if (measured_size && off == 0) note_shared_inputs(tuners_[size_class(bytes)]);
     for (int r = 0; r < size_; ++r)
       if (r != rank_) std::memcpy(block_of(r) + off, slot(r, c), len);
     guard_[c & 1] = phase_ + 1;  // read: see guard_

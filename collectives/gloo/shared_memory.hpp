@@ -183,6 +183,10 @@ class segment {
     } best[2];
     int sampling = -1;  // the way of the last sample, until the next allgather starts
     clock::time_point sample_start;
+    // Whether every member's input of the class's last allgather lay in a shared host
+    // buffer (their descriptions say: note_shared_inputs()); the next one, if it reads,
+    // then reads the others' inputs through mappings rather than the pipes.
+    bool all_shared = false;
   };
   segment() = default;
 
@@ -310,6 +314,13 @@ class segment {
   // waits.
   [[nodiscard]] bool read_members(const std::byte* own, std::size_t bytes, std::byte* dst,
                                   clock::time_point deadline, bool through_pipes);
+  // Whether an allgather of `bytes` per member is of the sizes the tuners measure, and
+  // which tuner's (shared_memory_single_copy.cpp).
+  static bool in_single_copy_range(std::size_t bytes) noexcept;
+  static std::size_t size_class(std::size_t bytes) noexcept;
+  // After the first wait of an allgather of those sizes: whether every member said its
+  // input lies in a shared host buffer (see single_copy_tuner::all_shared).
+  void note_shared_inputs(single_copy_tuner& t) const;
   // At a tuner's exchange: decides its next cycle from every member's figures.
   void retune(single_copy_tuner& t);
   // At the end of an allgather that is a tuner's sample (timing_): records its time.

@@ -19,6 +19,10 @@ inline constexpr std::uint32_t version = 8;
 // The bit of a member's `source` that says its data lies in a shared host buffer (user
 // addresses stay below 2^57 on x86-64 and arm64, so the top bit is free).
 inline constexpr std::uint64_t in_shared_region = std::uint64_t{1} << 63;
+// The bit of an allgather's description detail that says the member's input lies in a
+// shared host buffer: not compared when the members check that they agree, read by all
+// after the first wait (segment::note_shared_inputs()).
+inline constexpr std::uint32_t input_shared = 1;
 // The bit of a member's single_copy flag that says it can read the others' memory.
 inline constexpr std::uint32_t reads_memory = 4;
 inline constexpr std::size_t page = 4096;

@@ -252,16 +252,24 @@ setup slots_only() { return group_of(2, {10, 11}).with_single_copy(single_copy_m
 }  // namespace
 
 TEST_CASE(
-    "a broadcast copied once or through the slots, or a large allgather copied once, of "
-    "tensors in ordinary or shared host memory, ends as a small allgather does when a member "
-    "never comes, fails, or its group aborts") {
-  enum class op { broadcast_reads, broadcast_pipes, broadcast_slots, allgather_writes };
-  for (op which :
-       {op::broadcast_reads, op::broadcast_pipes, op::broadcast_slots, op::allgather_writes})
+    "a broadcast copied once or through the slots, or an allgather copied once, of tensors "
+    "in ordinary or shared host memory, ends as a small allgather does when a member never "
+    "comes, fails, or its group aborts") {
+  enum class op {
+    broadcast_reads,
+    broadcast_pipes,
+    broadcast_slots,
+    allgather_writes,
+    allgather_reads
+  };
+  for (op which : {op::broadcast_reads, op::broadcast_pipes, op::broadcast_slots,
+                   op::allgather_writes, op::allgather_reads})
     for (end how : {end::never_comes, end::marks_failed, end::aborts})
       for (int root : {0, 1})
         for (memory where : {memory::plain, memory::shared}) {
-          if (which == op::allgather_writes && root == 1) continue;  // no root
+          // Allgathers have no root.
+          if ((which == op::allgather_writes || which == op::allgather_reads) && root == 1)
+            continue;
           // Shared host memory changes only how the members copy once from one another.
           if (where == memory::shared &&
               (which == op::broadcast_pipes || which == op::broadcast_slots))
@@ -275,10 +283,13 @@ TEST_CASE(
           if (which == op::broadcast_pipes) group = group.without_reads();
           if (which == op::broadcast_slots) group = slots_only();
           auto out = on_members(group, [&](member& m) -> std::string {
-            // 1 MiB: several pieces of the pipes, many chunks of the slots.
-            elements<float> data(1 << 18, 0.0f, where), all(1 << 19, 0.0f, where);
+            // 1 MiB: several pieces of the pipes, many chunks of the slots. Allgathers that
+            // read: 128 KiB per member, through the pipes, or after the first through the
+            // members' mappings of one another's shared inputs.
+            const std::size_t count = which == op::allgather_reads ? 1 << 15 : 1 << 18;
+            elements<float> data(count, 0.0f, where), all(2 * count, 0.0f, where);
             auto run = [&](std::uint64_t seq, clock::time_point deadline) {
-              return which == op::allgather_writes
+              return which == op::allgather_writes || which == op::allgather_reads
                          ? m.seg.allgather(seq, tensor_view::of(data.span()),
                                            tensor_view::of(all.span()), deadline)
                          : m.seg.broadcast(seq, tensor_view::of(data.span()), root, deadline);

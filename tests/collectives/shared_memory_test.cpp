@@ -354,6 +354,35 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "allgathers of 32-192 KiB per member read the others' inputs through mappings instead "
+    "of the pipes once the last one found every input in shared host memory, and put every "
+    "block in place") {
+  // Member 0's inputs are always shared; member 1's are too except in allgather 3. Each
+  // allgather reads (single copy always): through the pipes when the one before did not
+  // find every input shared (0 and 4), else through mappings, where a member reads an
+  // input that is not shared with process_vm_readv (member 0 in allgather 3).
+  std::vector<std::uint64_t> reads(2, 0), mapped(2, 0);
+  check_all(on_members(
+      group_of(2).with_slot(gloo_shm::default_slot_bytes), [&](member& m) -> std::string {
+        std::uint64_t seq = 1;
+        for (int i = 0; i < 6; ++i) {
+          const auto where = m.rank == 1 && i == 3 ? memory::plain : memory::shared;
+          if (auto e = int64_allgather(m, seq, 16384, i % 2 == 1, where); !e.empty())
+            return strcat("allgather ", i, ": ", e);
+        }
+        reads[static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
+        mapped[static_cast<std::size_t>(m.rank)] = m.seg.mapped_copies();
+        return "";
+      }));
+  // On one CPU these allgathers go through the slots.
+  const bool once = two_cpus();
+  CHECK(reads[0] == (once ? 6u : 0u));
+  CHECK(reads[1] == (once ? 6u : 0u));
+  CHECK(mapped[0] == (once ? 3u : 0u));
+  CHECK(mapped[1] == (once ? 4u : 0u));
+}
+
+TEST_CASE(
     "measured allgathers start reading the others' memory only when that is 5% faster both "
     "alone and from start to start, and keep it while it is no slower by either") {
   using gloo_shm::reads_next;
