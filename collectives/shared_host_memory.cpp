@@ -44,6 +44,11 @@ struct region_owner {
       r.by_base.erase(region.base);
       r.live.fetch_sub(1, std::memory_order_relaxed);
     }
+    // The pages go now, from every process's mapping: the other members keep theirs
+    // mapped until they next map one of this process's buffers (gloo/peer_regions.cpp),
+    // which would hold the memory until then and leave them the work of freeing it.
+    ::fallocate(region.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                static_cast<off_t>(region.bytes));
     ::munmap(reinterpret_cast<void*>(region.base), region.bytes);
     ::close(region.fd);
   }

@@ -25,7 +25,8 @@ namespace troupe::collectives {
 /// file comment). It behaves as any CPU tensor; collectives of the gloo backend copy it
 /// between members of one host without system calls, in both directions (as input and as
 /// output). The memory is reserved when allocated (rounded up to 4 KiB pages) and freed
-/// when the last copy of the tensor and of its owner() goes. Fails with invalid_argument
+/// when the last copy of the tensor and of its owner() goes: its pages then go at once,
+/// also from the other members' mappings of it. Fails with invalid_argument
 /// for a negative dimension or a dtype outside the enum, and with unavailable, naming the
 /// size and the reason, when the system refuses the memory (memory or file limits).
 expected<tensor> shared_host_tensor(dtype type, std::vector<std::int64_t> shape);

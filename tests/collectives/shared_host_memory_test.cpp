@@ -2,6 +2,9 @@
 // how they are found, and what they leave when freed.
 #include <doctest/doctest.h>
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -87,6 +90,31 @@ TEST_CASE("a shared host tensor lives as long as any copy of it") {
   CHECK(copy.as_span<std::uint8_t>()[4999] == 7);
   copy = tensor();
   CHECK(shared_mappings() == before);
+}
+
+TEST_CASE(
+    "a freed shared host tensor's memory is released at once, even from another mapping of "
+    "it that outlives the tensor") {
+  std::byte* other = nullptr;
+  std::size_t bytes = 0;
+  {
+    auto t = shared_host_tensor(dtype::uint8, {3 * 4096});
+    REQUIRE(t);
+    auto values = t->as_span<std::uint8_t>();
+    std::fill(values.begin(), values.end(), std::uint8_t{7});
+    auto region = find_shared_region(t->data(), values.size());
+    REQUIRE(region);
+    bytes = region->bytes;
+    // As another member maps it (gloo/peer_regions.cpp), here through the same descriptor.
+    void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, region->fd, 0);
+    REQUIRE(p != MAP_FAILED);
+    other = static_cast<std::byte*>(p);
+    CHECK(other[bytes - 1] == std::byte{7});
+  }
+  // The pages are gone: what the other mapping reads now is the holes' zeros.
+  CHECK(other[0] == std::byte{0});
+  CHECK(other[bytes - 1] == std::byte{0});
+  ::munmap(other, bytes);
 }
 
 TEST_CASE(
