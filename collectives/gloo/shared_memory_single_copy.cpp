@@ -205,9 +205,10 @@ void segment::retune(single_copy_tuner& t) {
   if (t.switched) {
     t.read = !t.read;
     TROUPE_LOG(log_level::debug, "collectives", "rank ", world(rank_), ": ", what(),
-               !t.read      ? " now copies through shared memory"
-               : use_pipes_ ? " now takes the others' blocks through pipes"
-                            : " now reads the others' memory",
+               !t.read                          ? " now copies through shared memory"
+               : t.all_shared && all_read_ == 1 ? " now reads the others' shared inputs"
+               : use_pipes_                     ? " now takes the others' blocks through pipes"
+                                                : " now reads the others' memory",
                " (the members' best times summed, reading against the slots: ", op[1] / 1000,
                " against ", op[0] / 1000, " us alone, ", period[1] / 1000, " against ",
                period[0] / 1000, " us from start to start)");
