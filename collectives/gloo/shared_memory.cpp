@@ -345,10 +345,10 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
   // Whether the others may read this member's block where it lies in a shared host buffer
   // (only where mapped reads may be taken: segment::allgather_single_copy).
   const bool measured_size = run_at_once_ && in_single_copy_range(bytes);
-  const bool own_shared = measured_size && find_shared_region(own, bytes).has_value();
-  if (!begin(seq, op_allgather, bytes, own_shared ? shm_layout::input_shared : 0)) return failed();
+  const auto own_region = measured_size ? find_shared_region(own, bytes) : std::nullopt;
+  if (!begin(seq, op_allgather, bytes, own_region ? shm_layout::input_shared : 0)) return failed();
   if (!apart && block_of(rank_) != src) std::memmove(block_of(rank_), src, bytes);
-  switch (allgather_single_copy(own, bytes, dst, deadline)) {
+  switch (allgather_single_copy(own, bytes, own_region, dst, deadline)) {
     case single_copy_outcome::read:
       note_sample();
       return ok();

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -282,8 +283,8 @@ class segment {
   [[nodiscard]] bool read_memory(std::size_t bytes, std::byte* dst);
   [[nodiscard]] bool read_from(int r, std::byte* to, std::size_t bytes, std::size_t at_offset);
   // Says where this member's data for the running single-copy operation lies (`source`,
-  // and the shared host buffer holding its `bytes`, if one does), before the publish.
-  void say_source(const std::byte* p, std::size_t bytes) noexcept;
+  // and `region`, the shared host buffer holding it, if one does), before the publish.
+  void say_source(const std::byte* p, const std::optional<shared_region>& region) noexcept;
   // Copies `bytes` between `mine` and member r's memory `at_offset` past its `source`: from
   // there, or there when `write`. With plain copies when that range lies in a shared host
   // buffer of r's that this member could map (peers_), else with process_vm_readv or
@@ -306,9 +307,10 @@ class segment {
   // as the waits fail, slots when the caller is to copy the blocks through the slots (the
   // size, the CPUs or a member's permissions do not allow it).
   enum class single_copy_outcome { read, failed, slots };
-  [[nodiscard]] single_copy_outcome allgather_single_copy(const std::byte* own, std::size_t bytes,
-                                                          std::byte* dst,
-                                                          clock::time_point deadline);
+  // `own_region`: the shared host buffer holding `own`, if one does (the caller looked).
+  [[nodiscard]] single_copy_outcome allgather_single_copy(
+      const std::byte* own, std::size_t bytes, const std::optional<shared_region>& own_region,
+      std::byte* dst, clock::time_point deadline);
   // Reads every other member's block into `dst`, from its pipe (`through_pipes`) or its
   // memory, and waits until every member read this one's; false once it failed, as the
   // waits.

@@ -13,6 +13,7 @@
 
 #include <troupe/collectives/gloo/shared_memory.hpp>
 #include <troupe/collectives/gloo/shm_layout.hpp>
+#include <troupe/collectives/shared_host_memory.hpp>
 #include <troupe/core/log.hpp>
 #include <troupe/core/strcat.hpp>
 
@@ -100,9 +101,9 @@ bool segment::in_single_copy_range(std::size_t bytes) noexcept {
 // publish here is then one more, which nothing waits for). Every member takes the same
 // path: the window, run_at_once_ and use_pipes_ are the same everywhere, and so are
 // single_copy_ once known and every tuner (see above).
-segment::single_copy_outcome segment::allgather_single_copy(const std::byte* own, std::size_t bytes,
-                                                            std::byte* dst,
-                                                            clock::time_point deadline) {
+segment::single_copy_outcome segment::allgather_single_copy(
+    const std::byte* own, std::size_t bytes, const std::optional<shared_region>& own_region,
+    std::byte* dst, clock::time_point deadline) {
   timing_ = nullptr;
   if (!run_at_once_ || !in_single_copy_range(bytes) || single_copy_ == 0)
     return single_copy_outcome::slots;
@@ -117,7 +118,7 @@ segment::single_copy_outcome segment::allgather_single_copy(const std::byte* own
     t.sampling = -1;
   }
   auto& line = at(rank_);
-  say_source(own, bytes);
+  say_source(own, own_region);
   // Reading takes the others' inputs through this member's mappings of their shared host
   // buffers instead of the pipes when the class's last allgather found every input in one
   // (single_copy_tuner::all_shared): one copy without a system call, where the pipes take
@@ -248,10 +249,10 @@ bool segment::read_from(int r, std::byte* to, std::size_t bytes, std::size_t at_
 
 // The region's fields lie on a line of their own, touched only for shared buffers: the
 // flag in `source` (on the line the others read for the phase) says whether to look.
-void segment::say_source(const std::byte* p, std::size_t bytes) noexcept {
+void segment::say_source(const std::byte* p, const std::optional<shared_region>& region) noexcept {
   auto& line = at(rank_);
   auto source = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
-  if (const auto region = find_shared_region(p, bytes)) {
+  if (region) {
     line.region_fd.store(region->fd, std::memory_order_relaxed);
     line.region_id.store(region->id, std::memory_order_relaxed);
     line.region_base.store(region->base, std::memory_order_relaxed);
@@ -328,7 +329,7 @@ bool segment::learn_readers(clock::time_point deadline) {
 // where below 4 MiB such members broadcast through the slots (segment::broadcast).
 bool segment::broadcast_read(std::byte* data, std::size_t bytes, int root,
                              clock::time_point deadline) {
-  say_source(data, bytes);
+  say_source(data, find_shared_region(data, bytes));
   publish();
   if (!wait_all(phase_, deadline, "did not arrive")) return false;
   // The root's share: 1/n of the data into each of the n - 1 others, who read the rest:
@@ -362,7 +363,7 @@ bool segment::broadcast_read(std::byte* data, std::size_t bytes, int root,
 // of a writer held off its CPU between that check and its write.
 bool segment::allgather_write(const std::byte* own, std::size_t bytes, std::byte* dst,
                               clock::time_point deadline) {
-  say_source(dst, bytes * static_cast<std::size_t>(size_));
+  say_source(dst, find_shared_region(dst, bytes * static_cast<std::size_t>(size_)));
   publish();
   if (!wait_all(phase_, deadline, "did not contribute")) return false;
   const std::size_t at_offset = bytes * static_cast<std::size_t>(rank_);
