@@ -185,7 +185,7 @@ class segment {
     int sampling = -1;  // the way of the last sample, until the next allgather starts
     clock::time_point sample_start;
     // Whether every member's input of the class's last allgather lay in a shared host
-    // buffer (their descriptions say: note_shared_inputs()); the next one, if it reads,
+    // buffer (their descriptions say: all_shared()); the next one, if it reads,
     // then reads the others' inputs through mappings rather than the pipes.
     bool all_shared = false;
   };
@@ -298,7 +298,9 @@ class segment {
   // A broadcast whose members copy the root's tensor straight from its memory
   // (process_vm_readv, process_vm_writev); an allgather whose members write their blocks
   // into the others' outputs (process_vm_writev). False once they failed, as the waits.
+  // `region`: the shared host buffer holding `data`, if any.
   [[nodiscard]] bool broadcast_read(std::byte* data, std::size_t bytes, int root,
+                                    const std::optional<shared_region>& region,
                                     clock::time_point deadline);
   [[nodiscard]] bool allgather_write(const std::byte* own, std::size_t bytes, std::byte* dst,
                                      clock::time_point deadline);
@@ -320,9 +322,14 @@ class segment {
   // which tuner's (shared_memory_single_copy.cpp).
   static bool in_single_copy_range(std::size_t bytes) noexcept;
   static std::size_t size_class(std::size_t bytes) noexcept;
-  // After the first wait of an allgather of those sizes: whether every member said its
-  // input lies in a shared host buffer (see single_copy_tuner::all_shared).
-  void note_shared_inputs(single_copy_tuner& t) const;
+  // After the first wait of an allgather or a broadcast: whether every member said its
+  // input lies in a shared host buffer (see single_copy_tuner::all_shared and
+  // shared_broadcasts_).
+  bool all_shared() const;
+  // After the first wait of a broadcast: notes all_shared() for the next broadcast when
+  // this one is of the sizes that members outnumbering the CPUs copy once only with shared
+  // buffers (shared_memory.cpp).
+  void note_shared_broadcast(std::size_t bytes);
   // At a tuner's exchange: decides its next cycle from every member's figures.
   void retune(single_copy_tuner& t);
   // At the end of an allgather that is a tuner's sample (timing_): records its time.
@@ -361,6 +368,11 @@ class segment {
   // Whether every member can read the others' memory (their flags' reads_memory bit): -1
   // until the first broadcast that needs to know (learn_readers()), then 0 or 1.
   int all_read_ = -1;
+  // Whether every member's buffer of the last broadcast of the sizes that members
+  // outnumbering the CPUs copy once only with shared buffers lay in a shared host buffer
+  // (note_shared_broadcast()): the next such broadcast then reads the root's through
+  // mappings. The same on every member, noted from the descriptions all of them read.
+  bool shared_broadcasts_ = false;
   single_copy_tuner tuners_[3];
   single_copy_tuner* timing_ = nullptr;  // the running allgather's, when it is a sample
 

@@ -156,7 +156,7 @@ segment::single_copy_outcome segment::allgather_single_copy(
   if (pipes && !exchange && !splice_own(own, bytes)) return single_copy_outcome::failed;
   publish();
   if (!wait_all(phase_, deadline, "did not contribute")) return single_copy_outcome::failed;
-  note_shared_inputs(t);
+  t.all_shared = all_shared();
   if (exchange) {
     if (single_copy_ < 0) {
       single_copy_ = 1;
@@ -326,12 +326,15 @@ bool segment::learn_readers(clock::time_point deadline) {
 // last wait, which every member passes only once all have their data. At world 2 on 2
 // cores splitting took 0.77x the time of reading it all at 64 KiB (9 alternating runs);
 // with 4 members on 2 cores (taking turns on a CPU), 0.84x at 4 MiB and 0.90x at 16 MiB,
-// where below 4 MiB such members broadcast through the slots (segment::broadcast).
+// where below 4 MiB such members broadcast through the slots (segment::broadcast), unless
+// every member's buffer of the last broadcast from 512 KiB was shared.
 bool segment::broadcast_read(std::byte* data, std::size_t bytes, int root,
+                             const std::optional<shared_region>& region,
                              clock::time_point deadline) {
-  say_source(data, find_shared_region(data, bytes));
+  say_source(data, region);
   publish();
   if (!wait_all(phase_, deadline, "did not arrive")) return false;
+  note_shared_broadcast(bytes);
   // The root's share: 1/n of the data into each of the n - 1 others, who read the rest:
   // each copies about as much. On page boundaries, so that no page is pinned twice.
   const std::size_t tail = std::min(

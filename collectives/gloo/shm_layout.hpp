@@ -15,14 +15,15 @@ namespace troupe::collectives::gloo_shm {
 namespace shm_layout {
 
 inline constexpr std::uint64_t magic = 0x74726f7570652d73;  // "troupe-s"
-inline constexpr std::uint32_t version = 8;
+inline constexpr std::uint32_t version = 9;
 // The bit of a member's `source` that says its data lies in a shared host buffer (user
 // addresses stay below 2^57 on x86-64 and arm64, so the top bit is free).
 inline constexpr std::uint64_t in_shared_region = std::uint64_t{1} << 63;
-// The bit of an allgather's description detail that says the member's input lies in a
-// shared host buffer: not compared when the members check that they agree, read by all
-// after the first wait (segment::note_shared_inputs()).
-inline constexpr std::uint32_t input_shared = 1;
+// The bit of an allgather's or a broadcast's description detail that says the member's
+// input (its buffer, for a broadcast) lies in a shared host buffer: not compared when the
+// members check that they agree, read by all after the first wait (segment::all_shared()).
+// Above a broadcast's root, which is below max_members.
+inline constexpr std::uint32_t input_shared = 1u << 15;
 // The bit of a member's single_copy flag that says it can read the others' memory.
 inline constexpr std::uint32_t reads_memory = 4;
 inline constexpr std::size_t page = 4096;
@@ -32,10 +33,10 @@ inline constexpr std::size_t page = 4096;
 inline constexpr std::size_t descs = 3;
 // An operation's description packs its kind above a 56-bit sequence number and its detail
 // (a root, or dtype and reduction) above a 48-bit byte count: a root is a member of one
-// host's segment, below max_members.
+// host's segment, below max_members, which leaves the detail's top bit to input_shared.
 inline constexpr int kind_shift = 56;
 inline constexpr int detail_shift = 48;
-inline constexpr int max_members = 1 << 16;
+inline constexpr int max_members = 1 << 15;
 
 constexpr std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 

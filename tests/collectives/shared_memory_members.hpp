@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,6 +56,10 @@ struct setup {
   single_copy_mode single_copy = single_copy_mode::always;
   bool pipes = true;  // whether single-copy allgathers may go through pipes
   bool reads = true;  // whether the members may read the others' memory
+  // Whether the members open the segment confined to one CPU, as if they outnumbered the
+  // CPUs (the segment then takes them for members that cannot all run at once); they run
+  // on all of this process's CPUs again once opened.
+  bool one_cpu = false;
   duration timeout = 10s;
 
   setup with_slot(std::size_t bytes) const {
@@ -80,6 +85,11 @@ struct setup {
   setup without_reads() const {
     auto s = *this;
     s.reads = false;
+    return s;
+  }
+  setup on_one_cpu() const {
+    auto s = *this;
+    s.one_cpu = true;
     return s;
   }
   setup with_single_copy(single_copy_mode mode) const {
@@ -145,7 +155,21 @@ std::vector<std::string> on_members(const setup& s, F body) {
       o.pipes = s.pipes;
       o.reads = s.reads;
       o.timeout = s.timeout;
+      cpu_set_t cpus;
+      CPU_ZERO(&cpus);
+      const bool pinned = s.one_cpu && ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0;
+      if (pinned) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        for (int c = 0; c < CPU_SETSIZE; ++c)
+          if (CPU_ISSET(c, &cpus)) {
+            CPU_SET(c, &one);
+            break;
+          }
+        ::sched_setaffinity(0, sizeof(one), &one);
+      }
       auto seg = segment::open(store, o);
+      if (pinned) ::sched_setaffinity(0, sizeof(cpus), &cpus);
       if (seg && *seg) all[static_cast<std::size_t>(r)] = seg->get();
       opened.arrive_and_wait();
       if (!seg) {

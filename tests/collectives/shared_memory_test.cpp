@@ -248,12 +248,71 @@ TEST_CASE(
       return e;
     }));
     // Every single-copy broadcast a member reads is one copy from the root's tensor, and
-    // every one it is the root of is one copy into each other member's.
+    // every one it is the root of is one copy into each other member's. Members that
+    // outnumber the CPUs copy the 1.2 MiB broadcasts once too, after the first (from root
+    // 0, through the slots), which showed them that every member's tensor was shared.
     for (std::size_t r = 0; r < reads.size(); ++r) {
-      CHECK(reads[r] == one_copy_reads(n));
-      CHECK(mapped[r] == 2 * one_copy_reads(n));
+      CAPTURE(r);
+      const auto n64 = static_cast<std::uint64_t>(n);
+      const std::uint64_t mid_reads = n <= cpus() ? 0 : (r == 0 ? n64 - 1 : n64 - 2);
+      const std::uint64_t mid_writes = n <= cpus() || r == 0 ? 0 : n64 - 1;
+      CHECK(reads[r] == one_copy_reads(n) + mid_reads);
+      CHECK(mapped[r] == 2 * one_copy_reads(n) + mid_reads + mid_writes);
     }
   }
+}
+
+TEST_CASE(
+    "members that outnumber the CPUs broadcast 512 KiB to 4 MiB once, through their mappings, "
+    "when every member's buffer of the last such broadcast was shared, and through the slots "
+    "otherwise, with the root's data on every member") {
+  const int n = 3;
+  // Each step: the size in floats, the root, the member whose buffer is ordinary (-1:
+  // none), and whether the members copy it once.
+  struct step {
+    std::size_t count;
+    int root;
+    int plain;
+    bool once;
+  };
+  const std::vector<step> steps{
+      {262144, 0, -1, false},  // 1 MiB: no broadcast of the sizes before
+      {262144, 1, -1, true},   // the last was all shared
+      {262144, 0, 2, true},    // still: member 2's copies take system calls
+      {262144, 2, -1, false},  // the last had an ordinary buffer
+      {153600, 0, -1, true},   // 600 KiB, of the same sizes
+      {65536, 1, -1, false},   // 256 KiB: through the slots, and it changes nothing
+      {262144, 1, -1, true},
+  };
+  std::vector<std::vector<std::uint64_t>> reads(steps.size(), std::vector<std::uint64_t>(n)),
+      mapped = reads;
+  check_all(
+      on_members(group_of(n).with_slot(gloo_shm::default_slot_bytes).on_one_cpu(), [&](member& m) {
+        std::uint64_t seq = 1;
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+          const auto& st = steps[i];
+          const auto where = m.rank == st.plain ? memory::plain : memory::shared;
+          if (auto e = float_broadcast(m, seq, st.count, st.root, seq, where); !e.empty())
+            return strcat("step ", i, ": ", e);
+          reads[i][static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
+          mapped[i][static_cast<std::size_t>(m.rank)] = m.seg.mapped_copies();
+        }
+        return std::string();
+      }));
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    for (int r = 0; r < n; ++r) {
+      CAPTURE(i);
+      CAPTURE(r);
+      const auto k = static_cast<std::size_t>(r);
+      const std::uint64_t before = i == 0 ? 0 : reads[i - 1][k];
+      CHECK(reads[i][k] - before == (steps[i].once && r != steps[i].root ? 1u : 0u));
+    }
+  // The broadcast with member 2's ordinary buffer: members 1 and 2 read the root's shared
+  // buffer through their mappings, and the root wrote into member 1's through its mapping
+  // but into member 2's with a system call.
+  CHECK(mapped[2][0] - mapped[1][0] == 1);
+  CHECK(mapped[2][1] - mapped[1][1] == 1);
+  CHECK(mapped[2][2] - mapped[1][2] == 1);
 }
 
 TEST_CASE(
