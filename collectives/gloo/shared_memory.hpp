@@ -302,7 +302,9 @@ class segment {
   [[nodiscard]] bool broadcast_read(std::byte* data, std::size_t bytes, int root,
                                     const std::optional<shared_region>& region,
                                     clock::time_point deadline);
+  // `region`: the shared host buffer holding the output `dst`, if any.
   [[nodiscard]] bool allgather_write(const std::byte* own, std::size_t bytes, std::byte* dst,
+                                     const std::optional<shared_region>& region,
                                      clock::time_point deadline);
   // The single-copy allgather (see allgather(); shared_memory_single_copy.cpp) of `own`,
   // this member's block, into `dst`: read when it read every other member's block, failed
@@ -330,6 +332,9 @@ class segment {
   // this one is of the sizes that members outnumbering the CPUs copy once only with shared
   // buffers (shared_memory.cpp).
   void note_shared_broadcast(std::size_t bytes);
+  // After the first wait of an allgather: the same for the allgathers that such members
+  // write into the others' outputs when all are shared (shared_allgathers_).
+  void note_shared_allgather(std::size_t bytes);
   // At a tuner's exchange: decides its next cycle from every member's figures.
   void retune(single_copy_tuner& t);
   // At the end of an allgather that is a tuner's sample (timing_): records its time.
@@ -373,6 +378,9 @@ class segment {
   // (note_shared_broadcast()): the next such broadcast then reads the root's through
   // mappings. The same on every member, noted from the descriptions all of them read.
   bool shared_broadcasts_ = false;
+  // The same for the outputs of allgathers from 256 KiB per member: the next such
+  // allgather then writes the members' blocks into the others' outputs.
+  bool shared_allgathers_ = false;
   single_copy_tuner tuners_[3];
   single_copy_tuner* timing_ = nullptr;  // the running allgather's, when it is a sample
 

@@ -365,10 +365,12 @@ bool segment::broadcast_read(std::byte* data, std::size_t bytes, int root,
 // a member that timed out and returned gets nothing written into its tensor after it, short
 // of a writer held off its CPU between that check and its write.
 bool segment::allgather_write(const std::byte* own, std::size_t bytes, std::byte* dst,
+                              const std::optional<shared_region>& region,
                               clock::time_point deadline) {
-  say_source(dst, find_shared_region(dst, bytes * static_cast<std::size_t>(size_)));
+  say_source(dst, region);
   publish();
   if (!wait_all(phase_, deadline, "did not contribute")) return false;
+  note_shared_allgather(bytes);
   const std::size_t at_offset = bytes * static_cast<std::size_t>(rank_);
   for (int k = 1; k < size_; ++k) {
     const int r = (rank_ + k) % size_;

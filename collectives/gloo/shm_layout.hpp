@@ -20,9 +20,11 @@ inline constexpr std::uint32_t version = 9;
 // addresses stay below 2^57 on x86-64 and arm64, so the top bit is free).
 inline constexpr std::uint64_t in_shared_region = std::uint64_t{1} << 63;
 // The bit of an allgather's or a broadcast's description detail that says the member's
-// input (its buffer, for a broadcast) lies in a shared host buffer: not compared when the
-// members check that they agree, read by all after the first wait (segment::all_shared()).
-// Above a broadcast's root, which is below max_members.
+// buffer that the others would copy from or into lies in a shared host buffer (an
+// allgather's input where the others read it, its output where they write into it; a
+// broadcast's buffer): not compared when the members check that they agree, read by all
+// after the first wait (segment::all_shared()). Above a broadcast's root, which is below
+// max_members.
 inline constexpr std::uint32_t input_shared = 1u << 15;
 // The bit of a member's single_copy flag that says it can read the others' memory.
 inline constexpr std::uint32_t reads_memory = 4;

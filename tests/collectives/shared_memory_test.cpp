@@ -316,6 +316,59 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "members that outnumber the CPUs write allgathers from 256 KiB per member into one "
+    "another's outputs when every member's output of the last such allgather was shared, "
+    "and go through the slots otherwise, with every block in place") {
+  const int n = 3;
+  // Each step: int64 elements per member, the member whose tensors are ordinary (-1:
+  // none), whether the input lies in the output, and whether the members write.
+  struct step {
+    std::size_t count;
+    int plain;
+    bool in_place;
+    bool writes;
+  };
+  const std::vector<step> steps{
+      {32768, -1, false, false},  // 256 KiB: no allgather of the sizes before
+      {32768, -1, false, true},   // the last was all shared
+      {32768, 2, true, true},     // still: the blocks for member 2 take system calls
+      {32768, -1, false, false},  // the last had an ordinary output
+      {65536, -1, true, true},    // 512 KiB, of the same sizes
+      {4096, -1, false, false},   // 32 KiB: through the slots, and it changes nothing
+      {32768, -1, false, true},
+  };
+  std::vector<std::vector<std::uint64_t>> writes(steps.size(), std::vector<std::uint64_t>(n)),
+      mapped = writes;
+  check_all(
+      on_members(group_of(n).with_slot(gloo_shm::default_slot_bytes).on_one_cpu(), [&](member& m) {
+        std::uint64_t seq = 1;
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+          const auto& st = steps[i];
+          const auto where = m.rank == st.plain ? memory::plain : memory::shared;
+          if (auto e = int64_allgather(m, seq, st.count, st.in_place, where); !e.empty())
+            return strcat("step ", i, ": ", e);
+          writes[i][static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
+          mapped[i][static_cast<std::size_t>(m.rank)] = m.seg.mapped_copies();
+        }
+        return std::string();
+      }));
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    for (int r = 0; r < n; ++r) {
+      CAPTURE(i);
+      CAPTURE(r);
+      const auto k = static_cast<std::size_t>(r);
+      const std::uint64_t before = i == 0 ? 0 : writes[i - 1][k];
+      CHECK(writes[i][k] - before == (steps[i].writes ? 1u : 0u));
+    }
+  // With member 2's ordinary output: members 0 and 1 wrote into each other's through their
+  // mappings and into member 2's with a system call; member 2 wrote into both through its
+  // mappings.
+  CHECK(mapped[2][0] - mapped[1][0] == 1);
+  CHECK(mapped[2][1] - mapped[1][1] == 1);
+  CHECK(mapped[2][2] - mapped[1][2] == 2);
+}
+
+TEST_CASE(
     "when one member's tensors lie in shared host memory and the others' do not, broadcasts "
     "copy through mappings only to and from that member's, and give every member the "
     "root's data") {
