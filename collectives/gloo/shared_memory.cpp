@@ -71,6 +71,12 @@ constexpr std::size_t single_copy_broadcast_min_bytes = 64 << 10;
 // 0.85x, 4 MiB 0.87x, 0.97x and 1.52x; from 4 MiB one copy splits the data between the
 // root and the others (segment::broadcast_read).
 constexpr std::size_t oversubscribed_broadcast_min_bytes = 4 << 20;
+// ... and through the slots again from this size: the root's copy into its slot stays in
+// the cache the others read it from, where each other member's read of the root's
+// tensor fetches it from memory again, and the kernel pins its pages besides. 4 members
+// on the 2-vCPU VM, one copy against the slots, 5-7 alternating runs: 4 MiB 0.91x and
+// 0.99x the time, 8 MiB 1.03x, 16 MiB 1.12x, 32 MiB 1.27x, 64 MiB 1.28x.
+constexpr std::size_t oversubscribed_broadcast_max_bytes = 16 << 20;
 // Such members copy broadcasts once from this size when every member's buffer of the last
 // broadcast of these sizes lay in a shared host buffer (segment::shared_broadcasts_): the
 // others then copy from their mappings of the root's buffer without a system call, which
@@ -78,7 +84,8 @@ constexpr std::size_t oversubscribed_broadcast_min_bytes = 4 << 20;
 // of the kernel's pinning of pages. 4 members on the 2-vCPU VM, shared buffers, 7
 // alternating runs against the slots: 64 KiB 1.53x the time, 128 KiB 0.90x, 256 KiB 1.15x,
 // 512 KiB 0.55x, 1 MiB 0.39x, 2 MiB 0.39x. Ordinary buffers keep the slots below 4 MiB
-// (1 MiB read with system calls: 1.12x the slots' time).
+// (1 MiB read with system calls: 1.12x the slots' time) and from 16 MiB; shared ones are
+// copied once at every size from here (16 MiB in 0.42x Open MPI's time, 64 MiB 0.37x).
 constexpr std::size_t oversubscribed_shared_broadcast_min_bytes = 512 << 10;
 // Allgathers from this size per member copy each block once, its owner writing it into the
 // others' outputs (segment::allgather_write), where every member can reach the others'
@@ -193,8 +200,7 @@ bool segment::all_shared() const {
 }
 
 void segment::note_shared_broadcast(std::size_t bytes) {
-  if (!run_at_once_ && bytes >= oversubscribed_shared_broadcast_min_bytes &&
-      bytes < oversubscribed_broadcast_min_bytes)
+  if (!run_at_once_ && bytes >= oversubscribed_shared_broadcast_min_bytes)
     shared_broadcasts_ = all_shared();
 }
 
@@ -334,11 +340,11 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   if (t.numel == 0) return ok();  // as allreduce's
   auto* data = static_cast<std::byte*>(t.data);
   const std::size_t bytes = t.nbytes();
-  // One copy from 64 KiB, from 4 MiB when the members outnumber the CPUs (see above):
-  // reading the root's memory where every member can, else through the pipes. Such
-  // members copy once from 512 KiB when every member's buffer of the last broadcast of
-  // those sizes was shared (the same on every member, from the descriptions all read), and
-  // each says whether its buffer is for the next.
+  // One copy from 64 KiB, from 4 MiB to 16 MiB when the members outnumber the CPUs (see
+  // above): reading the root's memory where every member can, else through the pipes.
+  // Such members copy once from 512 KiB when every member's buffer of the last broadcast
+  // of those sizes was shared (the same on every member, from the descriptions all read),
+  // and each says whether its buffer is for the next.
   const std::size_t once_from =
       run_at_once_ ? single_copy_broadcast_min_bytes : oversubscribed_shared_broadcast_min_bytes;
   const auto region =
@@ -346,11 +352,11 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   if (!begin(seq, op_broadcast, bytes,
              static_cast<std::uint32_t>(root) | (region ? shm_layout::input_shared : 0)))
     return failed();
-  const bool mapped_range = !run_at_once_ && bytes >= once_from &&
-                            bytes < oversubscribed_broadcast_min_bytes && shared_broadcasts_ &&
-                            single_copy_ != 0;
-  bool one_copy = bytes >= (run_at_once_ ? single_copy_broadcast_min_bytes
-                                         : oversubscribed_broadcast_min_bytes) &&
+  const bool mapped_range =
+      !run_at_once_ && bytes >= once_from && shared_broadcasts_ && single_copy_ != 0;
+  bool one_copy = (run_at_once_ ? bytes >= single_copy_broadcast_min_bytes
+                                : bytes >= oversubscribed_broadcast_min_bytes &&
+                                      bytes < oversubscribed_broadcast_max_bytes) &&
                   single_copy_ != 0;
   if ((one_copy || mapped_range) && !learn_readers(deadline)) return failed();
   // Through the mappings only where every member can reach the others' memory; else, as

@@ -329,8 +329,8 @@ class segment {
   // shared_broadcasts_).
   bool all_shared() const;
   // After the first wait of a broadcast: notes all_shared() for the next broadcast when
-  // this one is of the sizes that members outnumbering the CPUs copy once only with shared
-  // buffers (shared_memory.cpp).
+  // this one is of the sizes that members outnumbering the CPUs copy once with shared
+  // buffers, from 512 KiB (shared_memory.cpp).
   void note_shared_broadcast(std::size_t bytes);
   // After the first wait of an allgather: the same for the allgathers that such members
   // write into the others' outputs when all are shared (shared_allgathers_).
@@ -373,10 +373,10 @@ class segment {
   // Whether every member can read the others' memory (their flags' reads_memory bit): -1
   // until the first broadcast that needs to know (learn_readers()), then 0 or 1.
   int all_read_ = -1;
-  // Whether every member's buffer of the last broadcast of the sizes that members
-  // outnumbering the CPUs copy once only with shared buffers lay in a shared host buffer
-  // (note_shared_broadcast()): the next such broadcast then reads the root's through
-  // mappings. The same on every member, noted from the descriptions all of them read.
+  // Whether every member's buffer of the last broadcast from 512 KiB among members that
+  // outnumber the CPUs lay in a shared host buffer (note_shared_broadcast()): the next such
+  // broadcast is then copied once, through the mappings, at sizes where ordinary buffers
+  // go through the slots. The same on every member, noted from the descriptions all read.
   bool shared_broadcasts_ = false;
   // The same for the outputs of allgathers from 256 KiB per member: the next such
   // allgather then writes the members' blocks into the others' outputs.

@@ -263,12 +263,14 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "members that outnumber the CPUs broadcast 512 KiB to 4 MiB once, through their mappings, "
-    "when every member's buffer of the last such broadcast was shared, and through the slots "
-    "otherwise, with the root's data on every member") {
+    "members that outnumber the CPUs broadcast from 512 KiB once, through their mappings, "
+    "when every member's buffer of the last such broadcast was shared, and otherwise once "
+    "only from 4 to 16 MiB and through the slots at other sizes, with the root's data on "
+    "every member") {
   const int n = 3;
+  constexpr int everyone = -2;
   // Each step: the size in floats, the root, the member whose buffer is ordinary (-1:
-  // none), and whether the members copy it once.
+  // none; everyone), and whether the members copy it once.
   struct step {
     std::size_t count;
     int root;
@@ -282,7 +284,12 @@ TEST_CASE(
       {262144, 2, -1, false},  // the last had an ordinary buffer
       {153600, 0, -1, true},   // 600 KiB, of the same sizes
       {65536, 1, -1, false},   // 256 KiB: through the slots, and it changes nothing
-      {262144, 1, -1, true},
+      {262144, 1, -1, true},         {4194304, 0, 1, true},  // 16 MiB, the last all shared
+      {4194304, 2, -1, false},                               // the last was not
+      {1048576, 1, everyone, true},                          // 4 MiB: once, shared or not
+      {4194304, 0, everyone, false},                         // 16 MiB, ordinary: the slots
+      {4194304, 1, -1, false},  // 16 MiB, shared: the last was ordinary
+      {2097152, 2, -1, true},   // 8 MiB
   };
   std::vector<std::vector<std::uint64_t>> reads(steps.size(), std::vector<std::uint64_t>(n)),
       mapped = reads;
@@ -291,7 +298,8 @@ TEST_CASE(
         std::uint64_t seq = 1;
         for (std::size_t i = 0; i < steps.size(); ++i) {
           const auto& st = steps[i];
-          const auto where = m.rank == st.plain ? memory::plain : memory::shared;
+          const auto where =
+              m.rank == st.plain || st.plain == everyone ? memory::plain : memory::shared;
           if (auto e = float_broadcast(m, seq, st.count, st.root, seq, where); !e.empty())
             return strcat("step ", i, ": ", e);
           reads[i][static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
