@@ -262,6 +262,54 @@ TEST_CASE(
   }
 }
 
+namespace {
+
+// What each member counted after each step of run_steps(): its single-copy operations
+// (single_copy_reads()) and its copies through mappings (mapped_copies()), [step][rank].
+struct step_counts {
+  std::vector<std::vector<std::uint64_t>> once, mapped;
+
+  // Each member's copies through mappings in step i (> 0).
+  std::vector<std::uint64_t> mapped_in(std::size_t i) const {
+    std::vector<std::uint64_t> d(mapped[i].size());
+    for (std::size_t r = 0; r < d.size(); ++r) d[r] = mapped[i][r] - mapped[i - 1][r];
+    return d;
+  }
+};
+
+// Runs `steps` operations on every member of `s`, operation i as `op(member, seq, i)`
+// (which returns what went wrong, or ""), and returns what the members counted after each.
+template <class Op>
+step_counts run_steps(const setup& s, std::size_t steps, Op op) {
+  step_counts c;
+  c.once.assign(steps, std::vector<std::uint64_t>(static_cast<std::size_t>(s.members)));
+  c.mapped = c.once;
+  check_all(on_members(s, [&](member& m) {
+    std::uint64_t seq = 1;
+    for (std::size_t i = 0; i < steps; ++i) {
+      if (auto e = op(m, seq, i); !e.empty()) return strcat("step ", i, ": ", e);
+      c.once[i][static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
+      c.mapped[i][static_cast<std::size_t>(m.rank)] = m.seg.mapped_copies();
+    }
+    return std::string();
+  }));
+  return c;
+}
+
+// Checks that member r took a single-copy way in step i exactly when `once(i, r)`.
+template <class Once>
+void check_once(const step_counts& c, Once once) {
+  for (std::size_t i = 0; i < c.once.size(); ++i)
+    for (std::size_t r = 0; r < c.once[i].size(); ++r) {
+      CAPTURE(i);
+      CAPTURE(r);
+      const std::uint64_t before = i == 0 ? 0 : c.once[i - 1][r];
+      CHECK(c.once[i][r] - before == (once(i, static_cast<int>(r)) ? 1u : 0u));
+    }
+}
+
+}  // namespace
+
 TEST_CASE(
     "members that outnumber the CPUs broadcast from 512 KiB once, through their mappings, "
     "when every member's buffer of the last such broadcast was shared, and otherwise once "
@@ -278,49 +326,33 @@ TEST_CASE(
     bool once;
   };
   const std::vector<step> steps{
-      {262144, 0, -1, false},  // 1 MiB: no broadcast of the sizes before
-      {262144, 1, -1, true},   // the last was all shared
-      {262144, 0, 2, true},    // still: member 2's copies take system calls
-      {262144, 2, -1, false},  // the last had an ordinary buffer
-      {153600, 0, -1, true},   // 600 KiB, of the same sizes
-      {65536, 1, -1, false},   // 256 KiB: through the slots, and it changes nothing
-      {262144, 1, -1, true},         {4194304, 0, 1, true},  // 16 MiB, the last all shared
-      {4194304, 2, -1, false},                               // the last was not
-      {1048576, 1, everyone, true},                          // 4 MiB: once, shared or not
-      {4194304, 0, everyone, false},                         // 16 MiB, ordinary: the slots
-      {4194304, 1, -1, false},  // 16 MiB, shared: the last was ordinary
-      {2097152, 2, -1, true},   // 8 MiB
+      {262144, 0, -1, false},         // 1 MiB: no broadcast of the sizes before
+      {262144, 1, -1, true},          // the last was all shared
+      {262144, 0, 2, true},           // still: member 2's copies take system calls
+      {262144, 2, -1, false},         // the last had an ordinary buffer
+      {153600, 0, -1, true},          // 600 KiB, of the same sizes
+      {65536, 1, -1, false},          // 256 KiB: through the slots, and it changes nothing
+      {262144, 1, -1, true},          // 1 MiB again
+      {4194304, 0, 1, true},          // 16 MiB, the last all shared
+      {4194304, 2, -1, false},        // the last was not
+      {1048576, 1, everyone, true},   // 4 MiB: once, shared or not
+      {4194304, 0, everyone, false},  // 16 MiB, ordinary: the slots
+      {4194304, 1, -1, false},        // 16 MiB, shared: the last was ordinary
+      {2097152, 2, -1, true},         // 8 MiB
   };
-  std::vector<std::vector<std::uint64_t>> reads(steps.size(), std::vector<std::uint64_t>(n)),
-      mapped = reads;
-  check_all(
-      on_members(group_of(n).with_slot(gloo_shm::default_slot_bytes).on_one_cpu(), [&](member& m) {
-        std::uint64_t seq = 1;
-        for (std::size_t i = 0; i < steps.size(); ++i) {
-          const auto& st = steps[i];
-          const auto where =
-              m.rank == st.plain || st.plain == everyone ? memory::plain : memory::shared;
-          if (auto e = float_broadcast(m, seq, st.count, st.root, seq, where); !e.empty())
-            return strcat("step ", i, ": ", e);
-          reads[i][static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
-          mapped[i][static_cast<std::size_t>(m.rank)] = m.seg.mapped_copies();
-        }
-        return std::string();
-      }));
-  for (std::size_t i = 0; i < steps.size(); ++i)
-    for (int r = 0; r < n; ++r) {
-      CAPTURE(i);
-      CAPTURE(r);
-      const auto k = static_cast<std::size_t>(r);
-      const std::uint64_t before = i == 0 ? 0 : reads[i - 1][k];
-      CHECK(reads[i][k] - before == (steps[i].once && r != steps[i].root ? 1u : 0u));
-    }
+  const auto c = run_steps(group_of(n).with_slot(gloo_shm::default_slot_bytes).on_one_cpu(),
+                           steps.size(), [&](member& m, std::uint64_t& seq, std::size_t i) {
+                             const auto& st = steps[i];
+                             const bool plain = m.rank == st.plain || st.plain == everyone;
+                             return float_broadcast(m, seq, st.count, st.root, seq,
+                                                    plain ? memory::plain : memory::shared);
+                           });
+  // Each member but the root counts a broadcast copied once.
+  check_once(c, [&](std::size_t i, int r) { return steps[i].once && r != steps[i].root; });
   // The broadcast with member 2's ordinary buffer: members 1 and 2 read the root's shared
   // buffer through their mappings, and the root wrote into member 1's through its mapping
   // but into member 2's with a system call.
-  CHECK(mapped[2][0] - mapped[1][0] == 1);
-  CHECK(mapped[2][1] - mapped[1][1] == 1);
-  CHECK(mapped[2][2] - mapped[1][2] == 1);
+  CHECK(c.mapped_in(2) == std::vector<std::uint64_t>{1, 1, 1});
 }
 
 TEST_CASE(
@@ -345,35 +377,18 @@ TEST_CASE(
       {4096, -1, false, false},   // 32 KiB: through the slots, and it changes nothing
       {32768, -1, false, true},
   };
-  std::vector<std::vector<std::uint64_t>> writes(steps.size(), std::vector<std::uint64_t>(n)),
-      mapped = writes;
-  check_all(
-      on_members(group_of(n).with_slot(gloo_shm::default_slot_bytes).on_one_cpu(), [&](member& m) {
-        std::uint64_t seq = 1;
-        for (std::size_t i = 0; i < steps.size(); ++i) {
-          const auto& st = steps[i];
-          const auto where = m.rank == st.plain ? memory::plain : memory::shared;
-          if (auto e = int64_allgather(m, seq, st.count, st.in_place, where); !e.empty())
-            return strcat("step ", i, ": ", e);
-          writes[i][static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
-          mapped[i][static_cast<std::size_t>(m.rank)] = m.seg.mapped_copies();
-        }
-        return std::string();
-      }));
-  for (std::size_t i = 0; i < steps.size(); ++i)
-    for (int r = 0; r < n; ++r) {
-      CAPTURE(i);
-      CAPTURE(r);
-      const auto k = static_cast<std::size_t>(r);
-      const std::uint64_t before = i == 0 ? 0 : writes[i - 1][k];
-      CHECK(writes[i][k] - before == (steps[i].writes ? 1u : 0u));
-    }
+  const auto c =
+      run_steps(group_of(n).with_slot(gloo_shm::default_slot_bytes).on_one_cpu(), steps.size(),
+                [&](member& m, std::uint64_t& seq, std::size_t i) {
+                  const auto& st = steps[i];
+                  return int64_allgather(m, seq, st.count, st.in_place,
+                                         m.rank == st.plain ? memory::plain : memory::shared);
+                });
+  check_once(c, [&](std::size_t i, int) { return steps[i].writes; });
   // With member 2's ordinary output: members 0 and 1 wrote into each other's through their
   // mappings and into member 2's with a system call; member 2 wrote into both through its
   // mappings.
-  CHECK(mapped[2][0] - mapped[1][0] == 1);
-  CHECK(mapped[2][1] - mapped[1][1] == 1);
-  CHECK(mapped[2][2] - mapped[1][2] == 2);
+  CHECK(c.mapped_in(2) == std::vector<std::uint64_t>{1, 1, 2});
 }
 
 TEST_CASE(
