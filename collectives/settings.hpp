@@ -25,12 +25,14 @@ inline constexpr setting gloo_shm_single_copy{
     "operations) and can be slower when they were just written or evicted: `auto` times "
     "both ways on the group's own allgathers and takes the faster, `1` always copies once, "
     "`0` never (docs/collectives.md); one member's `0` holds for all, `1` needs every member. "
-    "Unless `0`, broadcasts from 64 KiB (4 MiB where the members outnumber the CPUs) and "
-    "allgathers from 256 KiB per member copy once too, "
-    "where the members can read one another's memory (broadcasts also through the pipes). "
-    "Those copies of tensors made with `troupe::collectives::shared_host_tensor` are plain "
-    "memory copies through the members' mappings of them, not system calls (docs/"
-    "collectives.md, \"Shared host tensors\")"};
+    "Unless `0`, broadcasts from 64 KiB and allgathers from 256 KiB per member copy once "
+    "too, where the members can read one another's memory (broadcasts also through the "
+    "pipes); where the members outnumber the CPUs, broadcasts of 4-16 MiB only, and "
+    "broadcasts from 512 KiB and allgathers from 256 KiB per member when every member's "
+    "tensors of the last such operation were made with "
+    "`troupe::collectives::shared_host_tensor`. Copies of such tensors are plain memory "
+    "copies through the members' mappings of them, not system calls (docs/collectives.md, "
+    "\"Shared host tensors\")"};
 inline constexpr setting gloo_local_sndbuf{
     "TROUPE_GLOO_LOCAL_SNDBUF", "262144",
     "send buffer of same-host gloo TCP connections, in bytes (`0`: the kernel's autotuning)"};
