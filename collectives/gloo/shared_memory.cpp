@@ -93,13 +93,12 @@ constexpr std::size_t oversubscribed_shared_broadcast_min_bytes = 512 << 10;
 // end, at 192 KiB): two copies of each block instead of three (into the slot, its owner's
 // own into the output, out of the slot). Same VM, world 2, 3 alternating runs of 300 at
 // 2 MiB per member, reading the others' blocks: 0.47-0.61x the time of the slots.
+// Members that outnumber the CPUs keep the slots unless every member's output of the last
+// allgather from this size lay in a shared host buffer (segment::shared_allgathers_): then
+// each writes its block into the others' outputs through its mappings of them. 4 members
+// on the 2-vCPU VM, 5 alternating runs against the slots, 256 KiB-16 MiB per member:
+// shared outputs 0.59-0.68x the time, ordinary ones (process_vm_writev) 1.15-1.64x.
 constexpr std::size_t single_copy_allgather_min_bytes = 256 << 10;
-// Members that outnumber the CPUs keep the slots for allgathers unless every member's
-// output of the last allgather from that size lay in a shared host buffer
-// (segment::shared_allgathers_): then each writes its block into the others' outputs
-// through its mappings of them. 4 members on the 2-vCPU VM, 5 alternating runs against
-// the slots, 256 KiB-16 MiB per member: shared outputs 0.59-0.68x the time, ordinary ones
-// (process_vm_writev) 1.15-1.64x.
 
 // What a member that holds up the reuse of a buffer did not do.
 constexpr const char* reuse_step = "did not finish reading an earlier chunk";
@@ -113,7 +112,7 @@ std::string describe_op(std::uint32_t kind, std::uint64_t bytes, std::uint32_t d
                     ", ", to_string(static_cast<reduce_op>(detail & 0xff)), ")");
     case op_broadcast:
       return strcat("broadcast of ", bytes, " bytes from rank ",
-                    detail & ~shm_layout::input_shared);
+                    detail & ~shm_layout::buffer_shared);
     case op_allgather:
       return strcat("allgather of ", bytes, " bytes per rank");
     case op_reduce_scatter:
@@ -181,7 +180,7 @@ bool segment::check_agreement(int r) {
   // Where an allgather's input or a broadcast's buffer lies is each member's own business
   // (shm_layout.hpp).
   const std::uint32_t mask =
-      kind_ == op_allgather || kind_ == op_broadcast ? ~shm_layout::input_shared : ~0u;
+      kind_ == op_allgather || kind_ == op_broadcast ? ~shm_layout::buffer_shared : ~0u;
   if (seq == seq_ && kind == kind_ && bytes == bytes_ && (detail & mask) == (detail_ & mask))
     return true;
   mark_failed();
@@ -195,7 +194,7 @@ bool segment::check_agreement(int r) {
 
 bool segment::all_shared() const {
   for (int r = 0; r < size_; ++r)
-    if ((read_desc(r).detail & shm_layout::input_shared) == 0) return false;
+    if ((read_desc(r).detail & shm_layout::buffer_shared) == 0) return false;
   return true;
 }
 
@@ -350,18 +349,18 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   const auto region =
       bytes >= once_from && single_copy_ != 0 ? find_shared_region(data, bytes) : std::nullopt;
   if (!begin(seq, op_broadcast, bytes,
-             static_cast<std::uint32_t>(root) | (region ? shm_layout::input_shared : 0)))
+             static_cast<std::uint32_t>(root) | (region ? shm_layout::buffer_shared : 0)))
     return failed();
-  const bool mapped_range =
-      !run_at_once_ && bytes >= once_from && shared_broadcasts_ && single_copy_ != 0;
-  bool one_copy = (run_at_once_ ? bytes >= single_copy_broadcast_min_bytes
-                                : bytes >= oversubscribed_broadcast_min_bytes &&
-                                      bytes < oversubscribed_broadcast_max_bytes) &&
-                  single_copy_ != 0;
-  if ((one_copy || mapped_range) && !learn_readers(deadline)) return failed();
+  const bool plain_once =
+      single_copy_ != 0 && (run_at_once_ ? bytes >= single_copy_broadcast_min_bytes
+                                         : bytes >= oversubscribed_broadcast_min_bytes &&
+                                               bytes < oversubscribed_broadcast_max_bytes);
+  const bool shared_once =
+      single_copy_ != 0 && !run_at_once_ && bytes >= once_from && shared_broadcasts_;
+  if ((plain_once || shared_once) && !learn_readers(deadline)) return failed();
   // Through the mappings only where every member can reach the others' memory; else, as
   // for ordinary buffers, the slots.
-  if (mapped_range && all_read_ == 1) one_copy = true;
+  const bool one_copy = plain_once || (shared_once && all_read_ == 1);
   if (one_copy && all_read_ == 1) {
     if (!broadcast_read(data, bytes, root, region, deadline)) return failed();
   } else if (one_copy && use_pipes_) {
@@ -400,7 +399,7 @@ expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view
   const bool writes = bytes >= single_copy_allgather_min_bytes && single_copy_ != 0;
   const auto own_region = measured_size ? find_shared_region(own, bytes) : std::nullopt;
   const auto out_region = writes ? find_shared_region(dst, out.nbytes()) : std::nullopt;
-  if (!begin(seq, op_allgather, bytes, own_region || out_region ? shm_layout::input_shared : 0))
+  if (!begin(seq, op_allgather, bytes, own_region || out_region ? shm_layout::buffer_shared : 0))
     return failed();
   if (!apart && block_of(rank_) != src) std::memmove(block_of(rank_), src, bytes);
   switch (allgather_single_copy(own, bytes, own_region, dst, deadline)) {

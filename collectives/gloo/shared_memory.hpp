@@ -324,9 +324,9 @@ class segment {
   // which tuner's (shared_memory_single_copy.cpp).
   static bool in_single_copy_range(std::size_t bytes) noexcept;
   static std::size_t size_class(std::size_t bytes) noexcept;
-  // After the first wait of an allgather or a broadcast: whether every member said its
-  // input lies in a shared host buffer (see single_copy_tuner::all_shared and
-  // shared_broadcasts_).
+  // After the first wait of an allgather or a broadcast: whether every member said that
+  // its buffer lies in a shared host buffer (shm_layout::buffer_shared; see
+  // single_copy_tuner::all_shared, shared_broadcasts_ and shared_allgathers_).
   bool all_shared() const;
   // After the first wait of a broadcast: notes all_shared() for the next broadcast when
   // this one is of the sizes that members outnumbering the CPUs copy once with shared

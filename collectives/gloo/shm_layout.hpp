@@ -25,7 +25,7 @@ inline constexpr std::uint64_t in_shared_region = std::uint64_t{1} << 63;
 // broadcast's buffer): not compared when the members check that they agree, read by all
 // after the first wait (segment::all_shared()). Above a broadcast's root, which is below
 // max_members.
-inline constexpr std::uint32_t input_shared = 1u << 15;
+inline constexpr std::uint32_t buffer_shared = 1u << 15;
 // The bit of a member's single_copy flag that says it can read the others' memory.
 inline constexpr std::uint32_t reads_memory = 4;
 inline constexpr std::size_t page = 4096;
@@ -35,7 +35,7 @@ inline constexpr std::size_t page = 4096;
 inline constexpr std::size_t descs = 3;
 // An operation's description packs its kind above a 56-bit sequence number and its detail
 // (a root, or dtype and reduction) above a 48-bit byte count: a root is a member of one
-// host's segment, below max_members, which leaves the detail's top bit to input_shared.
+// host's segment, below max_members, which leaves the detail's top bit to buffer_shared.
 inline constexpr int kind_shift = 56;
 inline constexpr int detail_shift = 48;
 inline constexpr int max_members = 1 << 15;
