@@ -413,4 +413,42 @@ void check_at_2_to_4(F body, std::size_t slot_bytes = 0) {
   }
 }
 
+// The CPUs this process may run on.
+inline int cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+// Whether two members can run at once here (the single-copy allgather needs it).
+inline bool two_cpus() { return cpus() >= 2; }
+
+// How many times each member of `n` reads in one_copy_broadcasts(): five sizes from 64 KiB
+// each from every root, n - 1 times a reader; members that outnumber the CPUs copy once only
+// from 4 MiB (one of the sizes).
+inline std::uint64_t one_copy_reads(int n) {
+  return (n <= cpus() ? 5u : 1u) * static_cast<std::uint64_t>(n - 1);
+}
+
+// Broadcasts around the smallest one copied once (64 KiB), of several 120 KiB pieces of the
+// pipes, and just over 4 MiB (the smallest copied once among more members than CPUs), from
+// every root; the single-copy operations this member took part in go to
+// `reads` (as a reader: the root's own copy counts for nothing).
+// With `shared`, the members whose ranks it holds broadcast tensors in shared host memory;
+// the copies made through mappings of them go to `mapped`.
+inline std::string one_copy_broadcasts(member& m, std::vector<std::uint64_t>& reads,
+                                       const std::vector<int>& shared = {},
+                                       std::vector<std::uint64_t>* mapped = nullptr) {
+  std::uint64_t seq = 1;
+  const auto where = std::find(shared.begin(), shared.end(), m.rank) != shared.end()
+                         ? memory::shared
+                         : memory::plain;
+  for (std::size_t count : {16383, 16384, 16385, 100003, 300007, 1048583})
+    for (int root = 0; root < m.size; ++root)
+      if (auto e = float_broadcast(m, seq, count, root, seq, where); !e.empty()) return e;
+  reads[static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
+  if (mapped) (*mapped)[static_cast<std::size_t>(m.rank)] = m.seg.mapped_copies();
+  return "";
+}
+
 }  // namespace troupe::collectives::testing::shm
