@@ -18,6 +18,7 @@
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <utility>
 
 #include <troupe/core/error_file.hpp>
 #include <troupe/core/log.hpp>
@@ -728,7 +729,9 @@ int run_agent(const run_config& c) {
                        dir_of(*failure) + "/error.json", on_node);
         if (restarts >= c.max_restarts) {
           group.stop(SIGTERM, c.stop_grace, interrupted);
-          if (rdzv) (void)rdzv->request_reform();
+          // A store this node has lost would only hold it up for op_timeout; the other
+          // nodes find its heartbeat silent instead.
+          if (rdzv && !store_lost) (void)rdzv->request_reform();
           say(strcat("giving up: the worker group failed and all ", c.max_restarts,
                      " restarts (--max-restarts) are used up; the failure was worker rank ",
                      failure->rank, " with ", failure->describe(), " (see above)"));
@@ -774,7 +777,10 @@ int run_agent(const run_config& c) {
           if (!change) {
             if (!store_lost) say("lost the rendezvous store: " + change.error().message());
             store_lost = true;
-          } else if (*change) {
+          } else if (std::exchange(store_lost, false)) {
+            say("the rendezvous store answers again");
+          }
+          if (change && *change) {
             say(strcat("the world of round ", rr.round, " changes; re-forming it"));
             note_exits({}, "stopped");
             publish("re-forming");

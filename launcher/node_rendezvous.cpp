@@ -57,7 +57,18 @@ std::string node_rendezvous::key(long round, std::string_view name) const {
 
 expected<std::int64_t> node_rendezvous::counter(long round, std::string_view name,
                                                 std::int64_t delta) {
-  return store_.add(key(round, name), delta, settings_.op_timeout);
+  return counter(round, name, delta, settings_.op_timeout);
+}
+
+expected<std::int64_t> node_rendezvous::counter(long round, std::string_view name,
+                                                std::int64_t delta, duration timeout) {
+  return store_.add(key(round, name), delta, timeout);
+}
+
+duration node_rendezvous::watch_timeout() const {
+  if (!watch_until_) return settings_.op_timeout;
+  // At least a millisecond: a call with no time left fails at once with errc::timeout.
+  return std::max<duration>(watch_until_->remaining(), std::chrono::milliseconds(1));
 }
 
 expected<long> node_rendezvous::read_current_round() {
@@ -276,16 +287,17 @@ expected<bool> node_rendezvous::check_heartbeats() {
   const auto now = clock::now();
   if (now < next_beat_) return false;
   next_beat_ = now + settings_.heartbeat_timeout / 4;
+  const duration t = watch_timeout();
   TROUPE_TRY(store_.set(key(last_round_, strcat("alive/", group_rank_)),
-                        std::string_view(std::to_string(++beats_))));
+                        to_bytes(std::to_string(++beats_)), t));
   for (auto& p : peers_) {
     if (p.gone) continue;
     std::string k = key(last_round_, strcat("alive/", p.group_rank));
-    auto present = store_.check(std::span(&k, 1), settings_.op_timeout);
+    auto present = store_.check(std::span(&k, 1), t);
     if (!present) return std::move(present).error();
     std::string value;
     if (*present) {
-      auto v = store_.get_string(k, settings_.op_timeout);
+      auto v = store_.get_string(k, t);
       if (!v) return std::move(v).error();
       value = std::move(*v);
     }
@@ -317,15 +329,33 @@ expected<bool> node_rendezvous::check_heartbeats() {
 
 expected<bool> node_rendezvous::should_reform() {
   if (last_round_ < 0) return false;
+  // One pass of the watch waits at most heartbeat_timeout (op_timeout where shorter) on
+  // the store, however many calls it makes; after a pass the store did not answer, a
+  // quarter of that (the heartbeat's period), so that the launcher's watch of its own
+  // workers goes on between passes while the store stays away.
+  duration bound = settings_.op_timeout;
+  if (settings_.heartbeat_timeout > duration::zero()) {
+    bound = std::min(bound, settings_.heartbeat_timeout);
+    if (store_unanswered_) bound = std::min(bound, settings_.heartbeat_timeout / 4);
+  }
+  watch_until_ = deadline::after(bound);
+  auto r = watch_pass();
+  watch_until_.reset();
+  store_unanswered_ =
+      !r && (r.error().code() == errc::timeout || r.error().code() == errc::connection_lost);
+  return r;
+}
+
+expected<bool> node_rendezvous::watch_pass() {
   if (settings_.open_rounds) return follow_open_round();
   auto silent = check_heartbeats();
   if (!silent) return std::move(silent).error();
   if (*silent) return true;
-  auto restart = counter(last_round_, "restart", 0);
+  auto restart = counter(last_round_, "restart", 0, watch_timeout());
   if (!restart) return std::move(restart).error();
   if (*restart > 0) return true;
   if (last_num_nodes_ >= settings_.max_nodes) return false;
-  auto waiting = counter(last_round_, "waiting", 0);
+  auto waiting = counter(last_round_, "waiting", 0, watch_timeout());
   if (!waiting) return std::move(waiting).error();
   return *waiting > 0;
 }

@@ -121,6 +121,9 @@ class node_rendezvous {
   /// Whether the world of this node's last round should re-form: a member asked for it,
   /// a member's heartbeat went silent, or a node is waiting and the world is below MAX.
   /// Also bumps this node's heartbeat when one is due; call it regularly while running.
+  /// Its store calls wait at most heartbeat_timeout (op_timeout where that is shorter), so
+  /// that a store cut off from this node fails the call by the time the others have
+  /// stopped waiting for this node's heartbeat.
   expected<bool> should_reform();
 
   /// Asks the members of this node's last round to re-form (e.g. before leaving).
@@ -159,11 +162,22 @@ class node_rendezvous {
   expected<long> read_current_round();
   expected<void> advance_current_round(long to);
   expected<std::int64_t> counter(long round, std::string_view name, std::int64_t delta);
+  expected<std::int64_t> counter(long round, std::string_view name, std::int64_t delta,
+                                 duration timeout);
+  // The timeout of a store call: within should_reform(), the time left of its pass
+  // (watch_until_); elsewhere op_timeout. A pass that has waited heartbeat_timeout on the
+  // store has missed a heartbeat, the other nodes take this node for gone, and the
+  // launcher's watch of its own workers must not stall behind the store for longer.
+  duration watch_timeout() const;
+  // should_reform()'s checks, within watch_until_.
+  expected<bool> watch_pass();
 
   store& store_;
   rendezvous_settings settings_;
   node_info me_;
   std::optional<deadline> deadline_;
+  std::optional<deadline> watch_until_;  // set during a should_reform() pass
+  bool store_unanswered_ = false;        // the last pass failed for want of an answer
   long joining_ = -1;
   int slot_ = -1;
   long last_round_ = -1;

@@ -92,7 +92,7 @@ expected<std::optional<round_result>> node_rendezvous::admit_late(
 expected<bool> node_rendezvous::follow_open_round() {
   auto silent = check_heartbeats();  // with open rounds: marks silent peers gone
   if (!silent) return std::move(silent).error();
-  auto restart = counter(last_round_, "restart", 0);
+  auto restart = counter(last_round_, "restart", 0, watch_timeout());
   if (!restart) return std::move(restart).error();
   if (*restart > 0) return true;
   const auto now = clock::now();
@@ -103,7 +103,7 @@ expected<bool> node_rendezvous::follow_open_round() {
           : duration(std::chrono::seconds(1));
   next_scan_ = now + every;
   // Arrivals: slots past the closing count with a late record.
-  auto joined = counter(last_round_, "joined", 0);
+  auto joined = counter(last_round_, "joined", 0, watch_timeout());
   if (!joined) return std::move(joined).error();
   for (long s = last_num_nodes_; s < *joined; ++s) {
     if (s == group_rank_) continue;
@@ -111,10 +111,10 @@ expected<bool> node_rendezvous::follow_open_round() {
     for (const auto& p : peers_) known = known || p.group_rank == s;
     if (known) continue;
     std::string k = key(last_round_, strcat("late/", s));
-    auto present = store_.check(std::span(&k, 1), settings_.op_timeout);
+    auto present = store_.check(std::span(&k, 1), watch_timeout());
     if (!present) return std::move(present).error();
     if (!*present) continue;  // a standby, or a node that went on to a later round
-    auto text = store_.get_string(k, settings_.op_timeout);
+    auto text = store_.get_string(k, watch_timeout());
     if (!text) return std::move(text).error();
     auto rec = decode_late_record(*text);
     if (!rec) return std::move(rec).error();
@@ -131,10 +131,10 @@ expected<bool> node_rendezvous::follow_open_round() {
   for (auto& p : peers_) {
     if (!p.gone) {
       std::string k = key(last_round_, strcat("gone/", p.group_rank));
-      auto present = store_.check(std::span(&k, 1), settings_.op_timeout);
+      auto present = store_.check(std::span(&k, 1), watch_timeout());
       if (!present) return std::move(present).error();
       if (*present) {
-        auto why = store_.get_string(k, settings_.op_timeout);
+        auto why = store_.get_string(k, watch_timeout());
         if (!why) return std::move(why).error();
         p.gone = true;
         if (followed_)
@@ -158,11 +158,11 @@ expected<bool> node_rendezvous::follow_open_round() {
 expected<std::string> node_rendezvous::mark_gone(int group_rank, std::string_view why) {
   // The first reason written stays; exactly one marker (the first to count) adds to `left`.
   auto text = store_.compare_set(key(last_round_, strcat("gone/", group_rank)), std::nullopt,
-                                 to_bytes(why), settings_.op_timeout);
+                                 to_bytes(why), watch_timeout());
   if (!text) return std::move(text).error();
-  auto marks = counter(last_round_, strcat("gone_marks/", group_rank), 1);
+  auto marks = counter(last_round_, strcat("gone_marks/", group_rank), 1, watch_timeout());
   if (!marks) return std::move(marks).error();
-  if (*marks == 1) TROUPE_TRY(counter(last_round_, "left", 1));
+  if (*marks == 1) TROUPE_TRY(counter(last_round_, "left", 1, watch_timeout()));
   return troupe::to_string(*text);
 }
 
