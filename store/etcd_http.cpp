@@ -240,6 +240,14 @@ std::int64_t json_int(const json& object, std::string_view field) {
 
 using tls_stream = asio::ssl::stream<beast::tcp_stream&>;
 
+// The completion handler of every HTTP read and write: it keeps the result's code. One
+// type for all of them, so that Beast's operations are compiled once per stream type and
+// message type, not once per call site (this file was the costliest of the build).
+struct set_code {
+  boost::system::error_code* ec;
+  void operator()(const boost::system::error_code& e, std::size_t) const { *ec = e; }
+};
+
 class etcd_connection {
  public:
   explicit etcd_connection(std::size_t endpoint_index) : endpoint(endpoint_index) {}
@@ -362,6 +370,26 @@ error tls_error(const etcd_endpoint& ep, std::string_view what, std::string_view
   std::string reason = openssl_reason(ec);
   return make_error(errc::unauthorized, "etcd at ", ep.text(), " ended the TLS session during ",
                     what, " of POST ", path, ": ", reason, "; ", handshake_hint(reason, security));
+}
+
+// TLS 1.3 completes the client's side of the handshake before the server has checked the
+// client's certificate (or its absence): a server that refuses it sends an alert and
+// closes, and the first request on the new connection fails with that alert when it is
+// read first, or with a reset or an end of file when the close wins (the alert is then
+// lost with the connection). The latter is taken for the same refusal.
+bool closed_after_handshake(const etcd_connection& c, const boost::system::error_code& ec) {
+  return c.tls && !c.reused &&
+         (ec == asio::error::connection_reset || ec == asio::error::eof ||
+          ec == asio::error::broken_pipe || ec == http::error::end_of_stream);
+}
+
+error refused_after_handshake(const etcd_endpoint& ep, std::string_view what, std::string_view path,
+                              const boost::system::error_code& ec,
+                              const etcd_http_security& security) {
+  return make_error(errc::unauthorized, "etcd at ", ep.text(),
+                    " closed a new TLS session at its first request, during ", what, " of POST ",
+                    path, " (", ec.message(), "), which is how it refuses a client under TLS 1.3; ",
+                    handshake_hint("certificate required", security));
 }
 
 // A plain-http connection that etcd closes without a word: most likely an https port.
@@ -674,26 +702,25 @@ expected<json> etcd_http::post_once(std::string_view path, const std::string& te
 
     boost::system::error_code ec;
     c->stream.expires_at(clamp(until));
-    c->io([&](auto& s) {
-      http::async_write(s, req, [&](const boost::system::error_code& e, std::size_t) { ec = e; });
-    });
+    c->io([&](auto& s) { http::async_write(s, req, set_code{&ec}); });
     if (!c->run()) return cancelled_error(path);
     const bool may_retry = c->reused && options.retry_safe && attempt == 0;
     if (ec) {
       if (is_tls_error(ec)) return tls_error(ep, "sending", path, ec, security_);
+      if (closed_after_handshake(*c, ec))
+        return refused_after_handshake(ep, "sending", path, ec, security_);
       if (may_retry && ec != beast::error::timeout) continue;
       return io_error(ep, "sending", path, ec);
     }
 
     http::response_parser<http::string_body> parser;
     parser.body_limit(max_reply_bytes);
-    c->io([&](auto& s) {
-      http::async_read(s, c->buffer, parser,
-                       [&](const boost::system::error_code& e, std::size_t) { ec = e; });
-    });
+    c->io([&](auto& s) { http::async_read(s, c->buffer, parser, set_code{&ec}); });
     if (!c->run()) return cancelled_error(path);
     if (ec) {
       if (is_tls_error(ec)) return tls_error(ep, "reading the reply", path, ec, security_);
+      if (!parser.got_some() && closed_after_handshake(*c, ec))
+        return refused_after_handshake(ep, "reading the reply", path, ec, security_);
       if (may_retry && !parser.got_some() && ec != beast::error::timeout) continue;
       auto e = io_error(ep, "reading the reply", path, ec);
       if (auto hint = plain_close_hint(ec, tls_ != nullptr); !hint.empty() && !parser.got_some())
@@ -754,10 +781,8 @@ expected<json> etcd_stream::next(deadline until) {
                         " before the deadline");
     boost::system::error_code ec;
     s.conn->stream.expires_at(clamp(until));
-    s.conn->io([&](auto& io) {
-      http::async_read_some(io, s.conn->buffer, s.parser,
-                            [&](const boost::system::error_code& e, std::size_t) { ec = e; });
-    });
+    s.conn->io(
+        [&](auto& io) { http::async_read_some(io, s.conn->buffer, s.parser, set_code{&ec}); });
     if (!s.conn->run()) return cancelled_error(s.path);
     auto& body = s.parser.get().body();
     s.pending += body;
@@ -807,25 +832,21 @@ expected<std::unique_ptr<etcd_stream>> etcd_http::open_stream_once(std::string_v
 
   boost::system::error_code ec;
   c.stream.expires_at(clamp(until));
-  c.io([&](auto& io) {
-    http::async_write(io, req, [&](const boost::system::error_code& e, std::size_t) { ec = e; });
-  });
+  c.io([&](auto& io) { http::async_write(io, req, set_code{&ec}); });
   if (!c.run()) return cancelled_error(path);
   if (ec && is_tls_error(ec)) return tls_error(ep, "sending", path, ec, security_);
+  if (ec && closed_after_handshake(c, ec))
+    return refused_after_handshake(ep, "sending", path, ec, security_);
   if (ec) return io_error(ep, "sending", path, ec);
-  c.io([&](auto& io) {
-    http::async_read_header(io, c.buffer, st.parser,
-                            [&](const boost::system::error_code& e, std::size_t) { ec = e; });
-  });
+  c.io([&](auto& io) { http::async_read_header(io, c.buffer, st.parser, set_code{&ec}); });
   if (!c.run()) return cancelled_error(path);
   if (ec && is_tls_error(ec)) return tls_error(ep, "reading the reply header", path, ec, security_);
+  if (ec && !st.parser.got_some() && closed_after_handshake(c, ec))
+    return refused_after_handshake(ep, "reading the reply header", path, ec, security_);
   if (ec) return io_error(ep, "reading the reply header", path, ec);
   const unsigned status = st.parser.get().result_int();
   if (status != 200) {
-    c.io([&](auto& io) {
-      http::async_read(io, c.buffer, st.parser,
-                       [&](const boost::system::error_code& e, std::size_t) { ec = e; });
-    });
+    c.io([&](auto& io) { http::async_read(io, c.buffer, st.parser, set_code{&ec}); });
     if (!c.run()) return cancelled_error(path);
     return reply_error(ep, path, status, st.parser.get().body());
   }
