@@ -54,14 +54,17 @@ constexpr std::size_t ring_max_bytes = 256 << 10;
 constexpr std::size_t ring_piece_bytes = 2 << 10;
 constexpr std::size_t ring_depth = 4;
 
-// Broadcasts from this size copy the data once (segment::broadcast), where the members can
-// read one another's memory or have their pipes. World 2 on a 2-vCPU VM whose cores pass
-// lines slowly (a 4 KiB allgather 1.3 us for Open MPI, against 0.5 on the VM the ring was
-// tuned on; bench/RESULTS.md, 2026-11-28, eleventh), medians of 15 runs before and after,
-// against the ring and the slots: 64 KiB 0.52x the time, 256 KiB 0.25x, 1 MiB 0.18x,
-// 4 MiB 0.29x, 16 MiB 0.52x, 64 MiB 0.77x; at 16 KiB the ring kept 0.75x the time of one
-// copy (9 alternating runs).
-constexpr std::size_t single_copy_broadcast_min_bytes = 64 << 10;
+// Broadcasts among members that all run at once copy the data once (segment::broadcast)
+// from segment::broadcast_once_from_, where the members can read one another's memory or
+// have their pipes: from 64 KiB where a system call costs what it does on the 2-vCPU VM
+// the thresholds were first measured on (1 us), from 16 KiB where reading another
+// process's memory is cheap (measure_broadcast_once_from()). On the first VM (a 4 KiB
+// allgather 1.3 us for Open MPI; bench/RESULTS.md, 2026-11-28, eleventh), medians of 15
+// runs before and after, against the ring and the slots: 64 KiB 0.52x the time, 256 KiB
+// 0.25x, 1 MiB 0.18x, 4 MiB 0.29x, 16 MiB 0.52x, 64 MiB 0.77x; at 16 KiB the ring kept
+// 0.75x the time of one copy (9 alternating runs). On a VM whose system calls cost
+// 0.07 us (2026-11-29, nineteenth), 7 alternating runs at 16 KiB: one copy 0.46x the
+// ring's time with ordinary memory, 0.18x with shared host tensors.
 // Members that cannot all run at once (more than the CPUs) copy broadcasts once from this
 // size, through the slots below it (segment::broadcast_slots): the others then read the
 // root's data one after another on the CPUs they take turns on, each at its turn, where
@@ -339,20 +342,20 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   if (t.numel == 0) return ok();  // as allreduce's
   auto* data = static_cast<std::byte*>(t.data);
   const std::size_t bytes = t.nbytes();
-  // One copy from 64 KiB, from 4 MiB to 16 MiB when the members outnumber the CPUs (see
-  // above): reading the root's memory where every member can, else through the pipes.
-  // Such members copy once from 512 KiB when every member's buffer of the last broadcast
-  // of those sizes was shared (the same on every member, from the descriptions all read),
-  // and each says whether its buffer is for the next.
+  // One copy from broadcast_once_from_, from 4 MiB to 16 MiB when the members outnumber the CPUs
+  // (see above): reading the root's memory where every member can, else through the pipes. Such
+  // members copy once from 512 KiB when every member's buffer of the last broadcast of those sizes
+  // was shared (the same on every member, from the descriptions all read), and each says whether
+  // its buffer is for the next.
   const std::size_t once_from =
-      run_at_once_ ? single_copy_broadcast_min_bytes : oversubscribed_shared_broadcast_min_bytes;
+      run_at_once_ ? broadcast_once_from_ : oversubscribed_shared_broadcast_min_bytes;
   const auto region =
       bytes >= once_from && single_copy_ != 0 ? find_shared_region(data, bytes) : std::nullopt;
   if (!begin(seq, op_broadcast, bytes,
              static_cast<std::uint32_t>(root) | (region ? shm_layout::buffer_shared : 0)))
     return failed();
   const bool plain_once =
-      single_copy_ != 0 && (run_at_once_ ? bytes >= single_copy_broadcast_min_bytes
+      single_copy_ != 0 && (run_at_once_ ? bytes >= broadcast_once_from_
                                          : bytes >= oversubscribed_broadcast_min_bytes &&
                                                bytes < oversubscribed_broadcast_max_bytes);
   const bool shared_once =

@@ -157,6 +157,9 @@ class segment {
   /// blocks from their memory or pipes or wrote its own into their outputs, and broadcasts
   /// it received by reading the root's memory or through the pipes.
   std::uint64_t single_copy_reads() const noexcept { return single_copy_reads_; }
+  /// From how many bytes broadcasts among members that all run at once copy once (16 or
+  /// 64 KiB, as rank 0 measured the cost of reading another process's memory).
+  std::size_t broadcast_once_from() const noexcept { return broadcast_once_from_; }
   /// How many of those copies went through a mapping of the other member's shared host
   /// buffer (shared_host_memory.hpp) rather than a system call, one per member copied
   /// from or into; and how many such buffers this member mapped so far.
@@ -358,6 +361,9 @@ class segment {
   // the same on every member, from the segment's header): waits spin before yielding,
   // small broadcasts stream through a ring, allreduces up to 4 MiB in larger chunks.
   bool run_at_once_ = false;
+  // From how many bytes broadcasts copy once when run_at_once_ (rank 0's measure, from
+  // the header; see shared_memory.cpp).
+  std::size_t broadcast_once_from_ = 64 << 10;
   // Whether allgathers may read the others' memory (their single_copy flags): -1 until
   // this member first needs to know, after it has seen every member publish (the flags
   // are written before a member's first publish); 0 never, 1 always, 2 when measured to

@@ -15,7 +15,7 @@ namespace troupe::collectives::gloo_shm {
 namespace shm_layout {
 
 inline constexpr std::uint64_t magic = 0x74726f7570652d73;  // "troupe-s"
-inline constexpr std::uint32_t version = 9;
+inline constexpr std::uint32_t version = 10;
 // The bit of a member's `source` that says its data lies in a shared host buffer (user
 // addresses stay below 2^57 on x86-64 and arm64, so the top bit is free).
 inline constexpr std::uint64_t in_shared_region = std::uint64_t{1} << 63;
@@ -58,6 +58,9 @@ struct segment::header {
   // Whether rank 0 made the pipes of single-copy allgathers (shared_memory_pipes.cpp), one
   // per ordered pair of members, named after the segment.
   std::uint32_t pipes;
+  // From how many bytes broadcasts among members that all run at once copy the data once
+  // (segment::broadcast): rank 0's measure, so that every member takes the same path.
+  std::uint64_t broadcast_once_from;
   std::atomic<std::int32_t> failed_by;          // 0, or the failed member's rank + 1
   alignas(64) std::atomic<std::uint32_t> wake;  // futex word, bumped by every publish
   std::atomic<std::uint32_t> sleepers;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -423,11 +424,26 @@ inline int cpus() {
 // Whether two members can run at once here (the single-copy allgather needs it).
 inline bool two_cpus() { return cpus() >= 2; }
 
-// How many times each member of `n` reads in one_copy_broadcasts(): five sizes from 64 KiB
-// each from every root, n - 1 times a reader; members that outnumber the CPUs copy once only
-// from 4 MiB (one of the sizes).
+// The floats of each broadcast of one_copy_broadcasts(): around 64 KiB, several 120 KiB
+// pieces of the pipes, and just over 4 MiB.
+inline constexpr std::size_t one_copy_broadcast_counts[] = {16383,  16384,  16385,
+                                                            100003, 300007, 1048583};
+
+// The segment's size from which broadcasts copy once (segment::broadcast_once_from(), 16 or
+// 64 KiB as rank 0 measured it), as the last one_copy_broadcasts() saw it.
+inline std::atomic<std::size_t> seen_broadcast_once_from{64 << 10};
+
+// How many times each member of `n` reads in one_copy_broadcasts(): the sizes from the
+// segment's threshold each from every root, n - 1 times a reader (five from 64 KiB, all
+// six from 16 KiB); members that outnumber the CPUs copy once only from 4 MiB (the last).
 inline std::uint64_t one_copy_reads(int n) {
-  return (n <= cpus() ? 5u : 1u) * static_cast<std::uint64_t>(n - 1);
+  std::uint64_t sizes = 1;
+  if (n <= cpus()) {
+    sizes = 0;
+    for (std::size_t count : one_copy_broadcast_counts)
+      if (count * sizeof(float) >= seen_broadcast_once_from.load()) ++sizes;
+  }
+  return sizes * static_cast<std::uint64_t>(n - 1);
 }
 
 // Broadcasts around the smallest one copied once (64 KiB), of several 120 KiB pieces of the
@@ -443,10 +459,11 @@ inline std::string one_copy_broadcasts(member& m, std::vector<std::uint64_t>& re
   const auto where = std::find(shared.begin(), shared.end(), m.rank) != shared.end()
                          ? memory::shared
                          : memory::plain;
-  for (std::size_t count : {16383, 16384, 16385, 100003, 300007, 1048583})
+  for (std::size_t count : one_copy_broadcast_counts)
     for (int root = 0; root < m.size; ++root)
       if (auto e = float_broadcast(m, seq, count, root, seq, where); !e.empty()) return e;
   reads[static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
+  seen_broadcast_once_from = m.seg.broadcast_once_from();
   if (mapped) (*mapped)[static_cast<std::size_t>(m.rank)] = m.seg.mapped_copies();
   return "";
 }
