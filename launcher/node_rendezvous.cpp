@@ -57,12 +57,7 @@ std::string node_rendezvous::key(long round, std::string_view name) const {
 
 expected<std::int64_t> node_rendezvous::counter(long round, std::string_view name,
                                                 std::int64_t delta) {
-  return counter(round, name, delta, settings_.op_timeout);
-}
-
-expected<std::int64_t> node_rendezvous::counter(long round, std::string_view name,
-                                                std::int64_t delta, duration timeout) {
-  return store_.add(key(round, name), delta, timeout);
+  return store_.add(key(round, name), delta, watch_timeout());
 }
 
 duration node_rendezvous::watch_timeout() const {
@@ -351,11 +346,11 @@ expected<bool> node_rendezvous::watch_pass() {
   auto silent = check_heartbeats();
   if (!silent) return std::move(silent).error();
   if (*silent) return true;
-  auto restart = counter(last_round_, "restart", 0, watch_timeout());
+  auto restart = counter(last_round_, "restart", 0);
   if (!restart) return std::move(restart).error();
   if (*restart > 0) return true;
   if (last_num_nodes_ >= settings_.max_nodes) return false;
-  auto waiting = counter(last_round_, "waiting", 0, watch_timeout());
+  auto waiting = counter(last_round_, "waiting", 0);
   if (!waiting) return std::move(waiting).error();
   return *waiting > 0;
 }

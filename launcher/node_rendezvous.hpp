@@ -161,9 +161,8 @@ class node_rendezvous {
   std::string key(long round, std::string_view name) const;
   expected<long> read_current_round();
   expected<void> advance_current_round(long to);
+  // Adds `delta` to the round's counter `name`, within watch_timeout().
   expected<std::int64_t> counter(long round, std::string_view name, std::int64_t delta);
-  expected<std::int64_t> counter(long round, std::string_view name, std::int64_t delta,
-                                 duration timeout);
   // The timeout of a store call: within should_reform(), the time left of its pass
   // (watch_until_); elsewhere op_timeout. A pass that has waited heartbeat_timeout on the
   // store has missed a heartbeat, the other nodes take this node for gone, and the

@@ -92,7 +92,7 @@ expected<std::optional<round_result>> node_rendezvous::admit_late(
 expected<bool> node_rendezvous::follow_open_round() {
   auto silent = check_heartbeats();  // with open rounds: marks silent peers gone
   if (!silent) return std::move(silent).error();
-  auto restart = counter(last_round_, "restart", 0, watch_timeout());
+  auto restart = counter(last_round_, "restart", 0);
   if (!restart) return std::move(restart).error();
   if (*restart > 0) return true;
   const auto now = clock::now();
@@ -103,7 +103,7 @@ expected<bool> node_rendezvous::follow_open_round() {
           : duration(std::chrono::seconds(1));
   next_scan_ = now + every;
   // Arrivals: slots past the closing count with a late record.
-  auto joined = counter(last_round_, "joined", 0, watch_timeout());
+  auto joined = counter(last_round_, "joined", 0);
   if (!joined) return std::move(joined).error();
   for (long s = last_num_nodes_; s < *joined; ++s) {
     if (s == group_rank_) continue;
@@ -160,9 +160,9 @@ expected<std::string> node_rendezvous::mark_gone(int group_rank, std::string_vie
   auto text = store_.compare_set(key(last_round_, strcat("gone/", group_rank)), std::nullopt,
                                  to_bytes(why), watch_timeout());
   if (!text) return std::move(text).error();
-  auto marks = counter(last_round_, strcat("gone_marks/", group_rank), 1, watch_timeout());
+  auto marks = counter(last_round_, strcat("gone_marks/", group_rank), 1);
   if (!marks) return std::move(marks).error();
-  if (*marks == 1) TROUPE_TRY(counter(last_round_, "left", 1, watch_timeout()));
+  if (*marks == 1) TROUPE_TRY(counter(last_round_, "left", 1));
   return troupe::to_string(*text);
 }
 
