@@ -41,29 +41,33 @@ constexpr std::size_t allreduce_big_chunk_max_bytes = 4 << 20;
 constexpr std::size_t fold_whole_max_bytes = 64 << 10;
 
 // Broadcasts up to this size, when the members can all run at once, stream through a
-// ring of ring_depth pieces of ring_piece_bytes at the start of the root's buffer: the
-// root writes piece k while the others copy piece k - 1 out, and the root reuses a place
-// once every other member has read what it held. The ring (8 KiB) stays in the caches of
-// the two CPUs that pass it along, where a whole slot, or pieces laid one after another
-// along it, are written to and read from lines that come from farther away. World 2 on
-// 2 cores, 9 alternating runs against the whole slot (and the 8 KiB pieces that went up
-// to 64 KiB before): 16 KiB 0.88x, 256 KiB 0.70x the time; 1 MiB took 1.7x, where the
-// whole slot, copied at once, is faster. At 4 members on 2 cores the root and the others
-// take turns on a CPU, and a ring waits for each turn: whole slots there.
+// ring of ring_depth pieces at the start of the root's buffer: the root writes piece k
+// while the others copy piece k - 1 out, and the root reuses a place once every other
+// member has read what it held. A piece is a quarter of the data, from ring_min_piece to
+// ring_max_piece: the copies overlap, and a broadcast takes four handoffs of a line
+// between the CPUs, not one per 2 KiB. World 2 on 2 vCPUs (a system call 1.06 us), 6
+// alternating runs against 2 KiB pieces: 16 KiB 0.71x the time (1.03 against 1.45 us),
+// 32 KiB 0.58x, 64 KiB 0.39x (2.15 against 5.5 us copied once), 128 KiB 0.55x (against
+// one copy). With 2 KiB pieces the ring had stopped at 64 KiB, where reading the root's
+// memory with a system call was faster than 32 handoffs. At 4 members on 2 cores the root
+// and the others take turns on a CPU, and a ring waits for each turn: whole slots there.
 constexpr std::size_t ring_max_bytes = 256 << 10;
-constexpr std::size_t ring_piece_bytes = 2 << 10;
+constexpr std::size_t ring_min_piece = 2 << 10;
+constexpr std::size_t ring_max_piece = 32 << 10;
 constexpr std::size_t ring_depth = 4;
 
 // Broadcasts among members that all run at once copy the data once (segment::broadcast)
-// from segment::broadcast_once_from_, where the members can read one another's memory or
-// have their pipes: from 64 KiB where a system call costs what it does on the 2-vCPU VM
-// the thresholds were first measured on (1 us), from 16 KiB where reading another
-// process's memory is cheap (measure_broadcast_once_from()). On the first VM (a 4 KiB
-// allgather 1.3 us for Open MPI; bench/RESULTS.md, 2026-11-28, eleventh), medians of 15
-// runs before and after, against the ring and the slots: 64 KiB 0.52x the time, 256 KiB
-// 0.25x, 1 MiB 0.18x, 4 MiB 0.29x, 16 MiB 0.52x, 64 MiB 0.77x; at 16 KiB the ring kept
-// 0.75x the time of one copy (9 alternating runs). On a VM whose system calls cost
-// 0.07 us (2026-11-29, nineteenth), 7 alternating runs at 16 KiB: one copy 0.46x the
+// where the members can read one another's memory or have their pipes: from
+// segment::broadcast_once_from_ where reading another process's memory is cheap (16 KiB,
+// measure_broadcast_once_from()), else from ring_max_bytes, beneath which the ring's four
+// handoffs cost less than reading with system calls of 1 us (see ring_max_bytes). Buffers
+// that every member's last broadcast of those sizes found in shared host memory are copied
+// once from broadcast_once_from_ (64 KiB there), through the members' mappings and without
+// a system call (segment::shared_broadcasts_). On the first VM (a 4 KiB allgather 1.3 us
+// for Open MPI; bench/RESULTS.md, 2026-11-28, eleventh), medians of 15 runs before and
+// after, against the ring of 2 KiB pieces and the slots: 64 KiB 0.52x the time, 256 KiB
+// 0.25x, 1 MiB 0.18x, 4 MiB 0.29x, 16 MiB 0.52x, 64 MiB 0.77x. On a VM whose system calls
+// cost 0.07 us (2026-11-29, nineteenth), 7 alternating runs at 16 KiB: one copy 0.46x the
 // ring's time with ordinary memory, 0.18x with shared host tensors.
 // Members that cannot all run at once (more than the CPUs) copy broadcasts once from this
 // size, through the slots below it (segment::broadcast_slots): the others then read the
@@ -202,8 +206,12 @@ bool segment::all_shared() const {
 }
 
 void segment::note_shared_broadcast(std::size_t bytes) {
-  if (!run_at_once_ && bytes >= oversubscribed_shared_broadcast_min_bytes)
+  if (bytes >= (run_at_once_ ? broadcast_once_from_ : oversubscribed_shared_broadcast_min_bytes))
     shared_broadcasts_ = all_shared();
+}
+
+std::size_t segment::plain_broadcast_once_from(std::size_t measured) noexcept {
+  return measured < (64 << 10) ? measured : ring_max_bytes;
 }
 
 void segment::note_shared_allgather(std::size_t bytes) {
@@ -282,9 +290,11 @@ bool segment::broadcast_ring(std::byte* data, std::size_t bytes, int root,
   const std::uint64_t c = chunks_++;
   const std::uint64_t base = phase_;
   std::byte* const ring = slot(root, c);
-  // Smaller pieces, and fewer, in a slot set smaller than the ring.
-  const std::size_t piece =
-      std::max<std::size_t>(1, std::min(ring_piece_bytes, slot_bytes_ / ring_depth));
+  // A quarter of the data on whole cache lines (see ring_max_bytes); smaller pieces, and
+  // fewer, in a slot set smaller than the ring.
+  const std::size_t quarter = (bytes / ring_depth + 63) & ~std::size_t{63};
+  const std::size_t piece = std::max<std::size_t>(
+      1, std::min(std::clamp(quarter, ring_min_piece, ring_max_piece), slot_bytes_ / ring_depth));
   const std::size_t depth = std::min(ring_depth, slot_bytes_ / piece);
   const std::size_t pieces = (bytes + piece - 1) / piece;
   for (std::size_t k = 0; k < pieces; ++k) {
@@ -342,11 +352,12 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   if (t.numel == 0) return ok();  // as allreduce's
   auto* data = static_cast<std::byte*>(t.data);
   const std::size_t bytes = t.nbytes();
-  // One copy from broadcast_once_from_, from 4 MiB to 16 MiB when the members outnumber the CPUs
-  // (see above): reading the root's memory where every member can, else through the pipes. Such
-  // members copy once from 512 KiB when every member's buffer of the last broadcast of those sizes
-  // was shared (the same on every member, from the descriptions all read), and each says whether
-  // its buffer is for the next.
+  // One copy from plain_broadcast_once_from_, from 4 MiB to 16 MiB when the members outnumber
+  // the CPUs (see above): reading the root's memory where every member can, else through the
+  // pipes. From broadcast_once_from_ (512 KiB when the members outnumber the CPUs) one copy
+  // too when every member's buffer of the last broadcast of those sizes was shared (the same
+  // on every member, from the descriptions all read), and each says whether its buffer is
+  // for the next.
   const std::size_t once_from =
       run_at_once_ ? broadcast_once_from_ : oversubscribed_shared_broadcast_min_bytes;
   const auto region =
@@ -355,11 +366,10 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
              static_cast<std::uint32_t>(root) | (region ? shm_layout::buffer_shared : 0)))
     return failed();
   const bool plain_once =
-      single_copy_ != 0 && (run_at_once_ ? bytes >= broadcast_once_from_
+      single_copy_ != 0 && (run_at_once_ ? bytes >= plain_broadcast_once_from_
                                          : bytes >= oversubscribed_broadcast_min_bytes &&
                                                bytes < oversubscribed_broadcast_max_bytes);
-  const bool shared_once =
-      single_copy_ != 0 && !run_at_once_ && bytes >= once_from && shared_broadcasts_;
+  const bool shared_once = single_copy_ != 0 && bytes >= once_from && shared_broadcasts_;
   if ((plain_once || shared_once) && !learn_readers(deadline)) return failed();
   // Through the mappings only where every member can reach the others' memory; else, as
   // for ordinary buffers, the slots.
@@ -377,8 +387,12 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   // what each was asked to do: otherwise a root would return at once, never learning that
   // the others took another member for the root or another size, and the members would go
   // on with different data (the slots compare at their one wait, which all members pass).
+  // Every member's description of this broadcast stays until all have finished it (see
+  // begin()): whether all buffers were shared, for the next.
   agreed_ = false;
-  return wait_all(phase_, deadline, "did not read the data") ? ok() : failed();
+  if (!wait_all(phase_, deadline, "did not read the data")) return failed();
+  note_shared_broadcast(bytes);
+  return ok();
 }
 
 expected<void> segment::allgather(std::uint64_t seq, tensor_view in, tensor_view out,

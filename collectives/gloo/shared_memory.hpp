@@ -113,8 +113,8 @@ class segment {
                            std::size_t divisor, clock::time_point deadline);
   /// Broadcast from member `root` in place. Returns on every member (the root included)
   /// once every member has the data, so that every member learns of a disagreement. From
-  /// 64 KiB the data is copied once instead of twice through a slot: every other member
-  /// reads the root's tensor from its memory (process_vm_readv) when every member can, or
+  /// broadcast_once_from() the data is copied once instead of twice through a slot: every other
+  /// member reads the root's tensor from its memory (process_vm_readv) when every member can, or
   /// else, when the group has its pipes, the root splices the tensor's pages into a pipe
   /// to each, which reads them into its tensor.
   expected<void> broadcast(std::uint64_t seq, tensor_view t, int root, clock::time_point deadline);
@@ -157,9 +157,13 @@ class segment {
   /// blocks from their memory or pipes or wrote its own into their outputs, and broadcasts
   /// it received by reading the root's memory or through the pipes.
   std::uint64_t single_copy_reads() const noexcept { return single_copy_reads_; }
-  /// From how many bytes broadcasts among members that all run at once copy once (16 or
-  /// 64 KiB, as rank 0 measured the cost of reading another process's memory).
-  std::size_t broadcast_once_from() const noexcept { return broadcast_once_from_; }
+  /// From how many bytes broadcasts of ordinary buffers among members that all run at once
+  /// copy once: 16 KiB where rank 0 measured reading another process's memory to be cheap,
+  /// else 256 KiB (smaller ones stream through a ring of four pieces).
+  std::size_t broadcast_once_from() const noexcept { return plain_broadcast_once_from_; }
+  /// The same for buffers that every member's last broadcast of these sizes found in shared
+  /// host memory (copied through the mappings): 16 or 64 KiB.
+  std::size_t shared_broadcast_once_from() const noexcept { return broadcast_once_from_; }
   /// How many of those copies went through a mapping of the other member's shared host
   /// buffer (shared_host_memory.hpp) rather than a system call, one per member copied
   /// from or into; and how many such buffers this member mapped so far.
@@ -331,10 +335,15 @@ class segment {
   // its buffer lies in a shared host buffer (shm_layout::buffer_shared; see
   // single_copy_tuner::all_shared, shared_broadcasts_ and shared_allgathers_).
   bool all_shared() const;
-  // After the first wait of a broadcast: notes all_shared() for the next broadcast when
-  // this one is of the sizes that members outnumbering the CPUs copy once with shared
-  // buffers, from 512 KiB (shared_memory.cpp).
+  // After the first wait of a broadcast through the slots, and the last of the others:
+  // notes all_shared() for the next broadcast when this one is of the sizes copied once
+  // with shared buffers, from broadcast_once_from_ (512 KiB among members that outnumber
+  // the CPUs; shared_memory.cpp).
   void note_shared_broadcast(std::size_t bytes);
+  // From how many bytes ordinary buffers are copied once among members that all run at
+  // once, given rank 0's `measured` threshold: the same where reading is cheap, else the
+  // ring's largest size (shared_memory.cpp).
+  static std::size_t plain_broadcast_once_from(std::size_t measured) noexcept;
   // After the first wait of an allgather: the same for the allgathers that such members
   // write into the others' outputs when all are shared (shared_allgathers_).
   void note_shared_allgather(std::size_t bytes);
@@ -362,8 +371,10 @@ class segment {
   // small broadcasts stream through a ring, allreduces up to 4 MiB in larger chunks.
   bool run_at_once_ = false;
   // From how many bytes broadcasts copy once when run_at_once_ (rank 0's measure, from
-  // the header; see shared_memory.cpp).
+  // the header; see shared_memory.cpp): ordinary buffers from plain_broadcast_once_from_,
+  // buffers all shared from broadcast_once_from_.
   std::size_t broadcast_once_from_ = 64 << 10;
+  std::size_t plain_broadcast_once_from_ = 256 << 10;
   // Whether allgathers may read the others' memory (their single_copy flags): -1 until
   // this member first needs to know, after it has seen every member publish (the flags
   // are written before a member's first publish); 0 never, 1 always, 2 when measured to
@@ -379,10 +390,11 @@ class segment {
   // Whether every member can read the others' memory (their flags' reads_memory bit): -1
   // until the first broadcast that needs to know (learn_readers()), then 0 or 1.
   int all_read_ = -1;
-  // Whether every member's buffer of the last broadcast from 512 KiB among members that
-  // outnumber the CPUs lay in a shared host buffer (note_shared_broadcast()): the next such
-  // broadcast is then copied once, through the mappings, at sizes where ordinary buffers
-  // go through the slots. The same on every member, noted from the descriptions all read.
+  // Whether every member's buffer of the last broadcast from broadcast_once_from_ (512 KiB
+  // among members that outnumber the CPUs) lay in a shared host buffer
+  // (note_shared_broadcast()): the next such broadcast is then copied once, through the
+  // mappings, at sizes where ordinary buffers go through the ring or the slots. The same
+  // on every member, noted from the descriptions all read.
   bool shared_broadcasts_ = false;
   // The same for the outputs of allgathers from 256 KiB per member: the next such
   // allgather then writes the members' blocks into the others' outputs.

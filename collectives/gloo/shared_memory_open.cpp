@@ -57,8 +57,9 @@ int yama_ptrace_scope() {
 // From how many bytes broadcasts among members that all run at once copy the data once
 // (see shared_memory.cpp): 16 KiB where reading 16 KiB of a process's memory with
 // process_vm_readv takes under 1.5 us (0.8 us on a VM whose system calls cost 0.07 us,
-// where the ring's handoffs at that size take 3.6 us), 64 KiB where it costs more (2.6 us
-// on a VM whose system calls cost 1 us, where the ring is faster up to 64 KiB). Measured
+// where the ring's handoffs at that size took 3.6 us), 64 KiB where it costs more (2.6 us
+// on a VM whose system calls cost 1 us), and there only for buffers all in shared host
+// memory: ordinary ones stream through the ring up to 256 KiB. Measured
 // on this process's own memory: the best of 5 rounds of 8 reads, about 40 calls.
 std::uint64_t measure_broadcast_once_from() {
   constexpr std::size_t probe = 16 << 10;
@@ -272,6 +273,7 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
 
   seg->run_at_once_ = seg->head().run_at_once != 0;
   seg->broadcast_once_from_ = static_cast<std::size_t>(seg->head().broadcast_once_from);
+  seg->plain_broadcast_once_from_ = plain_broadcast_once_from(seg->broadcast_once_from_);
   seg->agree_on_pipes();
   const auto my_ns = seg->at(o.rank).pid_ns.load();
   seg->check_liveness_ = my_ns != 0;

@@ -429,25 +429,47 @@ inline bool two_cpus() { return cpus() >= 2; }
 inline constexpr std::size_t one_copy_broadcast_counts[] = {16383,  16384,  16385,
                                                             100003, 300007, 1048583};
 
-// The segment's size from which broadcasts copy once (segment::broadcast_once_from(), 16 or
-// 64 KiB as rank 0 measured it), as the last one_copy_broadcasts() saw it.
-inline std::atomic<std::size_t> seen_broadcast_once_from{64 << 10};
+// The segment's sizes from which broadcasts copy once, as the last one_copy_broadcasts()
+// saw them: ordinary buffers (segment::broadcast_once_from(), 16 or 256 KiB as rank 0
+// measured the cost of reading another process's memory), and buffers that every member's
+// last broadcast found in shared host memory (segment::shared_broadcast_once_from(), 16 or
+// 64 KiB).
+inline std::atomic<std::size_t> seen_broadcast_once_from{256 << 10};
+inline std::atomic<std::size_t> seen_shared_broadcast_once_from{64 << 10};
 
 // How many times each member of `n` reads in one_copy_broadcasts(): the sizes from the
-// segment's threshold each from every root, n - 1 times a reader (five from 64 KiB, all
-// six from 16 KiB); members that outnumber the CPUs copy once only from 4 MiB (the last).
-inline std::uint64_t one_copy_reads(int n) {
+// segment's threshold (ordinary buffers, or with `shared` every member's in shared host
+// memory) each from every root, n - 1 times a reader (three from 256 KiB, five from
+// 64 KiB, all six from 16 KiB); members that outnumber the CPUs copy once only from 4 MiB
+// (the last).
+inline std::uint64_t one_copy_reads(int n, bool shared = false) {
   std::uint64_t sizes = 1;
   if (n <= cpus()) {
     sizes = 0;
+    const std::size_t from =
+        shared ? seen_shared_broadcast_once_from.load() : seen_broadcast_once_from.load();
     for (std::size_t count : one_copy_broadcast_counts)
-      if (count * sizeof(float) >= seen_broadcast_once_from.load()) ++sizes;
+      if (count * sizeof(float) >= from) ++sizes;
   }
   return sizes * static_cast<std::uint64_t>(n - 1);
 }
 
-// Broadcasts around the smallest one copied once (64 KiB), of several 120 KiB pieces of the
-// pipes, and just over 4 MiB (the smallest copied once among more members than CPUs), from
+// Whether, with every member's tensors in shared host memory, the first broadcast
+// one_copy_broadcasts() copies once through the mappings streamed through the ring
+// instead (root 0's, of the smallest such size): members that all run at once learn that
+// every buffer is shared from a broadcast, for the next, at the sizes where ordinary
+// buffers take the ring.
+inline bool first_shared_broadcast_streams(int n) {
+  if (n > cpus()) return false;
+  for (std::size_t count : one_copy_broadcast_counts)
+    if (count * sizeof(float) >= seen_shared_broadcast_once_from.load() &&
+        count * sizeof(float) < seen_broadcast_once_from.load())
+      return true;
+  return false;
+}
+
+// Broadcasts around the smallest sizes copied once (16 and 64 KiB), of several 120 KiB pieces of
+// the pipes, and just over 4 MiB (the smallest copied once among more members than CPUs), from
 // every root; the single-copy operations this member took part in go to
 // `reads` (as a reader: the root's own copy counts for nothing).
 // With `shared`, the members whose ranks it holds broadcast tensors in shared host memory;
@@ -464,6 +486,7 @@ inline std::string one_copy_broadcasts(member& m, std::vector<std::uint64_t>& re
       if (auto e = float_broadcast(m, seq, count, root, seq, where); !e.empty()) return e;
   reads[static_cast<std::size_t>(m.rank)] = m.seg.single_copy_reads();
   seen_broadcast_once_from = m.seg.broadcast_once_from();
+  seen_shared_broadcast_once_from = m.seg.shared_broadcast_once_from();
   if (mapped) (*mapped)[static_cast<std::size_t>(m.rank)] = m.seg.mapped_copies();
   return "";
 }

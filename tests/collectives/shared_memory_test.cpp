@@ -77,13 +77,17 @@ TEST_CASE("broadcast from every root gives every member the root's data at 2, 3 
 TEST_CASE(
     "broadcasts small enough to stream through the ring, and just too large for it, give "
     "every member the root's data") {
-  // With a slot of the default size, broadcasts up to 256 KiB stream through a ring of
-  // 2 KiB pieces when the members can all run at once (here: up to as many members as
-  // CPUs), whole slots above. Sizes around a piece, the ring, and the largest ring size.
+  // With a slot of the default size, broadcasts below the size copied once (16 or
+  // 256 KiB) stream through a ring of four places when the members can all run at once
+  // (here: up to as many members as CPUs), each piece a quarter of the data from 2 to
+  // 32 KiB; whole slots above, and among more members than CPUs. Sizes around the
+  // smallest piece, a quarter that is no whole cache line, the largest piece with the ring
+  // reused within a broadcast (more than four pieces), and the ring's largest sizes.
   check_at_2_to_4(
       [](member& m) -> std::string {
         std::uint64_t seq = 1;
-        for (std::size_t count : {1, 511, 512, 513, 2047, 2048, 2049, 10001, 65536, 65537})
+        for (std::size_t count :
+             {1, 511, 512, 513, 2047, 2048, 2049, 10001, 32768, 32769, 65535, 65536, 65537})
           for (int root = 0; root < m.size; ++root)
             if (auto e = float_broadcast(m, seq, count, root, seq); !e.empty()) return e;
         return "";
