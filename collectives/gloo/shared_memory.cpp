@@ -45,14 +45,16 @@ constexpr std::size_t fold_whole_max_bytes = 64 << 10;
 // while the others copy piece k - 1 out, and the root reuses a place once every other
 // member has read what it held. A piece is a quarter of the data, from ring_min_piece to
 // ring_max_piece: the copies overlap, and a broadcast takes four handoffs of a line
-// between the CPUs, not one per 2 KiB. World 2 on 2 vCPUs (a system call 1.06 us), 6
-// alternating runs against 2 KiB pieces: 16 KiB 0.71x the time (1.03 against 1.45 us),
-// 32 KiB 0.58x, 64 KiB 0.39x (2.15 against 5.5 us copied once), 128 KiB 0.55x (against
-// one copy). With 2 KiB pieces the ring had stopped at 64 KiB, where reading the root's
-// memory with a system call was faster than 32 handoffs. At 4 members on 2 cores the root
-// and the others take turns on a CPU, and a ring waits for each turn: whole slots there.
+// between the CPUs at most up to 128 KiB, not one per 2 KiB. World 2 on 2 vCPUs (a system
+// call 1.06 us), 6 alternating runs against 2 KiB pieces: 16 KiB 0.71x the time (1.03
+// against 1.45 us), 32 KiB 0.58x, 64 KiB 0.39x (2.15 against 5.5 us copied once),
+// 128 KiB 0.55x (against one copy); 7 runs of 5000, one 4 KiB piece against two of 2 KiB:
+// 4 KiB 0.83x, 8 KiB 0.78x (inputs rewritten before each: 1.02x). With 2 KiB pieces the ring had
+// stopped at 64 KiB, where reading the root's memory with a system call was faster than 32
+// handoffs. At 4 members on 2 cores the root and the others take turns on a CPU, and a ring waits
+// for each turn: whole slots there.
 constexpr std::size_t ring_max_bytes = 256 << 10;
-constexpr std::size_t ring_min_piece = 2 << 10;
+constexpr std::size_t ring_min_piece = 4 << 10;
 constexpr std::size_t ring_max_piece = 32 << 10;
 constexpr std::size_t ring_depth = 4;
 

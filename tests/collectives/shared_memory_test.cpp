@@ -79,7 +79,7 @@ TEST_CASE(
     "every member the root's data") {
   // With a slot of the default size, broadcasts below the size copied once (16 or
   // 256 KiB) stream through a ring of four places when the members can all run at once
-  // (here: up to as many members as CPUs), each piece a quarter of the data from 2 to
+  // (here: up to as many members as CPUs), each piece a quarter of the data from 4 to
   // 32 KiB; whole slots above, and among more members than CPUs. Sizes around the
   // smallest piece, a quarter that is no whole cache line, the largest piece with the ring
   // reused within a broadcast (more than four pieces), and the ring's largest sizes.
@@ -87,7 +87,7 @@ TEST_CASE(
       [](member& m) -> std::string {
         std::uint64_t seq = 1;
         for (std::size_t count :
-             {1, 511, 512, 513, 2047, 2048, 2049, 10001, 32768, 32769, 65535, 65536, 65537})
+             {1, 1023, 1024, 1025, 4095, 4096, 4097, 10001, 32768, 32769, 65535, 65536, 65537})
           for (int root = 0; root < m.size; ++root)
             if (auto e = float_broadcast(m, seq, count, root, seq); !e.empty()) return e;
         return "";
