@@ -28,9 +28,21 @@ for f in "$bin/collectives_bench" "$bin/mpi_collectives_bench"; do
   [[ -x $f ]] || { echo "mpi_compare: $f is missing; build the release preset after" \
     "'bash scripts/install-deps.sh --bench'" >&2; exit 1; }
 done
+# The machine's phase, before and after the tables: Open MPI's 4 KiB allgather at world 2
+# moves between about 0.5 and 1.7 us on the same 2-vCPU VM within an hour, and the
+# tables' ratios of the smallest sizes with it.
+noise_check() {
+  local t
+  t=$(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
+        "$bin/mpi_collectives_bench" --ops allgather --min 4096 --max 4096 --iters 20000 |
+        sed -n 's/.*"time_us": \([0-9.]*\).*/\1/p')
+  echo "# $1: Open MPI's 4 KiB allgather at world 2 took ${t:-?} us ($(date -u +%H:%M:%S) UTC)"
+}
+noise_check "noise check before"
 for w in $worlds; do
   echo "## world $w"
   /usr/bin/python3 bench/compare.py --runs "$runs" \
     --troupe "$bin/collectives_bench --world $w --ops $ops --min $min --max $max --json$extra" \
     --anchor "mpirun --allow-run-as-root --oversubscribe --bind-to none -np $w $bin/mpi_collectives_bench --ops $ops --min $min --max $max$anchor_extra"
 done
+noise_check "noise check after"
