@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include <troupe/core/log.hpp>
@@ -620,6 +621,16 @@ expected<std::int64_t> etcd_store::add(std::string_view key, std::int64_t delta,
     const json& responses = (*reply)["responses"];
     current = responses.empty() ? expected<kv_state>(kv_state{})
                                 : kv_from_range(responses[0]["response_range"]);
+    // Lost to a concurrent writer. From the second loss in a row, a pause drawn at random
+    // up to 50 us x 2^attempt (6.4 ms at most): without it a writer that keeps losing to
+    // faster ones (eight threads adding to one key on two loaded CPUs under the sanitizers)
+    // could lose every round until its timeout.
+    if (attempt >= 2) {
+      thread_local std::minstd_rand rng{std::random_device{}()};
+      std::uniform_int_distribution<std::int64_t> pick(0, std::int64_t{50} << std::min(attempt, 7));
+      std::this_thread::sleep_for(std::min<std::chrono::microseconds>(
+          std::chrono::microseconds(pick(rng)), until.remaining()));
+    }
   }
 }
 
