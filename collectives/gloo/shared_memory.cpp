@@ -60,11 +60,11 @@ constexpr std::size_t ring_depth = 4;
 
 // Broadcasts among members that all run at once copy the data once (segment::broadcast)
 // where the members can read one another's memory or have their pipes: from
-// segment::broadcast_once_from_ where reading another process's memory is cheap (16 KiB,
-// measure_broadcast_once_from()), else from ring_max_bytes, beneath which the ring's four
+// segment::broadcast_once_from_, 16 KiB where reading another process's memory is cheap
+// (measure_broadcast_once_from()), else ring_max_bytes, beneath which the ring's four
 // handoffs cost less than reading with system calls of 1 us (see ring_max_bytes). Buffers
 // that every member's last broadcast of those sizes found in shared host memory are copied
-// once from broadcast_once_from_ (64 KiB there), through the members' mappings and without
+// once from shared_broadcast_once_from_ (64 KiB there), through the members' mappings and without
 // a system call (segment::shared_broadcasts_). On the first VM (a 4 KiB allgather 1.3 us
 // for Open MPI; bench/RESULTS.md, 2026-11-28, eleventh), medians of 15 runs before and
 // after, against the ring of 2 KiB pieces and the slots: 64 KiB 0.52x the time, 256 KiB
@@ -208,11 +208,12 @@ bool segment::all_shared() const {
 }
 
 void segment::note_shared_broadcast(std::size_t bytes) {
-  if (bytes >= (run_at_once_ ? broadcast_once_from_ : oversubscribed_shared_broadcast_min_bytes))
+  if (bytes >=
+      (run_at_once_ ? shared_broadcast_once_from_ : oversubscribed_shared_broadcast_min_bytes))
     shared_broadcasts_ = all_shared();
 }
 
-std::size_t segment::plain_broadcast_once_from(std::size_t measured) noexcept {
+std::size_t segment::ordinary_broadcast_once_from(std::size_t measured) noexcept {
   return measured < (64 << 10) ? measured : ring_max_bytes;
 }
 
@@ -294,7 +295,7 @@ bool segment::broadcast_ring(std::byte* data, std::size_t bytes, int root,
   std::byte* const ring = slot(root, c);
   // A quarter of the data on whole cache lines (see ring_max_bytes); smaller pieces, and
   // fewer, in a slot set smaller than the ring.
-  const std::size_t quarter = (bytes / ring_depth + 63) & ~std::size_t{63};
+  const std::size_t quarter = shm_layout::round_up(bytes / ring_depth, 64);
   const std::size_t piece = std::max<std::size_t>(
       1, std::min(std::clamp(quarter, ring_min_piece, ring_max_piece), slot_bytes_ / ring_depth));
   const std::size_t depth = std::min(ring_depth, slot_bytes_ / piece);
@@ -354,21 +355,21 @@ expected<void> segment::broadcast(std::uint64_t seq, tensor_view t, int root,
   if (t.numel == 0) return ok();  // as allreduce's
   auto* data = static_cast<std::byte*>(t.data);
   const std::size_t bytes = t.nbytes();
-  // One copy from plain_broadcast_once_from_, from 4 MiB to 16 MiB when the members outnumber
+  // One copy from broadcast_once_from_, from 4 MiB to 16 MiB when the members outnumber
   // the CPUs (see above): reading the root's memory where every member can, else through the
-  // pipes. From broadcast_once_from_ (512 KiB when the members outnumber the CPUs) one copy
+  // pipes. From shared_broadcast_once_from_ (512 KiB when the members outnumber the CPUs) one copy
   // too when every member's buffer of the last broadcast of those sizes was shared (the same
   // on every member, from the descriptions all read), and each says whether its buffer is
   // for the next.
   const std::size_t once_from =
-      run_at_once_ ? broadcast_once_from_ : oversubscribed_shared_broadcast_min_bytes;
+      run_at_once_ ? shared_broadcast_once_from_ : oversubscribed_shared_broadcast_min_bytes;
   const auto region =
       bytes >= once_from && single_copy_ != 0 ? find_shared_region(data, bytes) : std::nullopt;
   if (!begin(seq, op_broadcast, bytes,
              static_cast<std::uint32_t>(root) | (region ? shm_layout::buffer_shared : 0)))
     return failed();
   const bool plain_once =
-      single_copy_ != 0 && (run_at_once_ ? bytes >= plain_broadcast_once_from_
+      single_copy_ != 0 && (run_at_once_ ? bytes >= broadcast_once_from_
                                          : bytes >= oversubscribed_broadcast_min_bytes &&
                                                bytes < oversubscribed_broadcast_max_bytes);
   const bool shared_once = single_copy_ != 0 && bytes >= once_from && shared_broadcasts_;

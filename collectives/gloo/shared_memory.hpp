@@ -160,10 +160,10 @@ class segment {
   /// From how many bytes broadcasts of ordinary buffers among members that all run at once
   /// copy once: 16 KiB where rank 0 measured reading another process's memory to be cheap,
   /// else 256 KiB (smaller ones stream through a ring of four pieces).
-  std::size_t broadcast_once_from() const noexcept { return plain_broadcast_once_from_; }
+  std::size_t broadcast_once_from() const noexcept { return broadcast_once_from_; }
   /// The same for buffers that every member's last broadcast of these sizes found in shared
   /// host memory (copied through the mappings): 16 or 64 KiB.
-  std::size_t shared_broadcast_once_from() const noexcept { return broadcast_once_from_; }
+  std::size_t shared_broadcast_once_from() const noexcept { return shared_broadcast_once_from_; }
   /// How many of those copies went through a mapping of the other member's shared host
   /// buffer (shared_host_memory.hpp) rather than a system call, one per member copied
   /// from or into; and how many such buffers this member mapped so far.
@@ -337,13 +337,13 @@ class segment {
   bool all_shared() const;
   // After the first wait of a broadcast through the slots, and the last of the others:
   // notes all_shared() for the next broadcast when this one is of the sizes copied once
-  // with shared buffers, from broadcast_once_from_ (512 KiB among members that outnumber
+  // with shared buffers, from shared_broadcast_once_from_ (512 KiB among members that outnumber
   // the CPUs; shared_memory.cpp).
   void note_shared_broadcast(std::size_t bytes);
   // From how many bytes ordinary buffers are copied once among members that all run at
   // once, given rank 0's `measured` threshold: the same where reading is cheap, else the
   // ring's largest size (shared_memory.cpp).
-  static std::size_t plain_broadcast_once_from(std::size_t measured) noexcept;
+  static std::size_t ordinary_broadcast_once_from(std::size_t measured) noexcept;
   // After the first wait of an allgather: the same for the allgathers that such members
   // write into the others' outputs when all are shared (shared_allgathers_).
   void note_shared_allgather(std::size_t bytes);
@@ -370,11 +370,11 @@ class segment {
   // the same on every member, from the segment's header): waits spin before yielding,
   // small broadcasts stream through a ring, allreduces up to 4 MiB in larger chunks.
   bool run_at_once_ = false;
-  // From how many bytes broadcasts copy once when run_at_once_ (rank 0's measure, from
-  // the header; see shared_memory.cpp): ordinary buffers from plain_broadcast_once_from_,
-  // buffers all shared from broadcast_once_from_.
-  std::size_t broadcast_once_from_ = 64 << 10;
-  std::size_t plain_broadcast_once_from_ = 256 << 10;
+  // From how many bytes broadcasts copy once when run_at_once_: buffers all shared from
+  // rank 0's measure (the header's; see shared_memory.cpp), ordinary ones from what
+  // ordinary_broadcast_once_from() makes of it.
+  std::size_t shared_broadcast_once_from_ = 64 << 10;
+  std::size_t broadcast_once_from_ = 256 << 10;
   // Whether allgathers may read the others' memory (their single_copy flags): -1 until
   // this member first needs to know, after it has seen every member publish (the flags
   // are written before a member's first publish); 0 never, 1 always, 2 when measured to
@@ -390,7 +390,7 @@ class segment {
   // Whether every member can read the others' memory (their flags' reads_memory bit): -1
   // until the first broadcast that needs to know (learn_readers()), then 0 or 1.
   int all_read_ = -1;
-  // Whether every member's buffer of the last broadcast from broadcast_once_from_ (512 KiB
+  // Whether every member's buffer of the last broadcast from shared_broadcast_once_from_ (512 KiB
   // among members that outnumber the CPUs) lay in a shared host buffer
   // (note_shared_broadcast()): the next such broadcast is then copied once, through the
   // mappings, at sizes where ordinary buffers go through the ring or the slots. The same

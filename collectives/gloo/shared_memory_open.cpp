@@ -272,8 +272,8 @@ expected<std::unique_ptr<segment>> segment::open(store& s, const open_options& o
   }
 
   seg->run_at_once_ = seg->head().run_at_once != 0;
-  seg->broadcast_once_from_ = static_cast<std::size_t>(seg->head().broadcast_once_from);
-  seg->plain_broadcast_once_from_ = plain_broadcast_once_from(seg->broadcast_once_from_);
+  seg->shared_broadcast_once_from_ = static_cast<std::size_t>(seg->head().broadcast_once_from);
+  seg->broadcast_once_from_ = ordinary_broadcast_once_from(seg->shared_broadcast_once_from_);
   seg->agree_on_pipes();
   const auto my_ns = seg->at(o.rank).pid_ns.load();
   seg->check_liveness_ = my_ns != 0;
