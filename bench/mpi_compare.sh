@@ -2,10 +2,12 @@
 # Runs collectives_bench and its Open MPI anchor (mpi_collectives_bench) alternately, RUNS
 # times each, at every world size given, and prints the medians side by side with ratios
 # (troupe / Open MPI) through bench/compare.py.
-#   bash bench/mpi_compare.sh [RUNS=3] [WORLDS="2 4"] [MIN=4096] [MAX=67108864] [--fresh] [--shared]
+#   bash bench/mpi_compare.sh [RUNS=3] [WORLDS="2 4"] [MIN=4096] [MAX=67108864] [--fresh] [--shared] [--pairs]
 # --fresh: every rank rewrites each operation's input just before it, on both sides.
 # --shared: troupe's tensors lie in shared host memory (collectives_bench --shared);
 # Open MPI's buffers stay as they are (its own single copy is process_vm_readv either way).
+# --pairs: also each troupe run against the Open MPI run right after it (bench/compare.py
+# --pairs time_us): the median of the pairs' ratios and how many pairs troupe won.
 # Needs a release build with the bench targets and `scripts/install-deps.sh --bench`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,11 +17,13 @@ min=${3:-4096}
 max=${4:-67108864}
 extra=""
 anchor_extra=""
+pairs=""
 for opt in "${@:5}"; do
   case $opt in
     --fresh) extra+=" --fresh"; anchor_extra+=" --fresh" ;;
     --shared) extra+=" --shared" ;;
-    *) echo "mpi_compare: unknown option '$opt' (--fresh or --shared)" >&2; exit 2 ;;
+    --pairs) pairs="--pairs time_us" ;;
+    *) echo "mpi_compare: unknown option '$opt' (--fresh, --shared or --pairs)" >&2; exit 2 ;;
   esac
 done
 bin=build/release/bench
@@ -41,7 +45,7 @@ noise_check() {
 noise_check "noise check before"
 for w in $worlds; do
   echo "## world $w"
-  /usr/bin/python3 bench/compare.py --runs "$runs" \
+  /usr/bin/python3 bench/compare.py --runs "$runs" $pairs \
     --troupe "$bin/collectives_bench --world $w --ops $ops --min $min --max $max --json$extra" \
     --anchor "mpirun --allow-run-as-root --oversubscribe --bind-to none -np $w $bin/mpi_collectives_bench --ops $ops --min $min --max $max$anchor_extra"
 done
