@@ -33,14 +33,19 @@ for f in "$bin/collectives_bench" "$bin/mpi_collectives_bench"; do
     "'bash scripts/install-deps.sh --bench'" >&2; exit 1; }
 done
 # The machine's phase, before and after the tables: Open MPI's 4 KiB allgather at world 2
-# moves between about 0.5 and 1.7 us on the same 2-vCPU VM within an hour, and the
-# tables' ratios of the smallest sizes with it.
+# moves between about 0.4 and 2 us on the same 2-vCPU VM within an hour, and the tables'
+# ratios with it. The fast phase is the two vCPUs sharing one core (core_sharing_bench:
+# a copy on both at once takes up to twice its time alone), where lines pass between them
+# at once and large copies slow down (bench/RESULTS.md, the twenty-first Open MPI entry).
 noise_check() {
   local t
   t=$(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
         "$bin/mpi_collectives_bench" --ops allgather --min 4096 --max 4096 --iters 20000 |
         sed -n 's/.*"time_us": \([0-9.]*\).*/\1/p')
   echo "# $1: Open MPI's 4 KiB allgather at world 2 took ${t:-?} us ($(date -u +%H:%M:%S) UTC)"
+  if [[ -x $bin/core_sharing_bench ]]; then
+    echo "# $1: $("$bin/core_sharing_bench" 2>&1 || true)"
+  fi
 }
 noise_check "noise check before"
 for w in $worlds; do
