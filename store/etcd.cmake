@@ -6,7 +6,8 @@ find_package(nlohmann_json 3 REQUIRED)
 find_package(OpenSSL REQUIRED COMPONENTS SSL Crypto)
 target_sources(troupe_store PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/etcd_http.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/etcd_store.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/etcd_store.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/etcd_store_url.cpp)
 # The HTTP client (Beast's requests and parsers over plain and TLS streams) is the costliest
 # source of the build: at -O2 it took 90 s on one core, at -O1 44 s. It waits on etcd over
 # the network, not on the CPU, so the optimized builds compile it at -O1, on its own rather
